@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs dsgd and everything it needs into the current Python environment.
+#
+#   ./install.sh            the package (simulator and real trainers)
+#   ./install.sh dev        + what the tests need: pytest, mpi4py and mpich (MPI), iproute2
+#
+# A torch that is already installed is kept. When there is none, the CPU build is installed
+# (TORCH_SPEC, default torch==2.13.0), so that the plain requirement in pyproject.toml never
+# downloads the several-GB CUDA build by accident.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+extras=""
+for arg in "$@"; do
+    case "$arg" in
+        dev) extras="dev,mpi" ;;
+        mpi) extras="${extras:+$extras,}mpi" ;;
+        *) echo "install.sh: unknown argument '$arg' (expected: dev or mpi)" >&2; exit 2 ;;
+    esac
+done
+
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+    spec=${TORCH_SPEC:-torch==2.13.0}
+    echo "install.sh: no torch found; installing $spec (CPU)"
+    "$PY" -m pip install -q "$spec" || "$PY" -m pip install -q "$spec" \
+        --index-url https://download.pytorch.org/whl/cpu
+fi
+
+"$PY" -m pip install -q -e ".${extras:+[$extras]}"
+
+# The network test bed (real/testbed.py) needs iproute2's `ip` and `tc`.
+if [[ -n "$extras" && "$extras" == *dev* ]] && ! command -v tc >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+    else
+        echo "install.sh: iproute2 (ip, tc) not found; test-bed tests will be skipped" >&2
+    fi
+fi
