@@ -22,8 +22,7 @@ done
 if ! "$PY" -c 'import torch' 2>/dev/null; then
     spec=${TORCH_SPEC:-torch==2.13.0}
     echo "install.sh: no torch found; installing $spec (CPU)"
-    "$PY" -m pip install -q "$spec" || "$PY" -m pip install -q "$spec" \
-        --index-url https://download.pytorch.org/whl/cpu
+    "$PY" -m pip install -q "$spec"
 fi
 
 "$PY" -m pip install -q -e ".${extras:+[$extras]}"
