@@ -1,0 +1,158 @@
+"""Per-iteration compute time of one replica, as a probability distribution.
+
+``--compute`` takes one of::
+
+    80ms                      constant
+    exp:80ms                  exponential with mean 80 ms
+    shifted-exp:60ms,20ms     60 ms shift plus an exponential of mean 20 ms
+    normal:80ms,5ms           normal (mean, standard deviation), truncated at zero
+    lognormal:80ms,0.2        lognormal with mean 80 ms and log-space sigma 0.2
+
+A profile written by the real trainer gives an ``empirical`` distribution (resampling of measured
+times). Every distribution draws from a numpy ``Generator`` handed in by the simulation, so a run
+is reproducible from its seed. Adding a distribution means one class and one line in ``PARSERS``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .units import format_time, parse_time
+
+
+class ComputeModel:
+    """A distribution of compute seconds. Subclasses set ``mean_s`` and implement ``sample``."""
+
+    mean_s: float
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Constant(ComputeModel):
+    mean_s: float
+
+    def sample(self, rng, size):
+        return np.full(size, self.mean_s)
+
+    def describe(self):
+        return f"{format_time(self.mean_s)} (constant)"
+
+
+@dataclass(frozen=True)
+class Exponential(ComputeModel):
+    mean_s: float
+
+    def sample(self, rng, size):
+        return rng.exponential(self.mean_s, size)
+
+    def describe(self):
+        return f"exponential, mean {format_time(self.mean_s)}"
+
+
+@dataclass(frozen=True)
+class ShiftedExponential(ComputeModel):
+    shift_s: float
+    exp_mean_s: float
+
+    @property
+    def mean_s(self):
+        return self.shift_s + self.exp_mean_s
+
+    def sample(self, rng, size):
+        return self.shift_s + rng.exponential(self.exp_mean_s, size)
+
+    def describe(self):
+        return f"{format_time(self.shift_s)} + exponential of mean {format_time(self.exp_mean_s)}"
+
+
+@dataclass(frozen=True)
+class Normal(ComputeModel):
+    mean_s: float
+    std_s: float
+
+    def sample(self, rng, size):
+        return np.maximum(rng.normal(self.mean_s, self.std_s, size), 0.0)
+
+    def describe(self):
+        return f"normal, mean {format_time(self.mean_s)}, sd {format_time(self.std_s)}"
+
+
+@dataclass(frozen=True)
+class LogNormal(ComputeModel):
+    mean_s: float
+    sigma: float
+
+    def sample(self, rng, size):
+        mu = math.log(self.mean_s) - self.sigma**2 / 2  # so that E[X] = mean_s
+        return rng.lognormal(mu, self.sigma, size)
+
+    def describe(self):
+        return f"lognormal, mean {format_time(self.mean_s)}, sigma {self.sigma:g}"
+
+
+@dataclass(frozen=True)
+class Empirical(ComputeModel):
+    """Resamples measured compute times (seconds) with replacement."""
+
+    samples_s: tuple[float, ...]
+
+    @property
+    def mean_s(self):
+        return float(np.mean(self.samples_s))
+
+    def sample(self, rng, size):
+        return rng.choice(np.asarray(self.samples_s), size)
+
+    def describe(self):
+        return f"empirical, {len(self.samples_s)} samples, mean {format_time(self.mean_s)}"
+
+
+def _times(args: list[str], count: int, spec: str) -> list[float]:
+    if len(args) != count:
+        raise ValueError(f"compute {spec!r} takes {count} value(s), got {len(args)}")
+    return [parse_time(a) for a in args]
+
+
+def _parse_lognormal(args: list[str], spec: str) -> LogNormal:
+    if len(args) != 2:
+        raise ValueError(f"compute {spec!r} takes a mean time and a sigma, e.g. lognormal:80ms,0.2")
+    try:
+        sigma = float(args[1])
+    except ValueError:
+        raise ValueError(f"compute {spec!r}: sigma {args[1]!r} is not a number") from None
+    if not math.isfinite(sigma) or sigma < 0:
+        raise ValueError(f"compute {spec!r}: sigma must be a finite number >= 0")
+    return LogNormal(parse_time(args[0]), sigma)
+
+
+PARSERS = {
+    "const": lambda a, s: Constant(*_times(a, 1, s)),
+    "exp": lambda a, s: Exponential(*_times(a, 1, s)),
+    "shifted-exp": lambda a, s: ShiftedExponential(*_times(a, 2, s)),
+    "normal": lambda a, s: Normal(*_times(a, 2, s)),
+    "lognormal": _parse_lognormal,
+}
+
+
+def parse_compute(spec: str) -> ComputeModel:
+    """Parse a ``--compute`` value (see the module docstring); ``ValueError`` names the bad text."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"empty compute time: {spec!r}")
+    kind, sep, rest = spec.strip().partition(":")
+    if not sep:
+        kind, rest = "const", spec.strip()
+    if kind not in PARSERS:
+        raise ValueError(f"unknown compute distribution {kind!r} in {spec!r} "
+                         f"(known: {', '.join(PARSERS)})")
+    model = PARSERS[kind]([a.strip() for a in rest.split(",")], spec)
+    if model.mean_s <= 0:
+        raise ValueError(f"compute {spec!r} must have a positive mean")
+    return model
