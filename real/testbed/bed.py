@@ -1,0 +1,273 @@
+"""A test bed: made on entry, used to run commands on its hosts, and always unmade on exit.
+
+    with Testbed(TestbedConfig(hosts=4, bandwidth_bps=100e6)) as bed:
+        result = bed.run("python train.py --rank {rank} --master {master}", timeout_s=600)
+
+``down()`` runs whatever happens inside the block (an exception, Ctrl-C, a timeout): it stops
+every process on every host, then deletes the namespaces, which deletes every link and shaper.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from real.testbed import launch, network
+from real.testbed.config import TestbedConfig
+from real.testbed.launch import HostResult, OutputPump, RunResult
+
+STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL (torchrun forwards SIGTERM to workers)
+
+
+@dataclass(frozen=True)
+class Host:
+    """One emulated host: its rank, namespace, address, hostname and link rate."""
+
+    rank: int
+    namespace: str
+    address: str
+    hostname: str
+    rate_bps: float
+
+
+class Testbed:
+    """H hosts in network namespaces on one bridge, each link shaped by tbf in both directions."""
+
+    __test__ = False
+
+    def __init__(self, config: TestbedConfig, out_dir: str | os.PathLike | None = None) -> None:
+        self.config = config
+        self.run_id = secrets.token_hex(4)
+        self._out_dir = Path(out_dir) if out_dir else None
+        self.hosts = [Host(r, network.host_namespace(self.run_id, r), config.address(r),
+                           network.hostname(r), config.rate_bps(r)) for r in range(config.hosts)]
+        self._processes: list[subprocess.Popen] = []
+        self._is_up = False
+
+    @property
+    def out_dir(self) -> Path:
+        """Folder of the hosts' output folders; a new temporary folder unless one was given."""
+        if self._out_dir is None:
+            self._out_dir = Path(tempfile.mkdtemp(prefix=f"testbed-{self.run_id}-"))
+        return self._out_dir
+
+    @property
+    def master_addr(self) -> str:
+        """Address of host 0, where rendezvous happens."""
+        return self.hosts[0].address
+
+    def __enter__(self) -> "Testbed":
+        self.up()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.down()
+
+    def up(self) -> None:
+        """Make the namespaces, links and shapers; on any failure, unmake what was made."""
+        reason = network.unavailable_reason()
+        if reason:
+            raise network.TestbedError(reason)
+        self._is_up = True
+        try:
+            network.create(self.run_id, self.config)
+        except BaseException:
+            self.down()
+            raise
+
+    def down(self) -> None:
+        """Stop every process on every host and remove everything the test bed made.
+
+        Signals are held off meanwhile, so a second Ctrl-C cannot leave half a test bed behind.
+        Raises TestbedError if something could not be removed (after trying everything).
+        """
+        if not self._is_up:
+            return
+        with _signals_deferred():
+            for process in self._processes:
+                launch.signal_group(process, signal.SIGKILL)
+            problems = network.destroy(self.run_id, self.config.hosts)
+            for process in self._processes:
+                _reap(process)
+            self._processes.clear()
+            self._is_up = False
+        if problems:
+            raise network.TestbedError(f"test bed {self.run_id} left behind: {'; '.join(problems)}")
+
+    def host_env(self, rank: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment of a command on host ``rank``: this process's, plus who and where it is."""
+        env = dict(os.environ)
+        env.update({
+            "HOST_RANK": str(rank), "NUM_HOSTS": str(self.config.hosts),
+            "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.config.master_port),
+            "GLOO_SOCKET_IFNAME": network.HOST_IFNAME, "TP_SOCKET_IFNAME": network.HOST_IFNAME,
+            "TESTBED_RUN_ID": self.run_id,
+        })
+        env.update(extra or {})
+        return env
+
+    def host_dir(self, rank: int) -> Path:
+        """Folder for host ``rank``'s output files (``{out}`` in a command)."""
+        folder = self.out_dir / f"host{rank}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def spawn(self, rank: int, argv: list[str], env: dict[str, str] | None = None,
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
+        """Start ``argv`` on host ``rank``; it is stopped at ``down()`` if it is still running."""
+        if not self._is_up:
+            raise network.TestbedError("the test bed is not up")
+        host = self.hosts[rank]
+        argv = launch.host_argv(host.namespace, host.hostname, argv)
+        process = launch.start(argv, self.host_env(rank, env), stdout, stderr)
+        self._processes.append(process)
+        return process
+
+    def placeholders(self, rank: int) -> dict[str, object]:
+        host = self.hosts[rank]
+        return {"rank": rank, "hosts": self.config.hosts, "addr": host.address,
+                "hostname": host.hostname, "master": self.master_addr,
+                "port": self.config.master_port, "out": self.host_dir(rank)}
+
+    def run(self, command: str, timeout_s: float | None = None, fail_fast: bool = True,
+            echo: bool = False, env: dict[str, str] | None = None) -> RunResult:
+        """Run the shell ``command`` on every host at once and wait for all of them.
+
+        ``fail_fast``: when a host fails, stop the others (their peers are gone; they would only
+        wait for a timeout). ``timeout_s``: stop every host after this long. ``echo``: print every
+        line as it comes, prefixed ``[hostI]``. Output and JSON files are in ``host_dir(rank)``.
+        A KeyboardInterrupt (or SIGTERM, see ``signals_raise``) stops every host and is re-raised.
+        """
+        runs = [_HostRun(self, rank, command, env, echo) for rank in range(self.config.hosts)]
+        started = time.monotonic()
+        deadline = None if timeout_s is None else started + timeout_s
+        timed_out = interrupted = False
+        try:
+            timed_out = _wait(runs, deadline, fail_fast)
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            _stop(runs)
+            hosts = [r.result(self) for r in runs]
+            self.last_result = RunResult(command, hosts, time.monotonic() - started, timed_out, interrupted)
+        return self.last_result
+
+    def link_counters(self, rank: int) -> dict:
+        """What host ``rank``'s shapers have counted: ``{"up": {...}, "down": {...}}`` (bytes,
+        packets, drops); shows that traffic crossed the shaped links."""
+        switch = network.switch_namespace(self.run_id)
+        return {"up": network.qdisc_counters(self.hosts[rank].namespace, network.HOST_IFNAME),
+                "down": network.qdisc_counters(switch, f"p{rank}")}
+
+
+class _HostRun:
+    """One host's command: its process, output pumps and timing."""
+
+    def __init__(self, bed: Testbed, rank: int, command: str, env, echo: bool) -> None:
+        self.rank = rank
+        folder = bed.host_dir(rank)
+        self.stdout_path, self.stderr_path = folder / "stdout.txt", folder / "stderr.txt"
+        text = launch.substitute(command, bed.placeholders(rank))
+        self.stopped = False
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        env = {"TESTBED_OUT_DIR": str(folder), **(env or {})}
+        self.process = bed.spawn(rank, ["sh", "-c", text], env)
+        prefix = f"[{bed.hosts[rank].hostname}]" if echo else None
+        self.pumps = [OutputPump(self.process.stdout, self.stdout_path, prefix, None),
+                      OutputPump(self.process.stderr, self.stderr_path, prefix, None)]
+
+    def poll(self) -> int | None:
+        code = self.process.poll()
+        if code is not None and self.ended is None:
+            self.ended = time.monotonic()
+            launch.signal_group(self.process, signal.SIGKILL)  # what it left running in its group
+        return code
+
+    def result(self, bed: Testbed) -> HostResult:
+        for pump in self.pumps:
+            pump.join(timeout_s=5.0)
+        contents, errors = launch.collect_json(bed.host_dir(self.rank))
+        ended = self.ended if self.ended is not None else time.monotonic()
+        return HostResult(self.rank, bed.hosts[self.rank].address, self.process.returncode,
+                          ended - self.started, str(self.stdout_path), str(self.stderr_path),
+                          self.stopped, contents, errors)
+
+
+def _wait(runs: list[_HostRun], deadline: float | None, fail_fast: bool) -> bool:
+    """Wait until every host is done, one fails (``fail_fast``) or the deadline; True on timeout."""
+    while True:
+        codes = [run.poll() for run in runs]
+        if all(code is not None for code in codes):
+            return False
+        if fail_fast and any(code not in (None, 0) for code in codes):
+            return False
+        if deadline is not None and time.monotonic() > deadline:
+            return True
+        time.sleep(0.02)
+
+
+def _stop(runs: list[_HostRun]) -> None:
+    """SIGTERM every host still running, give it STOP_GRACE_S, then SIGKILL its process group."""
+    running = [run for run in runs if run.poll() is None]
+    for run in running:
+        run.stopped = True
+        launch.signal_group(run.process, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while any(run.poll() is None for run in running) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for run in running:
+        launch.signal_group(run.process, signal.SIGKILL)
+        _reap(run.process)
+        run.poll()
+
+
+def _reap(process: subprocess.Popen) -> None:
+    try:
+        process.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived; raised so that ``finally`` blocks tear the test bed down."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def signals_raise():
+    """Within the block, SIGTERM and SIGHUP raise ``Interrupted`` as Ctrl-C raises KeyboardInterrupt."""
+    def handler(signum, _frame):
+        raise Interrupted(signum)
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextmanager
+def _signals_deferred():
+    """Hold off SIGINT, SIGTERM and SIGHUP (main thread only) until the block is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

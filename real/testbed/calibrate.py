@@ -1,0 +1,117 @@
+"""Calibration: what the test bed's network does, measured, written as the simulator's inputs.
+
+Two hosts of a fresh test bed run ``probe.py``: small round trips give the per-message latency,
+bulk transfers of two sizes give the payload rate the shaper lets through. Nothing here looks at
+a training run: the figures describe the network only, so a prediction made from them is never
+fitted to the measurement it is later compared with.
+
+The JSON record (all rates in bit/s, times in s, sizes in bytes)::
+
+    bandwidth_bps               the shaper's rate (what tbf charges frames against)
+    latency_s                   half the median 1-byte TCP round trip (per-message latency)
+    goodput_bps                 payload rate of a long transfer: (n2 - n1) / (t2 - t1)
+    payload_efficiency          goodput_bps / bandwidth_bps, measured (headers, timer slack)
+    payload_efficiency_expected (MTU - 52) / (MTU + 14): TCP/IP/Ethernet headers only
+    burst_bytes                 the bucket: that much of a transfer after an idle period is free
+    transfers                   per size: median seconds, payload rate, and the time the
+                                shaper model (headers + burst, no fitting) predicts
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from real.testbed.bed import Testbed
+from real.testbed.config import TestbedConfig
+from real.testbed.network import TestbedError
+
+PROBE = Path(__file__).with_name("probe.py")
+PROBE_PORT = 5201
+
+
+def shaper_time_s(payload_bytes: int, rate_bps: float, burst_bytes: int, mtu_bytes: int,
+                  rtt_s: float = 0.0) -> float:
+    """Seconds tbf needs for a TCP transfer of ``payload_bytes`` that starts with a full bucket.
+
+    Every full segment carries MTU - 52 payload bytes in an MTU + 14 byte frame; the first
+    ``burst_bytes`` of frames pass at once; the rest at ``rate_bps``; plus one round trip (the
+    acknowledgement the probe waits for).
+    """
+    payload_per_frame = mtu_bytes - 52
+    frames = math.ceil(payload_bytes / payload_per_frame)
+    wire_bytes = payload_bytes + frames * (52 + 14)
+    return max(0, wire_bytes - burst_bytes) * 8 / rate_bps + rtt_s
+
+
+def measure(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s: float) -> dict:
+    """Run the probe from host 0 to host 1 of ``bed``; return its raw JSON."""
+    server = bed.spawn(1, [sys.executable, str(PROBE), "server", "--port", str(PROBE_PORT)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    idle_s = 2 * bed.config.burst_for(bed.config.rate_bps(0)) * 8 / bed.config.rate_bps(0) + 0.02
+    client = bed.spawn(0, [sys.executable, str(PROBE), "client", "--connect", bed.hosts[1].address,
+                           "--port", str(PROBE_PORT), "--pings", str(pings), "--repeats", str(repeats),
+                           "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}"])
+    try:
+        out, err = client.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise TestbedError(f"calibration probe did not finish within {timeout_s} s") from None
+    if client.returncode != 0:
+        server_err = server.stderr.read().decode(errors="replace") if server.poll() is not None else ""
+        raise TestbedError(f"calibration probe failed: {err.decode(errors='replace').strip()} "
+                           f"{server_err.strip()}".strip())
+    return json.loads(out)
+
+
+def summarise(raw: dict, config: TestbedConfig) -> dict:
+    """Turn the probe's raw times into the calibration record (see the module docstring)."""
+    rate_bps, burst = config.rate_bps(0), config.burst_for(config.rate_bps(0))
+    rtts = sorted(raw["ping_rtt_s"])
+    rtt_s = statistics.median(rtts)
+    transfers = []
+    for item in raw["bulk"]:
+        median_s = statistics.median(item["seconds"])
+        model_s = shaper_time_s(item["bytes"], rate_bps, burst, config.mtu_bytes, rtt_s)
+        transfers.append({"bytes": item["bytes"], "median_s": median_s, "seconds": item["seconds"],
+                          "goodput_bps": item["bytes"] * 8 / median_s, "shaper_model_s": model_s,
+                          "shaper_model_error": (model_s - median_s) / median_s})
+    small, large = transfers[0], transfers[-1]
+    goodput_bps = (large["bytes"] - small["bytes"]) * 8 / (large["median_s"] - small["median_s"])
+    return {
+        "bandwidth_bps": rate_bps,
+        "latency_s": rtt_s / 2,
+        "goodput_bps": goodput_bps,
+        "payload_efficiency": goodput_bps / rate_bps,
+        "payload_efficiency_expected": config.payload_efficiency,
+        "burst_bytes": burst,
+        "mtu_bytes": config.mtu_bytes,
+        "frame_bytes": config.frame_bytes,
+        "rtt_s": {"median": rtt_s, "p10": _quantile(rtts, 0.1), "p90": _quantile(rtts, 0.9),
+                  "count": len(rtts)},
+        "transfers": transfers,
+        "config": config.as_dict(),
+        "machine": {"node": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+                    "python": platform.python_version()},
+    }
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats: int = 3,
+              timeout_s: float = 300.0) -> dict:
+    """Make a test bed of ``config`` (2 hosts are used), measure it, unmake it; the record."""
+    if config.hosts < 2:
+        raise ValueError(f"calibration needs at least 2 hosts, got {config.hosts}")
+    if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes):
+        raise ValueError(f"calibration needs two or more increasing transfer sizes, got {sizes}")
+    with Testbed(config) as bed:
+        raw = measure(bed, sizes, pings, repeats, timeout_s)
+    return summarise(raw, config)

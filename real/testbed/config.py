@@ -1,0 +1,136 @@
+"""What a test bed is: how many hosts, how fast each link is, and how the shaper is set.
+
+Every host sits on one emulated switch through its own link; the link is shaped by a token-bucket
+filter (``tc qdisc … tbf``) in both directions, so a host can send at most ``bandwidth_bps`` and
+receive at most ``bandwidth_bps``. One host may be slower (``slow_host_bps``).
+
+What the shaper counts (why a transfer never reaches the nominal rate): tbf charges every byte of
+every Ethernet frame it sends, i.e. the 14-byte Ethernet header, the 20-byte IP header and the
+32-byte TCP header (20 bytes + 12 bytes of timestamp option, on by default in Linux) around each
+segment's payload. At a 1500-byte MTU a segment carries 1448 payload bytes in a 1514-byte frame,
+so a long TCP transfer moves payload at 1448/1514 = 95.6% of the rate (``payload_efficiency``).
+The bucket starts full, so the first ``burst_bytes`` of a transfer that follows an idle period
+pass at the speed of the virtual link, not at the rate.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+ETHERNET_HEADER_BYTES = 14
+IP_HEADER_BYTES = 20
+TCP_HEADER_BYTES = 32  # 20 + 12 bytes of the timestamp option (net.ipv4.tcp_timestamps=1)
+SHAPER_TIMER_SLACK_S = 1e-3  # the bucket holds at least this long at the rate (see burst_bytes)
+MIN_BURST_FRAMES = 10
+
+
+@dataclass
+class TestbedConfig:
+    """An emulated cluster: ``hosts`` hosts on one switch, each link capped in both directions.
+
+    Rates are in bits per second, sizes in bytes, times in seconds.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    hosts: int = 2
+    """Number of hosts (one network namespace each), 1 to 64."""
+    bandwidth_bps: float = 100e6
+    """Rate of every host's link, each direction, as counted by tbf (Ethernet frames)."""
+    slow_host_bps: float | None = None
+    """Rate of the one slower host's link (``slow_rank``), or None for a uniform cluster."""
+    slow_rank: int | None = None
+    """Which host is slower; defaults to the last one when ``slow_host_bps`` is set."""
+    burst_bytes: int | None = None
+    """tbf bucket size; None: max(10 frames, 1 ms at the rate). Smaller is more exact but a late
+    timer then loses tokens; it must hold at least one frame."""
+    queue_s: float = 0.1
+    """How long a full queue takes to drain at the rate (sets tbf's ``limit``); beyond it, drops."""
+    mtu_bytes: int = 1500
+    """MTU of every link (IP packet size); 9000 makes header overhead small (0.7%)."""
+    subnet: str = "10.77.0.0/24"
+    """Addresses of the hosts (host i gets the (i+1)-th address). Each test bed has its own
+    switch, so two test beds may use the same subnet without seeing each other."""
+    master_port: int = 29500
+    """Port given to commands as MASTER_PORT and ``{port}``."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.hosts <= 64:
+            raise ValueError(f"hosts must be between 1 and 64, got {self.hosts}")
+        if not self.bandwidth_bps > 0:
+            raise ValueError(f"bandwidth must be positive, got {self.bandwidth_bps} bit/s")
+        if self.slow_host_bps is not None and not self.slow_host_bps > 0:
+            raise ValueError(f"slow host bandwidth must be positive, got {self.slow_host_bps} bit/s")
+        if self.slow_rank is not None:
+            if self.slow_host_bps is None:
+                raise ValueError("slow_rank needs slow_host_bps (a rate for the slow host)")
+            if not 0 <= self.slow_rank < self.hosts:
+                raise ValueError(f"slow host rank {self.slow_rank} is not a host (0..{self.hosts - 1})")
+        if not 576 <= self.mtu_bytes <= 65000:
+            raise ValueError(f"mtu must be between 576 and 65000 bytes, got {self.mtu_bytes}")
+        if self.burst_bytes is not None and self.burst_bytes < self.frame_bytes:
+            raise ValueError(f"burst {self.burst_bytes} B is smaller than one frame ({self.frame_bytes} B)")
+        if not self.queue_s > 0:
+            raise ValueError(f"queue must be a positive time, got {self.queue_s} s")
+        if not 1 <= self.master_port <= 65535:
+            raise ValueError(f"master port must be 1..65535, got {self.master_port}")
+        try:
+            network = ipaddress.ip_network(self.subnet)
+        except ValueError as exc:
+            raise ValueError(f"subnet {self.subnet!r} is not an IPv4 network: {exc}") from None
+        if network.version != 4 or not network.is_private or network.num_addresses < self.hosts + 2:
+            raise ValueError(f"subnet {self.subnet!r} must be a private IPv4 network with room for "
+                             f"{self.hosts} hosts")
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes tbf charges for one full-size frame: the MTU plus the Ethernet header."""
+        return self.mtu_bytes + ETHERNET_HEADER_BYTES
+
+    @property
+    def payload_efficiency(self) -> float:
+        """TCP payload bytes per byte tbf charges, for full-size segments (0.956 at MTU 1500)."""
+        return (self.mtu_bytes - IP_HEADER_BYTES - TCP_HEADER_BYTES) / self.frame_bytes
+
+    def rate_bps(self, rank: int) -> float:
+        """The link rate of host ``rank`` (each direction)."""
+        if self.slow_host_bps is not None and rank == self.effective_slow_rank:
+            return self.slow_host_bps
+        return self.bandwidth_bps
+
+    @property
+    def effective_slow_rank(self) -> int | None:
+        if self.slow_host_bps is None:
+            return None
+        return self.hosts - 1 if self.slow_rank is None else self.slow_rank
+
+    def burst_for(self, rate_bps: float) -> int:
+        """tbf bucket size in bytes for a link of ``rate_bps``."""
+        if self.burst_bytes is not None:
+            return self.burst_bytes
+        return max(MIN_BURST_FRAMES * self.frame_bytes, int(rate_bps * SHAPER_TIMER_SLACK_S / 8))
+
+    def limit_for(self, rate_bps: float) -> int:
+        """tbf queue limit in bytes: the burst plus ``queue_s`` worth of frames at the rate."""
+        return self.burst_for(rate_bps) + int(rate_bps * self.queue_s / 8)
+
+    def address(self, rank: int) -> str:
+        """IPv4 address of host ``rank``."""
+        return str(ipaddress.ip_network(self.subnet).network_address + rank + 1)
+
+    @property
+    def prefix_len(self) -> int:
+        return ipaddress.ip_network(self.subnet).prefixlen
+
+    def as_dict(self) -> dict:
+        """Plain values for a JSON record, including the derived shaper settings."""
+        return {
+            "hosts": self.hosts, "bandwidth_bps": self.bandwidth_bps,
+            "slow_host_bps": self.slow_host_bps, "slow_rank": self.effective_slow_rank,
+            "burst_bytes": self.burst_for(self.bandwidth_bps),
+            "limit_bytes": self.limit_for(self.bandwidth_bps), "queue_s": self.queue_s,
+            "mtu_bytes": self.mtu_bytes, "frame_bytes": self.frame_bytes,
+            "payload_efficiency": self.payload_efficiency, "subnet": self.subnet,
+            "master_port": self.master_port,
+        }

@@ -1,0 +1,149 @@
+"""Running a command on every host of a test bed, and collecting what each host printed and wrote.
+
+A host's command runs inside the host's network namespace and its own UTS namespace (so that
+``hostname`` prints ``hostI``, which every host resolves to host I's address, as on a real
+cluster: torchrun's c10d rendezvous relies on that to decide which agent serves the store).
+Each command is its own process group, so that stopping a host stops everything it started.
+
+The command may name its host with placeholders, replaced before it runs:
+``{rank}`` ``{hosts}`` ``{addr}`` ``{hostname}`` ``{master}`` (host 0's address) ``{port}``
+``{out}`` (a folder for the host's files). Any other brace text is left alone (shell, JSON).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PLACEHOLDER = re.compile(r"\{(rank|hosts|addr|hostname|master|port|out)\}")
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class HostResult:
+    """What one host's command did."""
+
+    rank: int
+    address: str
+    returncode: int | None
+    """Exit status; negative: killed by that signal; None: never started."""
+    duration_s: float
+    stdout_path: str
+    stderr_path: str
+    stopped: bool = False
+    """True when the test bed stopped it (timeout, interruption, or another host failed)."""
+    json: dict = field(default_factory=dict)
+    """Every ``*.json`` file the command left in its folder, by file name, parsed."""
+    json_errors: dict = field(default_factory=dict)
+    """Files that were not valid JSON, by file name, with the parser's message."""
+
+    def stdout(self) -> str:
+        return Path(self.stdout_path).read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return Path(self.stderr_path).read_text(errors="replace")
+
+
+@dataclass
+class RunResult:
+    """What a command did on every host."""
+
+    command: str
+    hosts: list[HostResult]
+    wall_s: float
+    timed_out: bool = False
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not (self.timed_out or self.interrupted) and all(h.returncode == 0 for h in self.hosts)
+
+    def exit_status(self) -> int:
+        """0 when every host succeeded; 124 on timeout, 130 on interruption; else the first failure
+        (a host killed by a signal gives 128 + the signal)."""
+        if self.timed_out:
+            return 124
+        if self.interrupted:
+            return 130
+        for host in self.hosts:
+            if host.returncode and not host.stopped:
+                return host.returncode if host.returncode > 0 else 128 - host.returncode
+        return 0 if self.ok else 1
+
+    def as_dict(self) -> dict:
+        return {"command": self.command, "ok": self.ok, "exit_status": self.exit_status(),
+                "wall_s": self.wall_s, "timed_out": self.timed_out, "interrupted": self.interrupted,
+                "hosts": [vars(h) for h in self.hosts]}
+
+
+def substitute(command: str, values: dict[str, object]) -> str:
+    """Replace ``{rank}``-style placeholders; leave every other brace text as it is."""
+    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), command)
+
+
+def host_argv(namespace: str, hostname: str, argv: list[str]) -> list[str]:
+    """argv that runs ``argv`` in ``namespace`` with its own hostname ``hostname``."""
+    set_hostname_then_exec = 'hostname "$0" && exec "$@"'
+    return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--",
+            "sh", "-c", set_hostname_then_exec, hostname, *argv]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: be killed if the test bed's process dies without cleaning up."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def start(argv: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+    """Start ``argv`` (from ``host_argv``) in a new session; it dies if this process is killed."""
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def signal_group(process: subprocess.Popen, signum: int) -> None:
+    """Send ``signum`` to ``process``'s whole process group (what its command started)."""
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class OutputPump:
+    """Copies one pipe to a file, line by line, and echoes each line with a ``[hostI]`` prefix."""
+
+    def __init__(self, pipe, path: Path, prefix: str | None, echo_to) -> None:
+        self.pipe, self.path, self.prefix, self.echo_to = pipe, path, prefix, echo_to
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        with open(self.path, "wb") as sink:
+            for line in iter(self.pipe.readline, b""):
+                sink.write(line)
+                sink.flush()
+                if self.prefix is not None:
+                    text = line.decode(errors="replace").rstrip("\n")
+                    print(f"{self.prefix} {text}", file=self.echo_to or sys.stdout, flush=True)
+        self.pipe.close()
+
+    def join(self, timeout_s: float) -> None:
+        self.thread.join(timeout_s)
+
+
+def collect_json(folder: Path) -> tuple[dict, dict]:
+    """Parse every ``*.json`` file in ``folder``: (contents by name, errors by name)."""
+    contents, errors = {}, {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            contents[path.name] = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            errors[path.name] = str(exc)
+    return contents, errors

@@ -1,0 +1,148 @@
+"""A small TCP probe for measuring a test bed's network: round trips and bulk transfers.
+
+Run one server and one client on two hosts; the client prints one JSON object on stdout::
+
+    python probe.py server --port 5201
+    python probe.py client --connect 10.77.0.2 --port 5201 --pings 200 --sizes 1000000,8000000 \
+        --repeats 3 --idle 0.05
+
+Round trips: a 1-byte message and its 1-byte answer, one at a time (TCP_NODELAY), after 20
+discarded warm-up ones. Bulk: the client sends N bytes and times from its first byte to the
+server's 1-byte acknowledgement of the last; before each transfer it waits ``--idle`` seconds so
+the shaper's bucket is full again (every transfer sees the same burst).
+
+This file imports only the standard library, so that it runs in any namespace with any Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import time
+
+HEADER = struct.Struct("!cQ")  # command (b"P" ping, b"B" bulk), count or size
+CHUNK_BYTES = 1 << 20
+WARMUP_PINGS = 20
+
+
+def serve(port: int, connect_timeout_s: float) -> None:
+    """Answer one client: echo a byte per ping, acknowledge each bulk transfer once received."""
+    listener = socket.create_server(("0.0.0.0", port), reuse_port=False)
+    listener.settimeout(connect_timeout_s)
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while header := _recv_exactly(conn, HEADER.size):
+        command, count = HEADER.unpack(header)
+        if command == b"P":
+            for _ in range(count):
+                conn.sendall(_recv_exactly(conn, 1))
+        elif command == b"B":
+            _drain(conn, count)
+            conn.sendall(b"k")
+        else:
+            raise SystemExit(f"probe server: unknown command {command!r}")
+
+
+def _recv_exactly(conn: socket.socket, n_bytes: int) -> bytes:
+    data = b""
+    while len(data) < n_bytes:
+        chunk = conn.recv(n_bytes - len(data))
+        if not chunk:
+            if data:
+                raise SystemExit("probe: peer closed the connection mid-message")
+            return b""
+        data += chunk
+    return data
+
+
+def _drain(conn: socket.socket, n_bytes: int) -> None:
+    buffer = bytearray(CHUNK_BYTES)
+    left = n_bytes
+    while left:
+        got = conn.recv_into(buffer, min(left, CHUNK_BYTES))
+        if not got:
+            raise SystemExit("probe server: client closed the connection mid-transfer")
+        left -= got
+
+
+def connect(address: str, port: int, timeout_s: float) -> socket.socket:
+    """Connect, retrying while the server is still starting (up to ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn = socket.create_connection((address, port), timeout=timeout_s)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return conn
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"probe client: no server at {address}:{port} after {timeout_s} s")
+            time.sleep(0.05)
+
+
+def round_trips(conn: socket.socket, count: int) -> list[float]:
+    """Seconds of each of ``count`` 1-byte round trips (warm-up ones not included)."""
+    conn.sendall(HEADER.pack(b"P", count + WARMUP_PINGS))
+    times = []
+    for i in range(count + WARMUP_PINGS):
+        start = time.perf_counter()
+        conn.sendall(b"p")
+        _recv_exactly(conn, 1)
+        if i >= WARMUP_PINGS:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def bulk(conn: socket.socket, n_bytes: int) -> float:
+    """Seconds from sending the first of ``n_bytes`` to the server's acknowledgement of the last."""
+    payload = memoryview(bytes(CHUNK_BYTES))
+    conn.sendall(HEADER.pack(b"B", n_bytes))
+    start = time.perf_counter()
+    left = n_bytes
+    while left:
+        step = min(left, CHUNK_BYTES)
+        conn.sendall(payload[:step])
+        left -= step
+    if _recv_exactly(conn, 1) != b"k":
+        raise SystemExit("probe client: bad acknowledgement")
+    return time.perf_counter() - start
+
+
+def run_client(args: argparse.Namespace) -> dict:
+    conn = connect(args.connect, args.port, args.connect_timeout)
+    result = {"ping_rtt_s": round_trips(conn, args.pings), "bulk": []}
+    for n_bytes in args.sizes:
+        times = []
+        for _ in range(args.repeats):
+            time.sleep(args.idle)
+            times.append(bulk(conn, n_bytes))
+        result["bulk"].append({"bytes": n_bytes, "seconds": times})
+    conn.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("role", choices=["server", "client"])
+    parser.add_argument("--port", type=int, default=5201)
+    parser.add_argument("--connect", help="server address (client)")
+    parser.add_argument("--connect-timeout", type=float, default=10.0, help="seconds")
+    parser.add_argument("--pings", type=int, default=200)
+    parser.add_argument("--sizes", type=lambda t: [int(s) for s in t.split(",")], default=[8_000_000],
+                        help="comma-separated byte counts of bulk transfers")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--idle", type=float, default=0.05, help="seconds idle before each transfer")
+    args = parser.parse_args(argv)
+    if args.role == "server":
+        serve(args.port, args.connect_timeout)
+    else:
+        if not args.connect:
+            parser.error("client needs --connect ADDRESS")
+        json.dump(run_client(args), sys.stdout)
+        print()
+
+
+if __name__ == "__main__":
+    main()
