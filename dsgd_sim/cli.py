@@ -207,9 +207,24 @@ def write_outputs(args, configs: list[SyncConfig], summaries: list[dict], trace)
         plot_run(args.plot, configs, summaries)
 
 
+def _attach_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Turn ``--latency -1ms`` into ``--latency=-1ms`` so that the value, not the option, is
+    reported as bad (argparse would take ``-1ms`` for an unknown option)."""
+    takes_value = {opt for action in parser._actions if action.nargs is None and action.option_strings
+                   for opt in action.option_strings}
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] in takes_value and token[:1] == "-" and token[1:2] in "0123456789.in":
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(_attach_negative_values(parser, argv))
     try:
         configs = build_configs(args)
     except ValueError as error:

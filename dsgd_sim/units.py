@@ -65,7 +65,9 @@ def parse_time(text: str) -> float:
         return 0.0
     if unit not in TIME_UNITS:
         raise ValueError(f"time {text!r} needs a unit such as us, ms or s")
-    return value * TIME_UNITS[unit]
+    factor = TIME_UNITS[unit]
+    # Divide by 10^k for sub-second units, so that 5us is exactly the float 5e-06.
+    return value / round(1 / factor) if factor < 1 else value * factor
 
 
 def parse_size(text: str) -> int:

@@ -1,0 +1,132 @@
+"""The command line: the default run, JSON schema, sweeps, and one-line errors with exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dsgd_sim.cli import main, parse_replicas
+
+SYNC_KEYS = {"iteration_time_s", "iteration_time_p50_s", "iteration_time_p99_s", "compute_time_s",
+             "comm_time_s", "exposed_comm_s", "speedup", "efficiency", "samples_per_s",
+             "algbw_Bps", "busbw_Bps"}
+CONFIG_KEYS = {"replicas", "bandwidth_bps", "latency_s", "grad_bytes", "algorithm", "iterations",
+               "seed"}
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "dsgd_sim", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_default_run_prints_a_readable_table():
+    done = run_cli("--replicas", "16", "--bandwidth", "10Gbps")
+    assert done.returncode == 0, done.stderr
+    assert "16 replicas" in done.stdout and "10 Gbps" in done.stdout
+    for word in ("iteration time", "compute", "exposed comm", "idle", "busbw", "speedup"):
+        assert word in done.stdout
+
+
+def test_json_has_the_documented_schema(tmp_path):
+    out = tmp_path / "run.json"
+    assert main(["--replicas", "4", "--bandwidth", "25Gbps", "--latency", "5us",
+                 "--grad-bytes", "10MB", "--iterations", "7", "--seed", "3",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert CONFIG_KEYS <= data["config"].keys() and SYNC_KEYS <= data["sync"].keys()
+    assert data["config"]["bandwidth_bps"] == 25e9
+    assert data["config"]["latency_s"] == 5e-6
+    assert data["config"]["grad_bytes"] == 10_000_000
+    sync = data["sync"]
+    assert sync["busbw_Bps"] == pytest.approx(sync["algbw_Bps"] * 2 * 3 / 4)
+    # Ring at 25 Gbps = 3.125 GB/s: busbw is the link rate, less the latency terms.
+    assert sync["busbw_Bps"] == pytest.approx(3.125e9, rel=0.01)
+
+
+def test_json_to_stdout_is_pure_json():
+    done = run_cli("--replicas", "2", "--iterations", "3", "--json", "-")
+    assert done.returncode == 0
+    assert SYNC_KEYS <= json.loads(done.stdout)["sync"].keys()
+
+
+def test_sweep_writes_one_run_per_replica_count(tmp_path):
+    out = tmp_path / "sweep.json"
+    assert main(["--replicas", "1,2,4,...,32", "--iterations", "3", "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["config"]["replicas"] for r in runs] == [1, 2, 4, 8, 16, 32]
+    assert runs[0]["sync"]["speedup"] == pytest.approx(1.0)
+
+
+def test_trace_and_plot_files_are_written(tmp_path):
+    trace, plot = tmp_path / "t.json", tmp_path / "p.png"
+    assert main(["--replicas", "4", "--iterations", "3", "--trace", str(trace),
+                 "--plot", str(plot)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("cat") == "communication" for e in events)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("16", [16]), ("1,2,4", [1, 2, 4]), ("1,2,4,...,64", [1, 2, 4, 8, 16, 32, 64]),
+    ("2,4,...,16", [2, 4, 8, 16]), ("4,8,12,...,20", [4, 8, 12, 16, 20]),
+])
+def test_replica_lists_and_series(text, expected):
+    assert parse_replicas(text) == expected
+
+
+BAD_INPUTS = [
+    (["--replicas", "0"], "'0'"), (["--replicas", "-4"], "'-4'"), (["--replicas", "2.5"], "'2.5'"),
+    (["--replicas", "10000000000"], "'10000000000'"), (["--replicas", "many"], "'many'"),
+    (["--replicas", ""], "''"), (["--replicas", "nan"], "'nan'"),
+    (["--replicas", "1,2,4,...,1000"], "1000"),
+    (["--bandwidth", "10"], "'10'"), (["--bandwidth", "10Gbpx"], "'10Gbpx'"),
+    (["--bandwidth", "nan"], "'nan'"), (["--bandwidth", ""], "''"),
+    (["--bandwidth", "0Gbps"], "0"), (["--latency", "5"], "'5'"), (["--latency", "-1ms"], "'-1ms'"),
+    (["--grad-bytes", "25"], "'25'"), (["--params", "lots"], "'lots'"),
+    (["--compute", "80"], "'80'"), (["--compute", "gamma:80ms"], "'gamma'"),
+    (["--compute", "exp:80ms,1ms"], "'exp:80ms,1ms'"), (["--compute", ""], "''"),
+    (["--iterations", "0"], "'0'"), (["--iterations", "1e99"], "'1e99'"),
+    (["--replicas", "4", "--k-sync", "5"], "K=5"), (["--k-sync", "0"], "'0'"),
+    (["--preset", "alexnet"], "'alexnet'"), (["--algorithm", "butterfly"], "'butterfly'"),
+    (["--stragglers", "2:3"], "'2:3'"), (["--stragglers", "0.1:0.5"], "'0.1:0.5'"),
+    (["--cores", "0"], "'0'"), (["--bucket-size", "0"], "0"), (["--seed", "x"], "'x'"),
+    (["--profile", "/nonexistent/profile.json"], "/nonexistent/profile.json"),
+]
+
+
+@pytest.mark.parametrize("args, named", BAD_INPUTS)
+def test_bad_input_gives_one_line_and_status_2(args, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args + ["--iterations", "2"] if "--iterations" not in args else args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dsgd_sim: error:")
+    assert named in err
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"compute_s": []}',
+                                     '{"compute_s": [0.1], "layers": [{"grad_bytes": -5}]}',
+                                     '{"compute_s": ["fast"], "grad_bytes": 10}'])
+def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
+    path = tmp_path / "profile.json"
+    path.write_text(content)
+    done = run_cli("--profile", str(path), "--iterations", "2")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and str(path) in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_profile_sets_gradient_layers_and_compute(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({
+        "format": "dsgd-profile/1", "model": "tiny", "batch_size": 16,
+        "layers": [{"name": "a", "grad_bytes": 4000, "backward_s": 0.002},
+                   {"name": "b", "grad_bytes": 6000, "backward_s": 0.004}],
+        "compute_s": [0.01, 0.012, 0.011]}))
+    out = tmp_path / "run.json"
+    assert main(["--profile", str(path), "--replicas", "2", "--iterations", "50",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["config"]["grad_bytes"] == 10_000 and data["config"]["batch_size"] == 16
+    assert 0.01 <= data["sync"]["compute_time_s"] <= 0.012

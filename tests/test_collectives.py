@@ -1,0 +1,90 @@
+"""The simulated sync iteration against the alpha-beta closed forms (REFERENCE.md, Thakur et al.)."""
+
+import math
+
+import pytest
+
+from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
+from dsgd_sim.collectives import allreduce_time_s
+from dsgd_sim.compute import Constant
+
+COMPUTE_S = 0.05
+CASES = [  # p, n bytes, alpha, bandwidth bits/s
+    (2, 4_000_000, 5e-6, 10e9), (3, 1_000_000, 50e-6, 1e9), (4, 100_000_000, 1e-6, 100e9),
+    (7, 12_345_678, 20e-6, 25e9), (8, 64_000_000, 10e-6, 10e9), (16, 25_000_000, 2e-6, 400e9),
+    (64, 400_000_000, 30e-6, 100e6),
+]
+
+
+def closed_form(algorithm, p, n, alpha, bandwidth):
+    beta_n = 8 * n / bandwidth  # n/B in seconds
+    lg = math.log2(p)
+    return {
+        "ring": 2 * (p - 1) * alpha + 2 * (p - 1) / p * beta_n,
+        "naive-ring": (p - 1) * (alpha + beta_n),
+        "tree": 2 * math.ceil(lg) * (alpha + beta_n),
+        "halving-doubling": 2 * lg * alpha + 2 * (p - 1) / p * beta_n,
+        "ps": 2 * alpha + 2 * max(beta_n, p * beta_n),  # server NIC as fast as a worker's
+    }[algorithm]
+
+
+def simulated_iteration_s(algorithm, p, n, alpha, bandwidth, **cluster):
+    workload = from_preset("resnet50").with_grad_bytes(n).with_compute(Constant(COMPUTE_S))
+    config = SyncConfig(ClusterConfig(p, bandwidth, alpha, **cluster), workload, algorithm,
+                        iterations=3)
+    result = SyncSimulation(config).run()
+    assert result.iteration_s.max() == pytest.approx(result.iteration_s.min(), rel=1e-12)
+    return float(result.iteration_s.mean())
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "naive-ring", "tree", "ps"])
+@pytest.mark.parametrize("p, n, alpha, bandwidth", CASES)
+def test_sync_iteration_matches_closed_form(algorithm, p, n, alpha, bandwidth):
+    expected = COMPUTE_S + closed_form(algorithm, p, n, alpha, bandwidth)
+    assert simulated_iteration_s(algorithm, p, n, alpha, bandwidth) == pytest.approx(expected,
+                                                                                     rel=1e-3)
+
+
+@pytest.mark.parametrize("p, n, alpha, bandwidth",
+                         [c for c in CASES if c[0] & (c[0] - 1) == 0])
+def test_halving_doubling_matches_closed_form_for_powers_of_two(p, n, alpha, bandwidth):
+    expected = COMPUTE_S + closed_form("halving-doubling", p, n, alpha, bandwidth)
+    assert simulated_iteration_s("halving-doubling", p, n, alpha, bandwidth) == \
+        pytest.approx(expected, rel=1e-3)
+
+
+def test_halving_doubling_pays_two_extra_full_messages_when_p_is_not_a_power_of_two():
+    p, n, alpha, bandwidth = 6, 10_000_000, 10e-6, 10e9
+    expected = closed_form("halving-doubling", 4, n, alpha, bandwidth) + \
+        2 * (alpha + 8 * n / bandwidth)
+    assert allreduce_time_s("halving-doubling", p, n, alpha, bandwidth) == pytest.approx(expected)
+
+
+def test_parameter_server_incast_is_limited_by_the_server_nic():
+    p, n, alpha = 8, 10_000_000, 0.0
+    worker, server = 10e9, 40e9  # 4 workers' worth: the server NIC is still the bottleneck
+    expected = COMPUTE_S + 2 * max(8 * n / worker, p * 8 * n / server)
+    got = simulated_iteration_s("ps", p, n, alpha, worker, ps_bandwidth_bps=server)
+    assert got == pytest.approx(expected, rel=1e-6)
+
+
+def test_parameter_server_with_a_fat_nic_is_limited_by_the_workers_links():
+    p, n, worker = 8, 10_000_000, 10e9
+    expected = COMPUTE_S + 2 * 8 * n / worker
+    got = simulated_iteration_s("ps", p, n, 0.0, worker, ps_bandwidth_bps=100e9)
+    assert got == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "naive-ring", "tree", "halving-doubling", "ps"])
+def test_one_replica_communicates_nothing(algorithm):
+    workload = from_preset("vgg16").with_compute(Constant(COMPUTE_S))
+    config = SyncConfig(ClusterConfig(1, 1e6, 1e-3), workload, algorithm, iterations=5)
+    result = SyncSimulation(config).run()
+    assert result.comm_s.sum() == 0
+    assert result.iteration_s == pytest.approx([COMPUTE_S] * 5)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "ps"])
+def test_zero_gradient_bytes_means_free_communication(algorithm):
+    zero_bytes = simulated_iteration_s(algorithm, 8, 0, 1e-3, 1e9)
+    assert zero_bytes == pytest.approx(COMPUTE_S, rel=1e-12)
