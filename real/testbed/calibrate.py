@@ -50,18 +50,28 @@ def shaper_time_s(payload_bytes: int, rate_bps: float, burst_bytes: int, mtu_byt
     return max(0, wire_bytes - burst_bytes) * 8 / rate_bps + rtt_s
 
 
-def measure(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s: float) -> dict:
-    """Run the probe from host 0 to host 1 of ``bed``; return its raw JSON."""
-    server = bed.spawn(1, [sys.executable, str(PROBE), "server", "--port", str(PROBE_PORT)],
+def path_rate_bps(config: TestbedConfig, sender: int, receiver: int) -> float:
+    """Rate of the path from ``sender`` to ``receiver``: the slower of uplink and downlink."""
+    return min(config.rate_bps(sender), config.rate_bps(receiver))
+
+
+def measure(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s: float,
+            sender: int = 0, receiver: int = 1) -> dict:
+    """Run the probe client on host ``sender`` against a server on ``receiver``; its raw JSON."""
+    server = bed.spawn(receiver, [sys.executable, str(PROBE), "server", "--port", str(PROBE_PORT)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    idle_s = 2 * bed.config.burst_for(bed.config.rate_bps(0)) * 8 / bed.config.rate_bps(0) + 0.02
-    client = bed.spawn(0, [sys.executable, str(PROBE), "client", "--connect", bed.hosts[1].address,
+    rate_bps = path_rate_bps(bed.config, sender, receiver)
+    idle_s = 2 * bed.config.burst_for(rate_bps) * 8 / rate_bps + 0.02  # refill every bucket
+    client = bed.spawn(sender, [sys.executable, str(PROBE), "client", "--connect", bed.hosts[receiver].address,
                            "--port", str(PROBE_PORT), "--pings", str(pings), "--repeats", str(repeats),
                            "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}"])
     try:
         out, err = client.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise TestbedError(f"calibration probe did not finish within {timeout_s} s") from None
+    finally:
+        if client.poll() is None:
+            client.kill()
     if client.returncode != 0:
         server_err = server.stderr.read().decode(errors="replace") if server.poll() is not None else ""
         raise TestbedError(f"calibration probe failed: {err.decode(errors='replace').strip()} "
@@ -69,9 +79,10 @@ def measure(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s:
     return json.loads(out)
 
 
-def summarise(raw: dict, config: TestbedConfig) -> dict:
+def summarise(raw: dict, config: TestbedConfig, sender: int = 0, receiver: int = 1) -> dict:
     """Turn the probe's raw times into the calibration record (see the module docstring)."""
-    rate_bps, burst = config.rate_bps(0), config.burst_for(config.rate_bps(0))
+    rate_bps = path_rate_bps(config, sender, receiver)
+    burst = config.burst_for(rate_bps)
     rtts = sorted(raw["ping_rtt_s"])
     rtt_s = statistics.median(rtts)
     transfers = []

@@ -1,0 +1,259 @@
+"""The emulated cluster: hosts are made, links capped, commands run, and nothing is left behind.
+
+Tests that make namespaces need root, iproute2 and util-linux; where namespaces cannot be made
+they skip and say why. Transfers are a few MB at 40-100 Mbit/s, so the file runs in well under
+a minute.
+
+Rate checks account for what tbf counts: every frame's Ethernet, IP and TCP headers (a 1500-byte
+frame carries 1448 payload bytes: 95.6% of the rate) and the bucket's burst, which lets the
+first bytes of a transfer through at once. The expected time of a transfer comes from the
+shaper's settings alone (``shaper_time_s``), never from another measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from real.testbed import Testbed, TestbedConfig, bed as bed_module, network
+from real.testbed.calibrate import measure, shaper_time_s, summarise
+from real.testbed.launch import substitute
+
+REPO = Path(__file__).resolve().parents[1]
+REASON = network.unavailable_reason()
+needs_namespaces = pytest.mark.skipif(REASON is not None, reason=f"cannot make namespaces: {REASON}")
+RATE_TOLERANCE = 0.05
+
+
+def cli(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "real.testbed", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def assert_nothing_left(run_id: str, pids: list[int] = ()) -> None:
+    """No namespace, hosts file, state file or process of test bed ``run_id`` remains."""
+    assert [n for n in network.list_namespaces() if run_id in n] == []
+    assert not any(network.ETC_NETNS.glob(f"*{run_id}*"))
+    assert not (network.STATE_DIR / f"{run_id}.json").exists()
+    assert [pid for pid in pids if pid_alive(pid)] == []
+
+
+def wait_for_files(paths: list[Path], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(p.exists() and p.read_text().strip() for p in paths):
+        assert time.monotonic() < deadline, f"not written in {timeout_s} s: {paths}"
+        time.sleep(0.05)
+
+
+def test_placeholders_are_replaced_and_other_braces_left_alone():
+    text = substitute('torchrun --node-rank {rank} --rdzv-endpoint {master}:{port} {"a": 1} ${HOME} {x}',
+                      {"rank": 2, "master": "10.0.0.1", "port": 29500})
+    assert text == 'torchrun --node-rank 2 --rdzv-endpoint 10.0.0.1:29500 {"a": 1} ${HOME} {x}'
+
+
+def test_config_rejects_bad_values_naming_them():
+    with pytest.raises(ValueError, match="0"):
+        TestbedConfig(hosts=0)
+    with pytest.raises(ValueError, match="-5"):
+        TestbedConfig(bandwidth_bps=-5)
+    with pytest.raises(ValueError, match="rank 3"):
+        TestbedConfig(hosts=3, slow_host_bps=1e6, slow_rank=3)
+    with pytest.raises(ValueError, match="8.8.8.0/24"):
+        TestbedConfig(subnet="8.8.8.0/24")
+    with pytest.raises(ValueError, match="smaller than one frame"):
+        TestbedConfig(burst_bytes=1000)
+
+
+def test_shaper_time_counts_headers_of_every_frame_and_the_burst():
+    # 1448 payload bytes per 1514-byte frame; 10 frames' worth of payload, 2 frames of burst.
+    seconds = shaper_time_s(14480, rate_bps=1e6, burst_bytes=2 * 1514, mtu_bytes=1500)
+    assert seconds == pytest.approx(8 * 1514 * 8 / 1e6)
+    assert TestbedConfig().payload_efficiency == pytest.approx(1448 / 1514)
+
+
+def test_cli_rejects_a_bad_bandwidth_in_one_line_with_status_2():
+    done = cli("run", "--bandwidth", "fast", "--", "true")
+    out, err = done.communicate(timeout=30)
+    assert done.returncode == 2
+    assert "'fast'" in err.strip().splitlines()[-1]
+
+
+def test_cli_without_ip_or_root_says_so_in_one_line(tmp_path):
+    done = cli("cleanup", env={**os.environ, "PATH": str(tmp_path)})
+    out, err = done.communicate(timeout=30)
+    assert done.returncode == 1
+    assert len(err.strip().splitlines()) == 1
+    assert "needs root" in err or "needs `ip`" in err
+
+
+@needs_namespaces
+def test_run_gives_every_host_its_identity_and_collects_output_and_json(tmp_path):
+    command = ('echo "$HOST_RANK $NUM_HOSTS $(hostname) $MASTER_ADDR:$MASTER_PORT $GLOO_SOCKET_IFNAME"; '
+               'getent hosts host0 | cut -d" " -f1; '
+               'echo "{\\"rank\\": {rank}, \\"addr\\": \\"{addr}\\"}" > {out}/result.json')
+    with Testbed(TestbedConfig(hosts=3, bandwidth_bps=100e6), tmp_path) as bed:
+        result = bed.run(command, timeout_s=30)
+    assert result.ok and result.exit_status() == 0
+    for rank, host in enumerate(result.hosts):
+        lines = host.stdout().split("\n")
+        assert lines[0] == f"{rank} 3 host{rank} 10.77.0.1:29500 eth0"
+        assert lines[1].strip() == "10.77.0.1"
+        assert host.json == {"result.json": {"rank": rank, "addr": f"10.77.0.{rank + 1}"}}
+    assert_nothing_left(bed.run_id)
+
+
+@needs_namespaces
+def test_large_transfer_runs_at_the_cap_less_header_overhead():
+    config = TestbedConfig(hosts=2, bandwidth_bps=80e6)
+    with Testbed(config) as bed:
+        raw = measure(bed, sizes=[1_000_000, 5_000_000], pings=10, repeats=1, timeout_s=60)
+        uplink = bed.link_counters(0)["up"]
+    record = summarise(raw, config)
+    # Payload rate of a long transfer: the rate times 1448/1514 (headers), not the raw rate.
+    assert record["goodput_bps"] == pytest.approx(80e6 * 1448 / 1514, rel=RATE_TOLERANCE)
+    for transfer in record["transfers"]:
+        assert transfer["median_s"] == pytest.approx(transfer["shaper_model_s"], rel=RATE_TOLERANCE)
+    assert uplink["sent_bytes"] > 6_000_000 * 1514 / 1448  # the traffic crossed the shaped link
+
+
+@needs_namespaces
+def test_slow_host_is_capped_in_both_directions():
+    config = TestbedConfig(hosts=2, bandwidth_bps=200e6, slow_host_bps=40e6)
+    with Testbed(config) as bed:
+        into_slow = measure(bed, [500_000, 2_500_000], pings=5, repeats=1, timeout_s=60, sender=0, receiver=1)
+        out_of_slow = measure(bed, [500_000, 2_500_000], pings=5, repeats=1, timeout_s=60, sender=1, receiver=0)
+    expected_bps = 40e6 * config.payload_efficiency
+    assert summarise(into_slow, config, 0, 1)["goodput_bps"] == pytest.approx(expected_bps, rel=RATE_TOLERANCE)
+    assert summarise(out_of_slow, config, 1, 0)["goodput_bps"] == pytest.approx(expected_bps, rel=RATE_TOLERANCE)
+
+
+@needs_namespaces
+def test_failing_host_stops_the_others_and_nothing_is_left_behind(tmp_path):
+    others_started = "[ -s {out}/../host0/child.pid ] && [ -s {out}/../host2/child.pid ]"
+    command = ('sleep 60 & echo $! > {out}/child.pid; '
+               f'if [ {{rank}} = 1 ]; then until {others_started}; do sleep 0.05; done; exit 3; fi; wait')
+    with Testbed(TestbedConfig(hosts=3), tmp_path) as bed:
+        result = bed.run(command, timeout_s=60)
+    assert result.exit_status() == 3
+    assert [h.returncode for h in result.hosts][1] == 3
+    assert [h.stopped for h in result.hosts] == [True, False, True]
+    pids = [int((tmp_path / f"host{r}" / "child.pid").read_text()) for r in range(3)]
+    assert_nothing_left(bed.run_id, pids)
+
+
+@needs_namespaces
+def test_timeout_kills_even_a_host_that_ignores_sigterm(tmp_path, monkeypatch):
+    monkeypatch.setattr(bed_module, "STOP_GRACE_S", 0.5)
+    command = "trap '' TERM; sleep 60 & echo $! > {out}/child.pid; wait; wait"
+    with Testbed(TestbedConfig(hosts=2), tmp_path) as bed:
+        result = bed.run(command, timeout_s=1.0)
+    assert result.timed_out and result.exit_status() == 124
+    assert all(h.stopped and h.returncode == -signal.SIGKILL for h in result.hosts)
+    pids = [int((tmp_path / f"host{r}" / "child.pid").read_text()) for r in range(2)]
+    assert_nothing_left(bed.run_id, pids)
+
+
+@needs_namespaces
+def test_exception_inside_the_block_still_tears_down(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"):
+        with Testbed(TestbedConfig(hosts=2), tmp_path) as bed:
+            process = bed.spawn(0, ["sleep", "60"])
+            raise RuntimeError("boom")
+    assert_nothing_left(bed.run_id, [process.pid])
+
+
+def start_cli_run(tmp_path: Path, hosts: int = 2) -> tuple[subprocess.Popen, str, list[int]]:
+    """Start ``run`` with a command that sleeps; return it, its run id and the sleepers' pids."""
+    command = 'echo $TESTBED_RUN_ID > {out}/run_id; sleep 60 & echo $! > {out}/child.pid; wait'
+    process = cli("run", "--hosts", str(hosts), "--out-dir", str(tmp_path), "--quiet", "--", command)
+    files = [tmp_path / f"host{r}" / name for r in range(hosts) for name in ("run_id", "child.pid")]
+    wait_for_files(files)
+    run_id = (tmp_path / "host0" / "run_id").read_text().strip()
+    pids = [int((tmp_path / f"host{r}" / "child.pid").read_text()) for r in range(hosts)]
+    return process, run_id, pids
+
+
+@needs_namespaces
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_cli_interrupted_by_a_signal_stops_every_host_and_tears_down(tmp_path, signum):
+    process, run_id, pids = start_cli_run(tmp_path)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum, err
+    assert "interrupted" in err
+    assert_nothing_left(run_id, pids)
+
+
+@needs_namespaces
+def test_cleanup_removes_what_a_killed_run_left_behind(tmp_path):
+    process, run_id, pids = start_cli_run(tmp_path)
+    process.kill()
+    process.communicate(timeout=30)
+    assert any(run_id in n for n in network.list_namespaces())  # SIGKILL: no chance to tear down
+    done = cli("cleanup")
+    _, err = done.communicate(timeout=60)
+    assert done.returncode == 0, err
+    assert f"removed test bed {run_id}" in err
+    assert_nothing_left(run_id, pids)
+
+
+@needs_namespaces
+def test_cleanup_keeps_a_test_bed_whose_owner_is_running():
+    with Testbed(TestbedConfig(hosts=1)) as bed:
+        removed, skipped, _ = network.cleanup()
+        assert bed.run_id in skipped and bed.run_id not in removed
+        assert network.host_namespace(bed.run_id, 0) in network.list_namespaces()
+    assert_nothing_left(bed.run_id)
+
+
+ALL_REDUCE_SCRIPT = """
+import datetime, json, os, sys
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+try:
+    rank = dist.get_rank()
+    tensor = torch.full((100_000,), float(rank + 1))
+    dist.all_reduce(tensor)
+    record = {"rank": rank, "world_size": dist.get_world_size(), "sum": tensor[0].item(),
+              "all_equal": bool((tensor == tensor[0]).all()), "master_addr": os.environ["MASTER_ADDR"]}
+    with open(os.path.join(sys.argv[1], "all_reduce.json"), "w") as sink:
+        json.dump(record, sink)
+finally:
+    dist.destroy_process_group()
+"""
+
+
+@needs_namespaces
+def test_gloo_all_reduce_across_two_hosts_through_torchrun_c10d_rendezvous(tmp_path):
+    script = tmp_path / "all_reduce.py"
+    script.write_text(ALL_REDUCE_SCRIPT)
+    command = (f"{sys.executable} -m torch.distributed.run --nnodes {{hosts}} --nproc-per-node 1 "
+               f"--rdzv-backend c10d --rdzv-endpoint {{master}}:{{port}} --rdzv-id testbed "
+               f"--max-restarts 0 {script} {{out}}")
+    with Testbed(TestbedConfig(hosts=2, bandwidth_bps=100e6), tmp_path / "out") as bed:
+        result = bed.run(command, timeout_s=120)
+        sent = [bed.link_counters(rank)["up"]["sent_bytes"] for rank in range(2)]
+    assert result.ok, [h.stderr()[-2000:] for h in result.hosts]
+    records = sorted((h.json["all_reduce.json"] for h in result.hosts), key=lambda r: r["rank"])
+    assert [r["rank"] for r in records] == [0, 1]
+    assert all(r["world_size"] == 2 and r["sum"] == 3.0 and r["all_equal"] for r in records)
+    assert all(r["master_addr"] in ("10.77.0.1", "host0") for r in records)
+    assert all(n_bytes > 200_000 for n_bytes in sent)  # half of 400 KB each way, over the links
+    assert_nothing_left(bed.run_id)
