@@ -1,0 +1,312 @@
+"""All-reduce written by hand from point-to-point messages, and a benchmark in nccl-tests' terms.
+
+Two algorithms, both in place on any :class:`~real.comm.Communicator` (torch or MPI engine), any
+number of ranks p >= 1, any length, any dtype the engine can move, ops sum/avg/max/min:
+
+- ``naive``: every rank passes whole buffers around the ring for p-1 steps, adding each one it
+  receives: (p-1)(alpha + n*beta). Each rank adds in a different order, so float results may
+  differ between ranks in the last bits.
+- ``ring``: the buffer is cut into p chunks; a reduce-scatter (p-1 steps, rank r ends owning the
+  full sum of chunk r+1) then an all-gather (p-1 steps) send 2(p-1)/p*n bytes per rank, the
+  bandwidth lower bound. Each chunk is cut into segments of ``segment_bytes`` that flow through
+  the ring as a pipeline: a segment is forwarded (non-blocking send) as soon as it is received
+  and reduced, while the next segments are still arriving. Every rank ends with identical bits.
+
+``ALGORITHMS`` maps a name to ``fn(comm, tensor, op)``; ``backend`` is the engine's own all-reduce.
+
+Benchmark (rank 0 prints a table; ``--json`` writes the rows under ``results``)::
+
+    torchrun --standalone --nproc-per-node 4 real/allreduce.py --sizes 64KB,1MB,16MB \\
+        --algorithms ring,naive,backend --json allreduce.json
+    mpiexec -n 4 python real/allreduce.py --backend mpi --sizes 64KB,1MB,16MB --json mpi.json
+
+time_s is the median over iterations of the slowest rank's time (barrier before each call,
+warm-up discarded, algorithms interleaved so they share the same background load);
+algbw = bytes / time_s, busbw = algbw * 2(p-1)/p (nccl-tests' definitions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch
+
+from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
+from real.comm import check_op, combine_into, divide_for_avg
+
+DEFAULT_SEGMENT_BYTES = 1 << 20  # measured best on loopback for 1-16 MB buffers (docs/communication.md)
+NAIVE_TAG, SCATTER_TAG, GATHER_TAG = 401, 402, 403  # tags of this module's messages
+
+
+def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
+    """Cut ``numel`` elements into ``parts`` contiguous chunks whose sizes differ by at most 1."""
+    base, extra = divmod(numel, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def segment_bounds(start: int, stop: int, segment: int) -> list[tuple[int, int]]:
+    """Cut ``[start, stop)`` into pieces of at most ``segment`` elements (none if empty)."""
+    return [(a, min(a + segment, stop)) for a in range(start, stop, segment)]
+
+
+def flat_work_buffer(tensor: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of ``tensor``, or a contiguous copy when no view exists (copied back later)."""
+    return tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+
+
+def copy_back(tensor: torch.Tensor, flat: torch.Tensor) -> None:
+    if flat.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
+        tensor.copy_(flat.view(tensor.shape))
+
+
+def naive_all_reduce(comm, tensor: torch.Tensor, op: str = "sum") -> None:
+    """All-reduce ``tensor`` in place by passing whole buffers around the ring (p-1 steps)."""
+    check_op(op)
+    comm.check_signature("naive_all_reduce", tensor)
+    p, rank = comm.world_size, comm.rank
+    if p == 1:
+        return
+    flat = flat_work_buffer(tensor)
+    right, left = (rank + 1) % p, (rank - 1) % p
+    outgoing, incoming = flat.clone(), torch.empty_like(flat)
+    for _ in range(p - 1):
+        receive = comm.irecv(incoming, left, NAIVE_TAG)
+        send = comm.isend(outgoing, right, NAIVE_TAG)
+        receive.wait()
+        send.wait()
+        combine_into(flat, incoming, op)
+        outgoing, incoming = incoming, outgoing  # pass on what just arrived
+    if op == "avg":
+        divide_for_avg(flat, p)
+    copy_back(tensor, flat)
+
+
+def ring_all_reduce(comm, tensor: torch.Tensor, op: str = "sum",
+                    segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+    """All-reduce ``tensor`` in place: pipelined reduce-scatter then all-gather around the ring."""
+    check_op(op)
+    if segment_bytes <= 0:
+        raise ValueError(f"segment_bytes must be positive, got {segment_bytes!r}")
+    comm.check_signature("ring_all_reduce", tensor)
+    if comm.world_size == 1:
+        return
+    flat = flat_work_buffer(tensor)
+    segment = max(1, segment_bytes // flat.element_size())
+    chunks = chunk_bounds(flat.numel(), comm.world_size)
+    pieces = [segment_bounds(a, b, segment) for a, b in chunks]
+    sends = _reduce_scatter(comm, flat, chunks, pieces, op)
+    sends += _all_gather(comm, flat, pieces)
+    for work in sends:
+        work.wait()
+    copy_back(tensor, flat)
+
+
+def _reduce_scatter(comm, flat, chunks, pieces, op) -> list:
+    """Step s: receive chunk r-s-1 from the left into scratch, reduce it into ``flat`` segment by
+    segment, and forward each reduced segment at once (step s+1, or the all-gather's first step
+    once the chunk is complete). Receives are posted one step ahead into two scratch buffers."""
+    p, rank = comm.world_size, comm.rank
+    right, left = (rank + 1) % p, (rank - 1) % p
+    longest = max(b - a for a, b in chunks)
+    scratch = [torch.empty(longest, dtype=flat.dtype, device=flat.device) for _ in range(2)]
+
+    def post_receives(step):
+        start = chunks[(rank - step - 1) % p][0]
+        return [comm.irecv(scratch[step % 2][a - start:b - start], left, SCATTER_TAG)
+                for a, b in pieces[(rank - step - 1) % p]]
+
+    sends = [comm.isend(flat[a:b], right, SCATTER_TAG) for a, b in pieces[rank]]
+    pending = post_receives(0)
+    for step in range(p - 1):
+        chunk = (rank - step - 1) % p
+        start, last = chunks[chunk][0], step == p - 2
+        upcoming = post_receives(step + 1) if not last else []
+        for (a, b), work in zip(pieces[chunk], pending):
+            work.wait()
+            combine_into(flat[a:b], scratch[step % 2][a - start:b - start], op)
+            if last and op == "avg":
+                divide_for_avg(flat[a:b], p)  # this rank owns the finished chunk
+            sends.append(comm.isend(flat[a:b], right, GATHER_TAG if last else SCATTER_TAG))
+        pending = upcoming
+    return sends
+
+
+def _all_gather(comm, flat, pieces) -> list:
+    """Step t: receive finished chunk r-t from the left straight into place; forward it at t+1."""
+    p, rank = comm.world_size, comm.rank
+    right, left = (rank + 1) % p, (rank - 1) % p
+
+    def post_receives(step):
+        return [comm.irecv(flat[a:b], left, GATHER_TAG) for a, b in pieces[(rank - step) % p]]
+
+    sends, pending = [], post_receives(0)
+    for step in range(p - 1):
+        forward = step < p - 2
+        upcoming = post_receives(step + 1) if forward else []
+        for (a, b), work in zip(pieces[(rank - step) % p], pending):
+            work.wait()
+            if forward:
+                sends.append(comm.isend(flat[a:b], right, GATHER_TAG))
+        pending = upcoming
+    return sends
+
+
+def backend_all_reduce(comm, tensor: torch.Tensor, op: str = "sum") -> None:
+    """The engine's own all-reduce (Gloo's, NCCL's or MPI's)."""
+    comm.all_reduce(tensor, op)
+
+
+ALGORITHMS = {"ring": ring_all_reduce, "naive": naive_all_reduce, "backend": backend_all_reduce}
+
+
+# -- benchmark ---------------------------------------------------------------------------------
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
+          "int64": torch.int64}
+
+
+def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    from real.comm_cli import add_comm_arguments
+    parser = argparse.ArgumentParser(description="Time all-reduce algorithms (nccl-tests' algbw "
+                                                 "and busbw).")
+    parser.add_argument("--sizes", default="64KB,1MB,16MB", help="buffer sizes, comma-separated")
+    parser.add_argument("--algorithms", default="ring,naive,backend",
+                        help=f"comma-separated, from {', '.join(ALGORITHMS)}")
+    parser.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
+    parser.add_argument("--iters", type=int, default=20, help="timed iterations per size")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    parser.add_argument("--segment", default=format_bytes_exact(DEFAULT_SEGMENT_BYTES),
+                        help="ring's segment size (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the buffers' contents")
+    parser.add_argument("--json", help="write the results to this file (rank 0)")
+    add_comm_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        args.size_bytes = [parse_size(s) for s in args.sizes.split(",")]
+        args.segment_bytes = parse_size(args.segment)
+    except ValueError as error:
+        parser.error(str(error))
+    args.algorithm_names = args.algorithms.split(",")
+    unknown = [a for a in args.algorithm_names if a not in ALGORITHMS]
+    if unknown:
+        parser.error(f"--algorithms: unknown {unknown[0]!r} (choose from {', '.join(ALGORITHMS)})")
+    itemsize = torch.empty(0, dtype=DTYPES[args.dtype]).element_size()
+    bad = [s for s in args.size_bytes if s <= 0 or s % itemsize]
+    if bad:
+        parser.error(f"--sizes: {bad[0]} bytes is not a positive multiple of {itemsize} ({args.dtype})")
+    if args.segment_bytes < itemsize:
+        parser.error(f"--segment: {args.segment!r} is smaller than one {args.dtype} element")
+    if args.iters < 1 or args.warmup < 0:
+        parser.error(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+    return parser, args
+
+
+def format_bytes_exact(n: int) -> str:
+    return f"{n // 2**20}MiB" if n % 2**20 == 0 else f"{n}B"
+
+
+def make_runner(name: str, segment_bytes: int):
+    if name == "ring":
+        return lambda comm, t: ring_all_reduce(comm, t, "sum", segment_bytes)
+    return lambda comm, t: ALGORITHMS[name](comm, t, "sum")
+
+
+def check_against_backend(comm, runners, source: torch.Tensor) -> None:
+    """Each algorithm must reproduce the engine's all-reduce on this buffer (once, untimed)."""
+    expected = source.clone()
+    comm.all_reduce(expected)
+    for name, run in runners.items():
+        got = source.clone()
+        run(comm, got)
+        if not torch.allclose(got, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max())):
+            raise RuntimeError(f"{name} all-reduce disagrees with the backend's")
+
+
+def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int) -> dict[str, float]:
+    """Median over iterations of the slowest rank's time, per algorithm (interleaved)."""
+    names = list(runners)
+    times = torch.zeros(len(names), iters, dtype=torch.float64)
+    work = source.clone()
+    for it in range(warmup + iters):
+        for k in range(len(names)):
+            i = (it + k) % len(names)  # rotate the order so no algorithm always goes first
+            work.copy_(source)
+            comm.barrier()
+            start = time.perf_counter()
+            runners[names[i]](comm, work)
+            if work.is_cuda:
+                torch.cuda.synchronize()
+            if it >= warmup:
+                times[i, it - warmup] = time.perf_counter() - start
+    comm.all_reduce(times, op="max")
+    return {name: statistics.median(times[i].tolist()) for i, name in enumerate(names)}
+
+
+def result_row(name: str, size_bytes: int, p: int, time_s: float) -> dict:
+    algbw = size_bytes / time_s
+    return {"algorithm": name, "bytes": size_bytes, "world_size": p, "time_s": time_s,
+            "algbw_Bps": algbw, "busbw_Bps": algbw * 2 * (p - 1) / p}
+
+
+def print_table(rows: list[dict]) -> None:
+    backend = {r["bytes"]: r["busbw_Bps"] for r in rows if r["algorithm"] == "backend"}
+    print(f"{'algorithm':>9} {'size':>8} {'ranks':>5} {'time':>10} {'algbw':>11} {'busbw':>11}"
+          f" {'busbw/backend':>13}")
+    for r in rows:
+        ratio = f"{r['busbw_Bps'] / backend[r['bytes']]:.2f}" if r["bytes"] in backend else "-"
+        print(f"{r['algorithm']:>9} {format_bytes(r['bytes']):>8} {r['world_size']:>5} "
+              f"{format_time(r['time_s']):>10} {format_rate_Bps(r['algbw_Bps']):>11} "
+              f"{format_rate_Bps(r['busbw_Bps']):>11} {ratio:>13}")
+
+
+def main(argv=None) -> None:
+    from real.comm_cli import open_comm
+    parser, args = parse_args(argv)
+    with open_comm(parser, args) as comm:
+        dtype = DTYPES[args.dtype]
+        runners = {name: make_runner(name, args.segment_bytes) for name in args.algorithm_names}
+        generator = torch.Generator().manual_seed(args.seed * 1000 + comm.rank)
+        rows = []
+        for size_bytes in args.size_bytes:
+            numel = size_bytes // torch.empty(0, dtype=dtype).element_size()
+            source = torch.randint(-100, 100, (numel,), generator=generator).to(dtype).to(comm.device)
+            check_against_backend(comm, runners, source)  # with the size check still on
+            comm.check_sizes = False  # time the algorithms, not our safety net
+            medians = time_size(comm, runners, source, args.iters, args.warmup)
+            comm.check_sizes = True
+            rows += [result_row(name, size_bytes, comm.world_size, t) for name, t in medians.items()]
+        if comm.rank == 0:
+            print(f"all_reduce, {comm.world_size} ranks, {comm.engine}/{comm.backend}, {args.dtype}, "
+                  f"median of {args.iters} (after {args.warmup} warm-up), ring segment "
+                  f"{format_bytes(args.segment_bytes)}, on {platform.node()} ({os.cpu_count()} CPUs)")
+            print_table(rows)
+            if args.json:
+                write_json(args, comm, rows)
+
+
+def write_json(args, comm, rows) -> None:
+    meta = {"benchmark": "all_reduce", "engine": comm.engine, "backend": comm.backend,
+            "world_size": comm.world_size, "dtype": args.dtype, "iterations": args.iters,
+            "warmup": args.warmup, "segment_bytes": args.segment_bytes, "seed": args.seed,
+            "machine": {"node": platform.node(), "cpus": os.cpu_count(),
+                        "processor": platform.processor() or platform.machine()},
+            "results": rows}
+    with open(args.json, "w") as f:
+        json.dump(meta, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The torch.distributed engine of :mod:`real.comm`: Gloo on CPU, NCCL on GPUs.
+
+Every operation is issued asynchronously and waited on with the communicator's timeout, so a
+stuck peer raises :class:`~real.comm.CommError` after ``timeout_s`` and a peer whose process died
+raises at once (Gloo sees the TCP connection close). Ranks passed in and returned are this
+communicator's; a group translates them to the world ranks torch.distributed wants.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from .comm import (CommError, Communicator, DoneWork, Work, check_op, divide_for_avg)
+
+_TORCH_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM,
+              "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+class TorchWork(Work):
+    """A torch ``Work`` waited on with a timeout; ``then`` runs after completion (avg's division)."""
+
+    def __init__(self, comm: TorchCommunicator, work, what: str, then=None, any_source=False):
+        self.comm, self.work, self.what, self.then = comm, work, what, then
+        self.any_source = any_source
+        self.source = None
+        self.done = False
+
+    def wait(self) -> None:
+        if self.done:
+            return
+        self.comm.guard(self.what, lambda: self.work.wait(self.comm.timeout))
+        self.done = True
+        if self.any_source:
+            self.source = self.work._source_rank()  # the process group's own (group) rank
+        if self.then is not None:
+            self.then()
+
+
+class TorchCommunicator(Communicator):
+    """A :class:`~real.comm.Communicator` over a torch.distributed process group."""
+
+    engine = "torch"
+
+    def __init__(self, group, backend: str, timeout_s: float, check_sizes: bool,
+                 is_world: bool):
+        self.group, self.backend, self.timeout_s = group, backend, timeout_s
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.check_sizes, self.is_world = check_sizes, is_world
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.device = torch.device("cpu")
+        if backend == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.closed = False
+
+    @classmethod
+    def create(cls, backend: str | None, timeout_s: float, check_sizes: bool) -> TorchCommunicator:
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"the torch engine has backends gloo and nccl, not {backend!r}")
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        try:
+            if "RANK" in os.environ:
+                dist.init_process_group(backend, timeout=timeout)
+            else:  # not launched by torchrun: a job of one rank
+                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                        timeout=timeout)
+        except (RuntimeError, ValueError) as error:
+            raise CommError(f"could not join the torch.distributed job ({backend}, timeout "
+                            f"{timeout_s:g} s): {error}") from error
+        return cls(None, backend, timeout_s, check_sizes, is_world=True)
+
+    # -- plumbing ------------------------------------------------------------------------
+    def guard(self, what: str, action):
+        """Run ``action``; turn the library's error into a :class:`CommError` naming ``what``."""
+        try:
+            return action()
+        except CommError:
+            raise
+        except (RuntimeError, dist.DistError) as error:
+            raise CommError(f"rank {self.rank}: {what} failed (timeout {self.timeout_s:g} s; a "
+                            f"peer may have died or called another operation): {error}") from error
+
+    def world(self, rank: int) -> int:
+        """This communicator's ``rank`` as a rank of the default (world) group."""
+        return rank if self.group is None else dist.get_global_rank(self.group, rank)
+
+    def run(self, what: str, start, then=None, async_op: bool = False) -> Work | None:
+        """Start an asynchronous torch op with ``start()``; wait for it unless ``async_op``."""
+        work = self.guard(what, start)
+        handle = TorchWork(self, work, what, then) if work is not None else DoneWork()
+        if async_op:
+            return handle
+        handle.wait()
+        return None
+
+    def exchange_signatures(self, mine: list[int]) -> list[list[int]]:
+        sig = torch.tensor(mine, dtype=torch.int64, device=self.device)
+        every = [torch.empty_like(sig) for _ in range(self.world_size)]
+        self.run("size check", lambda: dist.all_gather(every, sig, group=self.group, async_op=True))
+        return [t.tolist() for t in every]
+
+    # -- point to point ------------------------------------------------------------------
+    def isend(self, tensor, dst, tag=0):
+        self.check_rank(dst, "send: destination")
+        what = f"send of {tensor.numel()} elements to rank {dst}"
+        work = self.guard(what, lambda: dist.isend(
+            tensor, self.world(dst), group=self.group, tag=tag))
+        return TorchWork(self, work, what)
+
+    def irecv(self, tensor, src=None, tag=0):
+        self.check_rank(src, "recv: source", allow_any=True)
+        what = f"recv of {tensor.numel()} elements from {'any rank' if src is None else f'rank {src}'}"
+        global_src = None if src is None else self.world(src)
+        work = self.guard(what, lambda: dist.irecv(
+            tensor, global_src, group=self.group, tag=tag))
+        handle = TorchWork(self, work, what, any_source=src is None)
+        if src is not None:
+            handle.source = src
+        return handle
+
+    # -- collectives ---------------------------------------------------------------------
+    def broadcast(self, tensor, src):
+        self.check_rank(src, "broadcast: source")
+        self.check_signature("broadcast", tensor, src)
+        self.run("broadcast", lambda: dist.broadcast(
+            tensor, self.world(src), group=self.group, async_op=True))
+
+    def reduce(self, tensor, dst, op="sum"):
+        check_op(op)
+        self.check_rank(dst, "reduce: destination")
+        self.check_signature("reduce", tensor, dst)
+        then = (lambda: divide_for_avg(tensor, self.world_size)) if op == "avg" and \
+            self.rank == dst else None
+        self.run(f"reduce({op})", lambda: dist.reduce(
+            tensor, self.world(dst), op=_TORCH_OPS[op], group=self.group, async_op=True), then)
+
+    def all_reduce(self, tensor, op="sum", async_op=False):
+        check_op(op)
+        self.check_signature("all_reduce", tensor)
+        then = (lambda: divide_for_avg(tensor, self.world_size)) if op == "avg" else None
+        return self.run(f"all_reduce({op})", lambda: dist.all_reduce(
+            tensor, op=_TORCH_OPS[op], group=self.group, async_op=True), then, async_op)
+
+    def scatter(self, tensor, scatter_list=None, src=0):
+        self.check_rank(src, "scatter: source")
+        if self.rank == src:
+            self.check_list(scatter_list, tensor, "scatter_list")
+        self.check_signature("scatter", tensor, src)
+        chunks = scatter_list if self.rank == src else None
+        self.run("scatter", lambda: dist.scatter(
+            tensor, chunks, self.world(src), group=self.group, async_op=True))
+
+    def gather(self, tensor, gather_list=None, dst=0):
+        self.check_rank(dst, "gather: destination")
+        if self.rank == dst:
+            self.check_list(gather_list, tensor, "gather_list")
+        self.check_signature("gather", tensor, dst)
+        slots = gather_list if self.rank == dst else None
+        self.run("gather", lambda: dist.gather(
+            tensor, slots, self.world(dst), group=self.group, async_op=True))
+
+    def all_gather(self, tensor_list, tensor):
+        self.check_list(tensor_list, tensor, "all_gather tensor_list")
+        self.check_signature("all_gather", tensor)
+        self.run("all_gather", lambda: dist.all_gather(
+            tensor_list, tensor, group=self.group, async_op=True))
+
+    def reduce_scatter(self, output, input_list, op="sum"):
+        check_op(op)
+        self.check_list(input_list, output, "reduce_scatter input_list")
+        self.check_signature("reduce_scatter", output)
+        then = (lambda: divide_for_avg(output, self.world_size)) if op == "avg" else None
+        self.run(f"reduce_scatter({op})", lambda: dist.reduce_scatter(
+            output, input_list, op=_TORCH_OPS[op], group=self.group, async_op=True), then)
+
+    def barrier(self):
+        self.run("barrier", lambda: dist.barrier(self.group, async_op=True))
+
+    # -- groups and teardown -------------------------------------------------------------
+    def new_group(self, ranks):
+        members = sorted(set(ranks))
+        if len(members) != len(ranks) or not members:
+            raise ValueError(f"new_group: ranks {ranks!r} must be distinct and not empty")
+        for r in members:
+            self.check_rank(r, "new_group:")
+        world_members = [self.world(r) for r in members]
+        group = self.guard("new_group", lambda: dist.new_group(
+            world_members, timeout=self.timeout, use_local_synchronization=not self.is_world))
+        if self.rank not in members:
+            return None
+        return TorchCommunicator(group, self.backend, self.timeout_s, self.check_sizes, False)
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        if dist.is_initialized():
+            if self.is_world:
+                dist.destroy_process_group()
+            elif self.group is not None:
+                dist.destroy_process_group(self.group)
