@@ -257,3 +257,23 @@ def test_gloo_all_reduce_across_two_hosts_through_torchrun_c10d_rendezvous(tmp_p
     assert all(r["master_addr"] in ("10.77.0.1", "host0") for r in records)
     assert all(n_bytes > 200_000 for n_bytes in sent)  # half of 400 KB each way, over the links
     assert_nothing_left(bed.run_id)
+
+
+@needs_namespaces
+def test_calibrate_writes_the_simulator_inputs_for_tcp_and_gloo(tmp_path):
+    out = tmp_path / "calibration.json"
+    done = cli("calibrate", "--bandwidth", "100Mbps", "--sizes", "1MB,4MB", "--repeats", "1",
+               "--pings", "20", "--json", str(out))
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err
+    record = json.loads(out.read_text())
+    assert record["bandwidth_bps"] == 100e6
+    assert record["burst_bytes"] == 15140 and record["mtu_bytes"] == 1500
+    assert 0 < record["latency_s"] < record["transfers"][0]["median_s"]
+    assert record["goodput_bps"] == pytest.approx(100e6 * 1448 / 1514, rel=RATE_TOLERANCE)
+    gloo = record["gloo"]
+    assert 0 < gloo["latency_s"] < gloo["transfers"][0]["median_s"]
+    assert [t["bytes"] for t in gloo["transfers"]] == [1_000_000, 4_000_000]
+    # Shaped (an unshaped veth moves several Gbit/s), but only loosely bounded from below: Gloo
+    # processes compete for the CPU with everything else on the machine.
+    assert 50e6 < gloo["goodput_bps"] < 100e6

@@ -33,8 +33,9 @@ def _units(parse, what: str):
     return convert
 
 
-def _add_network_flags(parser: argparse.ArgumentParser, hosts: int) -> None:
-    parser.add_argument("--hosts", type=int, default=hosts, help=f"number of hosts (default {hosts})")
+def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> None:
+    if hosts is not None:
+        parser.add_argument("--hosts", type=int, default=hosts, help=f"number of hosts (default {hosts})")
     parser.add_argument("--bandwidth", type=_units(parse_bandwidth, "bandwidth"), default=100e6,
                         help="every link's rate, each direction (default 100Mbps)")
     parser.add_argument("--slow-host", type=_units(parse_bandwidth, "bandwidth"), metavar="RATE",
@@ -67,10 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="do not echo the hosts' output")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command (one shell string, or words)")
     cal = commands.add_parser("calibrate", help="measure latency and bandwidth between two hosts")
-    _add_network_flags(cal, hosts=2)
+    _add_network_flags(cal, hosts=None)
     cal.add_argument("--sizes", default="2MB,16MB", help="two or more bulk transfer sizes (default 2MB,16MB)")
     cal.add_argument("--pings", type=int, default=200, help="1-byte round trips (default 200)")
     cal.add_argument("--repeats", type=int, default=3, help="transfers per size (default 3)")
+    cal.add_argument("--no-gloo", action="store_true", help="skip the torch.distributed (Gloo) measurement")
     cal.add_argument("--json", metavar="FILE", help="write the calibration record here")
     clean = commands.add_parser("cleanup", help="remove what crashed test beds left behind")
     clean.add_argument("--all", action="store_true", help="also remove test beds whose owner still runs")
@@ -79,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TestbedConfig:
     try:
-        return TestbedConfig(hosts=args.hosts, bandwidth_bps=args.bandwidth, slow_host_bps=args.slow_host,
+        return TestbedConfig(hosts=getattr(args, "hosts", 2), bandwidth_bps=args.bandwidth, slow_host_bps=args.slow_host,
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
                              mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port)
     except ValueError as exc:
@@ -127,7 +129,7 @@ def cmd_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     config = config_from(args, parser)
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",")]
-        record = calibrate(config, sizes, pings=args.pings, repeats=args.repeats)
+        record = calibrate(config, sizes, pings=args.pings, repeats=args.repeats, gloo=not args.no_gloo)
     except ValueError as exc:
         parser.error(str(exc))
     record["command"] = "python -m real.testbed " + shlex.join(sys.argv[1:])
@@ -138,6 +140,14 @@ def cmd_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     for t in record["transfers"]:
         _say(f"  {t['bytes']} B: median {format_time(t['median_s'])}, {t['goodput_bps'] / 1e6:.2f} Mbit/s; "
              f"shaper model {format_time(t['shaper_model_s'])} ({t['shaper_model_error']:+.2%})")
+    if "gloo" in record:
+        gloo = record["gloo"]
+        _say(f"Gloo send/recv: goodput {gloo['goodput_bps'] / 1e6:.2f} Mbit/s ({gloo['payload_efficiency']:.4f} of "
+             f"the rate), latency {format_time(gloo['latency_s'])}, 1-element all_reduce "
+             f"{format_time(gloo['all_reduce_1_element_s']['median'])}")
+        for t in gloo["transfers"]:
+            _say(f"  {t['bytes']} B: median {format_time(t['median_s'])}, {t['goodput_bps'] / 1e6:.2f} Mbit/s; "
+                 f"shaper model {format_time(t['shaper_model_s'])} ({t['shaper_model_error']:+.2%})")
     if args.json:
         with open(args.json, "w") as sink:
             json.dump(record, sink, indent=2)

@@ -10,11 +10,14 @@ The JSON record (all rates in bit/s, times in s, sizes in bytes)::
     bandwidth_bps               the shaper's rate (what tbf charges frames against)
     latency_s                   half the median 1-byte TCP round trip (per-message latency)
     goodput_bps                 payload rate of a long transfer: (n2 - n1) / (t2 - t1)
+                                (n1, n2 the smallest and largest sizes; burst and fixed costs cancel)
     payload_efficiency          goodput_bps / bandwidth_bps, measured (headers, timer slack)
     payload_efficiency_expected (MTU - 52) / (MTU + 14): TCP/IP/Ethernet headers only
     burst_bytes                 the bucket: that much of a transfer after an idle period is free
     transfers                   per size: median seconds, payload rate, and the time the
                                 shaper model (headers + burst, no fitting) predicts
+    gloo                        the same through torch.distributed's Gloo send/recv (the transport
+                                of training): latency_s, goodput_bps, a 1-element all_reduce
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -33,6 +37,7 @@ from real.testbed.config import TestbedConfig
 from real.testbed.network import TestbedError
 
 PROBE = Path(__file__).with_name("probe.py")
+GLOO_PROBE = Path(__file__).with_name("gloo_probe.py")
 PROBE_PORT = 5201
 
 
@@ -79,21 +84,29 @@ def measure(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s:
     return json.loads(out)
 
 
-def summarise(raw: dict, config: TestbedConfig, sender: int = 0, receiver: int = 1) -> dict:
-    """Turn the probe's raw times into the calibration record (see the module docstring)."""
-    rate_bps = path_rate_bps(config, sender, receiver)
-    burst = config.burst_for(rate_bps)
-    rtts = sorted(raw["ping_rtt_s"])
-    rtt_s = statistics.median(rtts)
+def summarise_transfers(bulk: list[dict], rate_bps: float, burst_bytes: int, mtu_bytes: int,
+                        rtt_s: float) -> tuple[list[dict], float]:
+    """Per size: median time, payload rate and the shaper model's time; and the long-transfer
+    payload rate (n2 - n1) / (t2 - t1) of the smallest and largest sizes."""
     transfers = []
-    for item in raw["bulk"]:
+    for item in bulk:
         median_s = statistics.median(item["seconds"])
-        model_s = shaper_time_s(item["bytes"], rate_bps, burst, config.mtu_bytes, rtt_s)
+        model_s = shaper_time_s(item["bytes"], rate_bps, burst_bytes, mtu_bytes, rtt_s)
         transfers.append({"bytes": item["bytes"], "median_s": median_s, "seconds": item["seconds"],
                           "goodput_bps": item["bytes"] * 8 / median_s, "shaper_model_s": model_s,
                           "shaper_model_error": (model_s - median_s) / median_s})
     small, large = transfers[0], transfers[-1]
     goodput_bps = (large["bytes"] - small["bytes"]) * 8 / (large["median_s"] - small["median_s"])
+    return transfers, goodput_bps
+
+
+def summarise(raw: dict, config: TestbedConfig, sender: int = 0, receiver: int = 1) -> dict:
+    """Turn the TCP probe's raw times into the calibration record (see the module docstring)."""
+    rate_bps = path_rate_bps(config, sender, receiver)
+    burst = config.burst_for(rate_bps)
+    rtts = sorted(raw["ping_rtt_s"])
+    rtt_s = statistics.median(rtts)
+    transfers, goodput_bps = summarise_transfers(raw["bulk"], rate_bps, burst, config.mtu_bytes, rtt_s)
     return {
         "bandwidth_bps": rate_bps,
         "latency_s": rtt_s / 2,
@@ -103,8 +116,7 @@ def summarise(raw: dict, config: TestbedConfig, sender: int = 0, receiver: int =
         "burst_bytes": burst,
         "mtu_bytes": config.mtu_bytes,
         "frame_bytes": config.frame_bytes,
-        "rtt_s": {"median": rtt_s, "p10": _quantile(rtts, 0.1), "p90": _quantile(rtts, 0.9),
-                  "count": len(rtts)},
+        "rtt_s": _spread(rtts),
         "transfers": transfers,
         "config": config.as_dict(),
         "machine": {"node": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
@@ -112,17 +124,51 @@ def summarise(raw: dict, config: TestbedConfig, sender: int = 0, receiver: int =
     }
 
 
+def measure_gloo(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s: float) -> dict:
+    """Run ``gloo_probe.py`` on both hosts of ``bed``; rank 0's raw JSON."""
+    rate_bps = path_rate_bps(bed.config, 0, 1)
+    idle_s = 2 * bed.config.burst_for(rate_bps) * 8 / rate_bps + 0.02
+    command = shlex.join([sys.executable, str(GLOO_PROBE), "--pings", str(pings), "--repeats", str(repeats),
+                          "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}"])
+    result = bed.run(command + " --json {out}/gloo.json", timeout_s=timeout_s)
+    if not result.ok:
+        tail = result.hosts[0].stderr().strip().splitlines()[-1:] or ["(no output)"]
+        raise TestbedError(f"Gloo probe failed (exit {result.exit_status()}): {tail[0]}")
+    return result.hosts[0].json["gloo.json"]
+
+
+def summarise_gloo(raw: dict, config: TestbedConfig) -> dict:
+    """The Gloo probe's times: per-message latency, a 1-element all_reduce, bulk payload rate."""
+    rate_bps = path_rate_bps(config, 0, 1)
+    rtts, all_reduces = sorted(raw["ping_rtt_s"]), sorted(raw["all_reduce_s"])
+    rtt_s = statistics.median(rtts)
+    transfers, goodput_bps = summarise_transfers(raw["bulk"], rate_bps, config.burst_for(rate_bps),
+                                                 config.mtu_bytes, rtt_s)
+    return {"latency_s": rtt_s / 2, "rtt_s": _spread(rtts), "all_reduce_1_element_s": _spread(all_reduces),
+            "goodput_bps": goodput_bps, "payload_efficiency": goodput_bps / rate_bps, "transfers": transfers}
+
+
+def _spread(values: list[float]) -> dict:
+    ordered = sorted(values)
+    return {"median": statistics.median(ordered), "p10": _quantile(ordered, 0.1),
+            "p90": _quantile(ordered, 0.9), "count": len(ordered)}
+
+
 def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats: int = 3,
-              timeout_s: float = 300.0) -> dict:
-    """Make a test bed of ``config`` (2 hosts are used), measure it, unmake it; the record."""
-    if config.hosts < 2:
-        raise ValueError(f"calibration needs at least 2 hosts, got {config.hosts}")
+              gloo: bool = True, timeout_s: float = 300.0) -> dict:
+    """Make a 2-host test bed of ``config``, measure it (TCP, then Gloo), unmake it; the record."""
+    if config.hosts != 2:
+        raise ValueError(f"calibration runs on 2 hosts, got {config.hosts}")
     if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes):
         raise ValueError(f"calibration needs two or more increasing transfer sizes, got {sizes}")
     with Testbed(config) as bed:
         raw = measure(bed, sizes, pings, repeats, timeout_s)
-    return summarise(raw, config)
+        raw_gloo = measure_gloo(bed, sizes, pings, repeats, timeout_s) if gloo else None
+    record = summarise(raw, config)
+    if raw_gloo is not None:
+        record["gloo"] = summarise_gloo(raw_gloo, config)
+    return record

@@ -117,12 +117,18 @@ def _create_host(run_id: str, rank: int, config: TestbedConfig) -> None:
 
 
 def _write_hosts_files(run_id: str, config: TestbedConfig) -> None:
-    """Per-host /etc/hosts (``ip netns exec`` mounts it over /etc/hosts): every host by name."""
+    """Per-host /etc/hosts and /etc/resolv.conf (``ip netns exec`` mounts them over /etc's).
+
+    Every host knows every other by name; DNS queries go to the host's own loopback, where
+    nothing answers, so no lookup ever leaves the test bed.
+    """
     lines = ["127.0.0.1 localhost"] + [f"{config.address(r)} {hostname(r)}" for r in range(config.hosts)]
     for rank in range(config.hosts):
         folder = ETC_NETNS / host_namespace(run_id, rank)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "hosts").write_text("\n".join(lines) + "\n")
+        (folder / "resolv.conf").write_text("# test bed host: names come from /etc/hosts only\n"
+                                            "nameserver 127.0.0.1\noptions attempts:1 timeout:1\n")
 
 
 def namespace_pids(namespace: str) -> list[int]:

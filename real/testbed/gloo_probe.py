@@ -1,0 +1,101 @@
+"""The test bed's network as torch.distributed's Gloo backend sees it: the transport of training.
+
+Run on a test bed of two hosts (each host's HOST_RANK, NUM_HOSTS, MASTER_ADDR, MASTER_PORT and
+GLOO_SOCKET_IFNAME come from the test bed); rank 0 writes the JSON::
+
+    python -m real.testbed run --hosts 2 -- python real/testbed/gloo_probe.py --json {out}/gloo.json
+
+Round trips: a 1-element send and its 1-element answer (warm-up discarded). Small all_reduce: one
+element. Bulk: rank 0 sends N bytes, rank 1 answers one element when it has them all; before
+each transfer both ranks wait ``--idle`` seconds so the shapers' buckets are full again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+WARMUP = 20
+
+
+def round_trips(rank: int, count: int) -> list[float]:
+    """Seconds of each 1-element send/recv round trip between ranks 0 and 1 (on rank 0)."""
+    token = torch.zeros(1)
+    times = []
+    for i in range(count + WARMUP):
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(token, 1)
+            dist.recv(token, 1)
+        else:
+            dist.recv(token, 0)
+            dist.send(token, 0)
+        if i >= WARMUP:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def small_all_reduces(count: int) -> list[float]:
+    token = torch.ones(1)
+    times = []
+    for i in range(count + WARMUP):
+        start = time.perf_counter()
+        dist.all_reduce(token)
+        if i >= WARMUP:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def bulk(rank: int, n_bytes: int, repeats: int, idle_s: float) -> list[float]:
+    """Seconds from rank 0's send of ``n_bytes`` to rank 1's acknowledgement (on rank 0)."""
+    payload, ack = torch.zeros(n_bytes // 4), torch.zeros(1)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        time.sleep(idle_s)
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(payload, 1)
+            dist.recv(ack, 1)
+        else:
+            dist.recv(payload, 0)
+            dist.send(ack, 0)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pings", type=int, default=200)
+    parser.add_argument("--sizes", type=lambda t: [int(s) for s in t.split(",")], default=[2_000_000, 16_000_000],
+                        help="comma-separated byte counts of bulk transfers")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--idle", type=float, default=0.05, help="seconds idle before each transfer")
+    parser.add_argument("--json", required=True, help="where rank 0 writes the times")
+    args = parser.parse_args()
+    rank, world_size = int(os.environ["HOST_RANK"]), int(os.environ["NUM_HOSTS"])
+    if world_size != 2:
+        parser.error(f"the Gloo probe runs on exactly 2 hosts, got NUM_HOSTS={world_size}")
+    address = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=30))
+    try:
+        record = {"ping_rtt_s": round_trips(rank, args.pings),
+                  "all_reduce_s": small_all_reduces(args.pings),
+                  "bulk": [{"bytes": n, "seconds": bulk(rank, n, args.repeats, args.idle)} for n in args.sizes]}
+        dist.barrier()
+        if rank == 0:
+            with open(args.json, "w") as sink:
+                json.dump(record, sink)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
