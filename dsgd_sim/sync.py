@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import math
+
 import numpy as np
 import simpy
 
@@ -96,8 +98,8 @@ class _Iteration:
                  needed: int):
         self.index = index
         self.start_s = env.now
-        self.compute_s = compute_s
-        self.ready_s = np.full(len(compute_s), np.nan)  # when each replica's compute ended
+        self.compute_s = compute_s.tolist()
+        self.ready_s = [math.nan] * len(compute_s)  # when each replica's compute ended
         self.arrived = [0] * n_buckets
         self.needed = needed
         self.bucket_ready = [env.event() for _ in range(n_buckets)]
@@ -140,6 +142,9 @@ class SyncSimulation:
         self.procs: list[simpy.Process] = []
         self.comm = (_ParameterServer(self) if config.algorithm == PARAMETER_SERVER
                      else _AllReduceStream(self))
+        # No core sharing, no overlap, no per-replica transfers: compute is one timeout.
+        self.plain = self.cores is None and not config.overlap and \
+            isinstance(self.comm, _AllReduceStream)
 
     # -- replicas -----------------------------------------------------------------------------
     def iteration(self, index: int) -> _Iteration:
@@ -156,7 +161,13 @@ class SyncSimulation:
         for index in range(self.config.iterations):
             it = self.iteration(index)
             try:
-                yield from self._compute(rank, it)
+                if self.plain:  # the common case, kept lean: 1024 replicas x 1000 iterations
+                    yield self.env.timeout(it.compute_s[rank])
+                    it.ready_s[rank] = self.env.now
+                    for b in range(len(self.buckets)):
+                        self.count_arrival(it, b)
+                else:
+                    yield from self._compute(rank, it)
             except simpy.Interrupt:  # K-sync: enough gradients arrived without this one
                 it.ready_s[rank] = self.env.now
             yield it.done
@@ -164,19 +175,19 @@ class SyncSimulation:
     def _compute(self, rank: int, it: _Iteration):
         total = it.compute_s[rank]
         if self.config.overlap:
-            yield from self._work(rank, total * self.forward_share)
+            yield from self._work(total * self.forward_share)
             for b, bucket in enumerate(self.buckets):
-                yield from self._work(rank, total * bucket.backward_share)
+                yield from self._work(total * bucket.backward_share)
                 if b == len(self.buckets) - 1:
                     it.ready_s[rank] = self.env.now
                 yield from self.comm.arrive(rank, it, b)
         else:
-            yield from self._work(rank, total)
+            yield from self._work(total)
             it.ready_s[rank] = self.env.now
             for b in range(len(self.buckets)):
                 yield from self.comm.arrive(rank, it, b)
 
-    def _work(self, rank: int, seconds: float):
+    def _work(self, seconds: float):
         """Compute for ``seconds`` of one core's time (longer when replicas share fewer cores)."""
         if self.cores is None:
             yield self.env.timeout(seconds)
@@ -198,7 +209,7 @@ class SyncSimulation:
 
     def _cancel_stragglers(self, it: _Iteration) -> None:
         for rank, proc in enumerate(self.procs):
-            if np.isnan(it.ready_s[rank]) and proc.is_alive:
+            if math.isnan(it.ready_s[rank]) and proc.is_alive:
                 proc.interrupt("k-sync")
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -213,8 +224,9 @@ class SyncSimulation:
 
     def _exposed(self, it: _Iteration) -> np.ndarray:
         exposed = it.own_comm_s.copy()
+        ready = np.asarray(it.ready_s)
         for start, end in it.comm_spans:
-            exposed += np.clip(end - np.maximum(start, it.ready_s), 0.0, None)
+            exposed += np.clip(end - np.maximum(start, ready), 0.0, None)
         return exposed
 
     def _trace(self, it: _Iteration) -> None:
@@ -236,7 +248,7 @@ class SyncSimulation:
     def _result(self) -> SyncResult:
         its = self.iterations
         iteration = np.array([it.end_s - it.start_s for it in its])
-        compute = np.array([np.mean(it.ready_s - it.start_s) for it in its])
+        compute = np.array([np.mean(it.ready_s) - it.start_s for it in its])
         exposed = np.array([np.mean(self._exposed(it)) for it in its])
         comm = np.array([sum(e - s for s, e in it.comm_spans) + np.mean(it.own_comm_s)
                          for it in its])

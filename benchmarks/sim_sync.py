@@ -1,0 +1,71 @@
+"""Simulator speed: simulated iterations per second of synchronous SGD.
+
+    python benchmarks/sim_sync.py [--json FILE]
+
+Measures (pinned to one CPU core, medians of several runs):
+  * 1024 replicas x 1000 iterations of ring sync SGD (target: at most 10 s);
+  * the default command ``python -m dsgd_sim --replicas 16 --bandwidth 10Gbps``, start-up
+    included (target: at most 1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
+
+
+def pin_to_one_core() -> None:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def time_large_run(replicas: int, iterations: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds): on a busy machine the CPU time is the fairer figure."""
+    config = SyncConfig(ClusterConfig(replicas), from_preset("resnet50"), "ring", iterations)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    SyncSimulation(config).run()
+    return time.perf_counter() - start, time.process_time() - start_cpu
+
+
+def time_default_command() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dsgd_sim", "--replicas", "16", "--bandwidth", "10Gbps"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    pin_to_one_core()
+    large = [time_large_run(1024, 1000) for _ in range(args.repeats)]
+    default = [time_default_command() for _ in range(max(args.repeats, 5))]
+    wall, cpu = statistics.median(w for w, _ in large), statistics.median(c for _, c in large)
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}",
+        "ring_1024x1000_s": wall,
+        "ring_1024x1000_cpu_s": cpu,
+        "ring_1024x1000_iterations_per_s": 1000 / wall,
+        "default_command_s": statistics.median(default),
+    }
+    print(f"1024 replicas x 1000 iterations (ring): {wall:.2f} s wall, {cpu:.2f} s CPU, median "
+          f"({1000 / cpu:.0f} simulated iterations per CPU-second; target <= 10 s)")
+    print(f"default command, start-up included:   {result['default_command_s']:.2f} s median "
+          f"(target <= 1 s)")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
