@@ -109,6 +109,10 @@ def _profile_layers(data: dict, path: str, mean_compute_s: float) -> tuple[Layer
         backward = _number(entry.get("backward_s", 0.0), f"layers[{i}].backward_s", path)
         layers.append(Layer(str(entry.get("name", f"layer{i}")), int(size),
                             backward / mean_compute_s))
+    total_share = sum(layer.backward_share for layer in layers)
+    if total_share > 1.0:  # per-layer timings (with their overhead) exceed a whole step: rescale
+        layers = [replace(layer, backward_share=layer.backward_share / total_share)
+                  for layer in layers]
     return tuple(layers)
 
 
