@@ -1,0 +1,89 @@
+"""Where a process sits in the job, and launching a local job without torchrun.
+
+Under torchrun the environment says who we are (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``); under mpiexec the MPI communicator does.
+``self_launch`` sets the same variables for ``nproc`` children started by
+``torch.multiprocessing`` so the worker code cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch.multiprocessing as mp
+
+
+@dataclass(frozen=True)
+class Placement:
+    """This process's ranks: in the job (``rank`` of ``world_size``) and on its node."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.rank == 0
+
+
+def placement_from_env() -> Placement:
+    """The torchrun variables, or one rank of one when they are absent."""
+    def number(name: str, default: int) -> int:
+        return int(os.environ.get(name, default))
+    world_size = number("WORLD_SIZE", 1)
+    return Placement(number("RANK", 0), world_size, number("LOCAL_RANK", 0),
+                     number("LOCAL_WORLD_SIZE", world_size))
+
+
+def mpi_local_rank() -> tuple[int, int]:
+    """``(local_rank, local_world_size)`` under mpiexec (MPICH or Open MPI variables)."""
+    for rank_var, size_var in [("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+                               ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")]:
+        if rank_var in os.environ and size_var in os.environ:
+            return int(os.environ[rank_var]), int(os.environ[size_var])
+    return 0, 1
+
+
+def env_rank() -> int:
+    """This process's rank as the launcher set it, before any communicator exists (0 if none)."""
+    for name in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def self_launch(worker, config, nproc: int, address: str | None, port: int) -> int:
+    """Run ``worker(config)`` in ``nproc`` local processes as ranks 0..nproc-1; the exit status.
+
+    ``address``/``port`` default to ``$MASTER_ADDR``/``$MASTER_PORT``, then to the loopback
+    address and a free port. A failing rank ends the others; its exit status is returned.
+    """
+    address = address or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = port or int(os.environ.get("MASTER_PORT", 0)) or free_port(address)
+    context = mp.start_processes(_child, args=(worker, config, nproc, address, port),
+                                 nprocs=nproc, join=False, start_method="spawn")
+    try:
+        while not context.join():
+            pass
+    except mp.ProcessExitedException as failure:
+        return failure.exit_code if failure.exit_code and failure.exit_code > 0 else 1
+    except mp.ProcessRaisedException:
+        return 1
+    return 0
+
+
+def _child(local_rank: int, worker, config, nproc: int, address: str, port: int) -> None:
+    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nproc),
+                      LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
+    status = worker(config)
+    if status:
+        raise SystemExit(status)

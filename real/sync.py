@@ -1,0 +1,247 @@
+"""Synchronous data-parallel SGD, for real: replicas start from rank 0's weights, compute gradients
+on their own shard of each global batch, average them with an all-reduce and step together.
+
+One node, N processes (the defaults: LeNet on a synthetic task, bucketed all-reduce, Gloo)::
+
+    torchrun --standalone --nproc-per-node 4 real/sync.py
+    torchrun --standalone --nproc-per-node 4 real/sync.py --model mlp-large --sync ddp --json ddp.json
+
+Two nodes (run on each; ``HOST0`` is node 0's address, any free port)::
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST0:29500 \\
+        --rdzv-id sync1 real/sync.py --steps 500
+
+Surviving a killed worker (torchrun restarts every worker; the job resumes from the newest
+complete checkpoint, so the final weights equal those of an uninterrupted run)::
+
+    torchrun --standalone --nproc-per-node 4 --max-restarts 3 real/sync.py \\
+        --checkpoint-dir ckpt --checkpoint-every 20
+
+Without torchrun (this script starts the N processes itself), over MPI, and on GPUs::
+
+    python real/sync.py --nproc-per-node 4
+    mpiexec -n 4 python real/sync.py --backend mpi
+    torchrun --standalone --nproc-per-node 2 real/sync.py --device cuda      # NCCL, a GPU per rank
+
+Measuring: ``--json FILE`` (summary, rank 0), ``--trace FILE`` (Chrome trace, one track per rank),
+``--profile-out FILE`` (per-layer profile for ``python -m dsgd_sim --profile FILE``) and
+``--emulate-compute 80ms`` (sleep instead of compute, real gradients exchanged). Every flag and
+its default: ``real/sync_config.py``; the guide: ``docs/sync.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from real.comm import CommError, init
+from real.data import ShardedBatches, load_dataset
+from real.emulate import EmulatedModel
+from real.grad_sync import MiB, make_grad_sync
+from real.layer_profile import LayerTimer
+from real.local_launch import env_rank, mpi_local_rank, placement_from_env, self_launch
+from real.models import build_model, grad_bytes
+from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
+                                write_checkpoint)
+from real.sync_config import SyncConfig, parse_args
+from real.sync_report import StepRecorder, write_json, write_trace
+
+
+class ReplicaMismatch(RuntimeError):
+    """``--check-replicas`` found ranks holding different weights."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv, quiet=env_rank() != 0)
+    if config.nproc_per_node:
+        try:  # check what can be checked once, here, before starting any process
+            dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
+            ShardedBatches(len(dataset), config.batch_size, config.nproc_per_node, 0, config.seed)
+            pick_device(config, 0, config.nproc_per_node)
+        except ValueError as error:
+            print(f"sync.py: error: {error}", file=sys.stderr)
+            return 2
+        return self_launch(run_worker, config, config.nproc_per_node, config.master_addr,
+                           config.master_port)
+    return run_worker(config)
+
+
+def run_worker(config: SyncConfig) -> int:
+    """One rank's whole life: join the job, train, report, leave. Returns the exit status."""
+    rank = env_rank()
+    print(f"rank {rank} pid {os.getpid()} role worker", flush=True)
+    try:
+        local_rank, local_world_size = local_placement(config)
+        device = pick_device(config, local_rank, local_world_size)
+        torch.set_num_threads(config.threads or max(1, len(os.sched_getaffinity(0)) // local_world_size))
+        dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
+        comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
+    except (ValueError, CommError) as error:
+        return report_error(rank == 0, error, 2 if isinstance(error, ValueError) else 1)
+    try:
+        train(config, comm, dataset, device)
+        return 0
+    except ValueError as error:  # bad input found on every rank alike: rank 0 says it once
+        return report_error(comm.rank == 0, error, 2)
+    except (CommError, ReplicaMismatch) as error:
+        return report_error(True, error, 1)
+    finally:
+        comm.close()
+
+
+def report_error(speak: bool, error: Exception, status: int) -> int:
+    if speak:
+        print(f"sync.py: error: {error}", file=sys.stderr, flush=True)
+    return status
+
+
+def local_placement(config: SyncConfig) -> tuple[int, int]:
+    if config.engine == "mpi":
+        return mpi_local_rank()
+    placement = placement_from_env()
+    return placement.local_rank, placement.local_world_size
+
+
+def pick_device(config: SyncConfig, local_rank: int, local_world_size: int) -> torch.device:
+    """The CPU, or GPU ``local_rank``; ``ValueError`` saying why when GPUs are missing."""
+    if config.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device cuda: no usable CUDA GPU here (torch {torch.__version__}, "
+                         f"torch.cuda.is_available() is False); use --device cpu")
+    if torch.cuda.device_count() < local_world_size:
+        raise ValueError(f"--device cuda needs one GPU per rank: {local_world_size} ranks on "
+                         f"this node but {torch.cuda.device_count()} GPUs")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def clock(device: torch.device) -> float:
+    """``time.perf_counter()`` once the device has finished the work queued so far."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def train(config: SyncConfig, comm, dataset, device: torch.device) -> None:
+    """Train for ``config.steps`` steps (resuming from a checkpoint) and write the reports."""
+    is_main = comm.rank == 0
+    batches = ShardedBatches(len(dataset), config.batch_size, comm.world_size, comm.rank,
+                             config.seed)
+    model = build_model(config.model, config.seed).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    run_identity = {"model": config.model, "dataset": config.dataset, "seed": config.seed,
+                    "num_samples": len(dataset), "global_batch_size": batches.global_batch_size,
+                    "lr": config.lr, "momentum": config.momentum}
+    start_step = restore_or_start(comm, config.checkpoint_dir, model, optimizer, run_identity)
+    if is_main and start_step:
+        print(f"resumed from the checkpoint of step {start_step} in {config.checkpoint_dir}",
+              flush=True)
+    emulated = config.emulate_compute_s > 0
+    step_model = EmulatedModel(model, config.emulate_compute_s) if emulated else model
+    extra = {"device_ids": [device.index]} if config.sync == "ddp" and device.type == "cuda" else {}
+    sync = make_grad_sync(config.sync, comm, step_model, config.allreduce,
+                          int(config.bucket_mb * MiB), **extra)
+    timer = LayerTimer(model) if config.profile_out and is_main else None
+    comm.barrier()
+    recorder = StepRecorder(origin_s=time.perf_counter(), comm_measured=config.sync != "ddp",
+                            keep_spans=config.trace is not None)
+    first_measured = start_step + min(config.warmup_steps, max(0, config.steps - start_step - 1))
+    window_start_s = time.perf_counter()
+    bar = tqdm(total=config.steps, initial=start_step, unit="step", desc=f"sync x{comm.world_size}",
+               disable=not (is_main and config.progress), file=sys.stderr)
+    try:
+        for step in range(start_step, config.steps):
+            if step == first_measured:
+                comm.barrier()
+                window_start_s = time.perf_counter()
+            loss = train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
+                              recorder, first_measured)
+            if config.check_replicas and not replicas_agree(comm, model):
+                raise ReplicaMismatch(f"ranks hold different weights after step {step}")
+            if config.checkpoint_dir and ((step + 1) % config.checkpoint_every == 0
+                                          or step + 1 == config.steps):
+                write_checkpoint(comm, config.checkpoint_dir, step + 1, model, optimizer,
+                                 run_identity, batches.position(step + 1), config.keep_checkpoints)
+            bar.update(1)
+            if step % 10 == 0 and not emulated:
+                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        comm.barrier()
+        window_s = time.perf_counter() - window_start_s
+    finally:
+        bar.close()
+        sync.close()
+        if timer:
+            timer.close()
+    finish(config, comm, model, batches, recorder, timer, start_step, window_s, first_measured)
+
+
+def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer, recorder,
+               first_measured) -> float:
+    """One SGD step of this rank; records its timings; returns this rank's loss (NaN if emulated)."""
+    marks = [time.perf_counter()]
+    images, labels = dataset.batch(batches.indices(step))
+    images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+    sync.zero_grad()
+    marks.append(clock(device))
+    output = sync.module(images)
+    loss = output if emulated else F.cross_entropy(output, labels)
+    if timer:
+        timer.backward_started()
+    loss.backward()
+    marks.append(clock(device))
+    comm_spans = sync.finish()
+    marks.append(clock(device))
+    optimizer.step()
+    marks.append(clock(device))
+    loss_value = math.nan if emulated else loss.item()
+    recorder.add(step, marks, comm_spans, loss_value)
+    if timer and step >= first_measured:
+        timer.step_done(marks[2] - marks[1])
+    return loss_value
+
+
+def finish(config, comm, model, batches, recorder, timer, start_step, window_s, first_measured):
+    """Collective: average the losses over ranks, hash the weights, write json/trace/profile."""
+    losses = recorder.losses or [math.nan]
+    loss = torch.tensor([losses[0], losses[-1]], dtype=torch.float64, device=comm.device)
+    comm.all_reduce(loss, op="avg")
+    if config.trace:
+        write_trace(comm, recorder, config.trace, f"real/sync.py {config.sync} x{comm.world_size}")
+    if comm.rank != 0:
+        return
+    measured = config.steps - first_measured
+    summary = {
+        "world_size": comm.world_size, "steps": config.steps, "start_step": start_step,
+        **recorder.summary(first_measured - start_step),
+        "samples_per_s": measured * batches.global_batch_size / window_s if measured else None,
+        "initial_loss": loss[0].item(), "final_loss": loss[1].item(),
+        "weights_sha256": weights_sha256(model),
+        "model": config.model, "dataset": config.dataset, "sync": config.sync,
+        "allreduce": config.allreduce, "bucket_mb": config.bucket_mb,
+        "batch_size": config.batch_size, "global_batch_size": batches.global_batch_size,
+        "grad_bytes": grad_bytes(model), "seed": config.seed, "backend": config.backend,
+        "device": config.device, "emulate_compute_s": config.emulate_compute_s,
+        "threads_per_rank": torch.get_num_threads(),
+    }
+    if config.json:
+        write_json(config.json, summary)
+    if timer and timer.samples:
+        timer.write(config.profile_out, config.model, config.batch_size, comm.world_size)
+    rate = summary["samples_per_s"]
+    print(f"done: {config.steps} steps on {comm.world_size} ranks, "
+          f"{'-' if rate is None else f'{rate:.0f}'} samples/s, loss {summary['final_loss']:.4f}, "
+          f"weights sha256 {summary['weights_sha256'][:16]}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The configuration of a synchronous-SGD run (``real/sync.py``): one typed, validated dataclass.
+
+Every default lives here with what it means. ``parse_args`` turns the command line into a
+``SyncConfig``; an invalid value becomes one ``error:`` line and exit status 2, as argparse does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+from dsgd_sim.units import parse_time
+
+from .data import DatasetSpec
+from .grad_sync import STRATEGIES
+from .models import MODELS
+
+ALLREDUCE_CHOICES = ("backend", "ring", "naive")
+BACKENDS = ("gloo", "nccl", "mpi")
+
+
+@dataclass
+class SyncConfig:
+    """One run of synchronous data-parallel SGD. Sizes per rank unless the name says global."""
+
+    model: str = "lenet"             # lenet | mlp | mlp-large (about 25 MB of fp32 gradients)
+    dataset: str = "synthetic"       # synthetic | mnist:DIR (IDX files in DIR)
+    num_samples: int = 16384         # size of the synthetic dataset (ignored for MNIST)
+    batch_size: int = 32             # per rank; the global batch is world_size × batch_size
+    steps: int = 200                 # optimizer steps in the whole run (restarts included)
+    lr: float = 0.05                 # SGD learning rate
+    momentum: float = 0.9            # SGD momentum
+    sync: str = "bucketed"           # per-param | flat | bucketed | ddp
+    allreduce: str = "backend"       # backend (the library's own) | ring | naive (hand-written)
+    bucket_mb: float = 25.0          # bucket capacity in MiB (as DDP's bucket_cap_mb)
+    seed: int = 0                    # model init, synthetic data and the data order
+    warmup_steps: int = 5            # steps left out of the timing statistics
+    emulate_compute_s: float = 0.0   # >0: sleep this long instead of forward+backward
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 50       # steps between checkpoints (with --checkpoint-dir)
+    keep_checkpoints: int = 2        # complete checkpoints kept on disk
+    device: str = "cpu"              # cpu | cuda (one GPU per rank)
+    backend: str | None = None       # gloo | nccl | mpi; default gloo on cpu, nccl on cuda
+    timeout_s: float = 30.0          # a dead peer fails the job after this long, not 30 minutes
+    threads: int = 0                 # torch threads per rank; 0: CPU cores / ranks on this node
+    check_replicas: bool = False     # compare weight hashes across ranks after every step
+    json: str | None = None          # rank 0 writes the run summary here
+    trace: str | None = None         # rank 0 writes a Chrome trace of all ranks here
+    profile_out: str | None = None   # rank 0 writes a compute profile for the simulator here
+    progress: bool = True            # tqdm bar on rank 0
+    nproc_per_node: int = 0          # >0: launch this many local ranks ourselves (no torchrun)
+    master_addr: str | None = None   # self-launch rendezvous address (default: $MASTER_ADDR)
+    master_port: int = 0             # self-launch rendezvous port; 0: $MASTER_PORT or a free one
+
+    def __post_init__(self):
+        for name, low in [("batch_size", 1), ("steps", 1), ("num_samples", 1), ("warmup_steps", 0),
+                          ("checkpoint_every", 1), ("keep_checkpoints", 1), ("threads", 0),
+                          ("nproc_per_node", 0), ("master_port", 0)]:
+            if getattr(self, name) < low:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least {low}, "
+                                 f"got {getattr(self, name)}")
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
+        DatasetSpec.parse(self.dataset)
+        if self.sync not in STRATEGIES:
+            raise ValueError(f"unknown --sync {self.sync!r} (choose from {', '.join(STRATEGIES)})")
+        if self.allreduce not in ALLREDUCE_CHOICES:
+            raise ValueError(f"unknown --allreduce {self.allreduce!r}")
+        if self.sync == "ddp" and self.allreduce != "backend":
+            raise ValueError(f"--sync ddp uses the backend's all-reduce, not {self.allreduce!r}")
+        if not self.bucket_mb > 0:
+            raise ValueError(f"--bucket-mb must be positive, got {self.bucket_mb}")
+        if not self.lr > 0 or not 0 <= self.momentum < 1:
+            raise ValueError(f"need lr > 0 and 0 <= momentum < 1, got {self.lr}, {self.momentum}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"unknown --device {self.device!r} (cpu or cuda)")
+        if self.backend is None:
+            self.backend = "nccl" if self.device == "cuda" else "gloo"
+        self._check_backend()
+        if self.emulate_compute_s and self.profile_out:
+            raise ValueError("--profile-out measures real compute; drop --emulate-compute")
+        if not self.timeout_s > 0:
+            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
+
+    def _check_backend(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown --backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
+        if self.backend == "nccl" and self.device != "cuda":
+            raise ValueError("--backend nccl needs --device cuda")
+        if self.backend == "mpi" and self.sync == "ddp":
+            raise ValueError("--sync ddp needs torch.distributed (--backend gloo or nccl), not mpi")
+        if self.backend == "mpi" and self.device != "cpu":
+            raise ValueError("--backend mpi exchanges CPU tensors; use --device cpu")
+        if self.backend == "mpi" and self.nproc_per_node:
+            raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
+
+    @property
+    def engine(self) -> str:
+        return "mpi" if self.backend == "mpi" else "torch"
+
+    @property
+    def dataset_spec(self) -> DatasetSpec:
+        return DatasetSpec.parse(self.dataset)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that stays silent on ranks other than 0 (one error line per job)."""
+
+    quiet = False
+
+    def _print_message(self, message, file=None):
+        if not self.quiet:
+            super()._print_message(message, file)
+
+
+def build_parser(quiet: bool = False) -> argparse.ArgumentParser:
+    defaults = SyncConfig()
+    p = _Parser(prog="sync.py", description="Synchronous data-parallel SGD.")
+    p.quiet = quiet
+    p.add_argument("--model", default=defaults.model, help="lenet, mlp or mlp-large")
+    p.add_argument("--dataset", default=defaults.dataset, help="synthetic or mnist:DIR")
+    for name in ("num_samples", "batch_size", "steps", "warmup_steps", "checkpoint_every",
+                 "keep_checkpoints", "threads", "seed", "nproc_per_node", "master_port"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    for name in ("lr", "momentum", "bucket_mb"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+    p.add_argument("--sync", default=defaults.sync, help="per-param, flat, bucketed or ddp")
+    p.add_argument("--allreduce", default=defaults.allreduce, help="backend, ring or naive")
+    p.add_argument("--emulate-compute", default="0", help="e.g. 80ms: sleep instead of compute")
+    p.add_argument("--timeout", default="30s", help="process-group timeout, e.g. 30s")
+    p.add_argument("--device", default=defaults.device, help="cpu or cuda")
+    p.add_argument("--backend", default=None, help="gloo, nccl or mpi")
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--check-replicas", action="store_true",
+                   help="fail unless all ranks hold bit-identical weights after every step")
+    p.add_argument("--json", default=None, help="write the run summary (rank 0) to FILE")
+    p.add_argument("--trace", default=None, help="write a Chrome trace (all ranks) to FILE")
+    p.add_argument("--profile-out", default=None, help="write a compute profile to FILE")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--master-addr", default=None)
+    return p
+
+
+def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig:
+    """``SyncConfig`` from the command line; exits with status 2 and one line on bad input
+    (printed unless ``quiet``: ranks other than 0 pass ``quiet=True``)."""
+    parser = build_parser(quiet)
+    args = vars(parser.parse_args(argv))
+    try:
+        args["emulate_compute_s"] = parse_time(args.pop("emulate_compute"))
+        args["timeout_s"] = parse_time(args.pop("timeout"))
+        known = {f.name for f in fields(SyncConfig)}
+        return SyncConfig(**{k: v for k, v in args.items() if k in known})
+    except ValueError as exc:
+        parser.exit(2, f"sync.py: error: {exc}\n")

@@ -1,0 +1,90 @@
+"""What a synchronous-SGD run measured: per-step times, the summary (``--json``) and the trace.
+
+Each step is cut at five instants (``time.perf_counter`` seconds)::
+
+    t0 ─ data ─ t1 ─ forward+backward ─ t2 ─ exposed communication ─ t3 ─ optimizer ─ t4
+
+*compute* is t1→t2, *communication* t2→t3: the part of the gradient exchange that backward did
+not hide (with ``ddp`` it happens inside backward and cannot be told apart: reported as null),
+*idle* the rest of the iteration (data, optimizer step, bookkeeping). Statistics are medians over
+the steps after warm-up; ``samples_per_s`` is the global batch times the measured steps over the
+wall time between two barriers around them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import statistics
+from dataclasses import dataclass, field
+
+from dsgd_sim.trace import Trace
+
+from .replica_state import gather_bytes
+
+
+@dataclass
+class StepRecorder:
+    """Per-step timings of one rank; ``origin_s`` is the clock reading that the trace calls 0."""
+
+    origin_s: float
+    comm_measured: bool = True
+    keep_spans: bool = False
+    iteration_s: list[float] = field(default_factory=list)
+    compute_s: list[float] = field(default_factory=list)
+    comm_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    spans: list[tuple[str, str, float, float, int]] = field(default_factory=list)
+
+    def add(self, step: int, marks: list[float], comm_spans, loss: float) -> None:
+        t0, t1, t2, t3, t4 = marks
+        self.iteration_s.append(t4 - t0)
+        self.compute_s.append(t2 - t1)
+        self.comm_s.append(t3 - t2)
+        self.losses.append(loss)
+        if self.keep_spans:
+            self._span("compute", "forward+backward", t1, t2, step)
+            for label, start, end in comm_spans:
+                self._span("communication", label, start, end, step)
+            self._span("update", "optimizer step", t3, t4, step)
+
+    def _span(self, cat: str, name: str, start: float, end: float, step: int) -> None:
+        self.spans.append((cat, name, start - self.origin_s, end - start, step))
+
+    def summary(self, warmup_steps: int) -> dict:
+        """Medians over the steps after the first ``warmup_steps`` (all steps if too few)."""
+        skip = warmup_steps if len(self.iteration_s) > warmup_steps else 0
+        iteration, compute = self.iteration_s[skip:], self.compute_s[skip:]
+        comm = self.comm_s[skip:]
+        idle = [i - c - m for i, c, m in zip(iteration, compute, comm)]
+        return {"measured_steps": len(iteration),
+                "iteration_time_s": _median(iteration),
+                "compute_time_s": _median(compute),
+                "comm_time_s": _median(comm) if self.comm_measured else None,
+                "idle_time_s": _median(idle)}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def write_trace(comm, recorder: StepRecorder, path: str | None, title: str) -> None:
+    """Collective: gather every rank's spans; rank 0 writes one Chrome trace, a track per rank."""
+    every = gather_bytes(comm, pickle.dumps(recorder.spans))
+    if comm.rank != 0 or path is None:
+        return
+    trace = Trace(process_name=title)
+    for rank, blob in enumerate(every):
+        trace.name_track(rank, f"rank {rank}")
+        for cat, name, start_s, dur_s, step in pickle.loads(blob):
+            trace.span(rank, name, start_s, dur_s, cat, iteration=step)
+    trace.write(path)
+
+
+def write_json(path: str, summary: dict) -> None:
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in summary.items()}
+    with open(path, "w") as handle:
+        json.dump(clean, handle, indent=1)
+        handle.write("\n")
