@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -277,3 +278,31 @@ def test_calibrate_writes_the_simulator_inputs_for_tcp_and_gloo(tmp_path):
     # Shaped (an unshaped veth moves several Gbit/s), but only loosely bounded from below: Gloo
     # processes compete for the CPU with everything else on the machine.
     assert 50e6 < gloo["goodput_bps"] < 100e6
+
+
+MPI_SCRIPT = """
+import socket
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+values = np.full(250_000, comm.rank + 1.0)
+total = np.empty_like(values)
+comm.Allreduce(values, total)
+print(comm.rank, comm.size, socket.gethostname(), total[0], flush=True)
+"""
+
+
+@needs_namespaces
+def test_mpi_allreduce_runs_one_rank_per_host_over_the_shaped_links(tmp_path):
+    pytest.importorskip("mpi4py", reason="MPI test needs mpi4py (pip install mpi4py mpich)")
+    if shutil.which("mpiexec") is None:
+        pytest.skip("MPI test needs mpiexec on PATH (pip install mpich)")
+    script = tmp_path / "allreduce.py"
+    script.write_text(MPI_SCRIPT)
+    with Testbed(TestbedConfig(hosts=3, bandwidth_bps=100e6), tmp_path / "out") as bed:
+        result = bed.run(bed.mpiexec_command(f"{sys.executable} {script}"), timeout_s=120, ranks=[0])
+        sent = [bed.link_counters(rank)["up"]["sent_bytes"] for rank in range(3)]
+    assert result.ok, result.hosts[0].stderr()[-2000:]
+    lines = sorted(result.hosts[0].stdout().split("\n")[:3])
+    assert lines == [f"{rank} 3 host{rank} 6.0" for rank in range(3)]
+    assert all(n_bytes > 2_000_000 for n_bytes in sent)  # 2 MB vectors went through every uplink

@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", metavar="FILE", help="write every host's exit status, output and JSON here")
     run.add_argument("--no-fail-fast", action="store_true", help="keep the others running when a host fails")
     run.add_argument("--quiet", action="store_true", help="do not echo the hosts' output")
+    run.add_argument("--mpi", action="store_true",
+                     help="run COMMAND as one MPI job: mpiexec on host 0, one process per host")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command (one shell string, or words)")
     cal = commands.add_parser("calibrate", help="measure latency and bandwidth between two hosts")
     _add_network_flags(cal, hosts=None)
@@ -105,8 +107,9 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         with bed:
             _say(f"test bed {bed.run_id}: {config.hosts} hosts, output in {bed.out_dir}")
-            result = bed.run(command, timeout_s=args.timeout, fail_fast=not args.no_fail_fast,
-                             echo=not args.quiet)
+            ranks = [0] if args.mpi else None
+            result = bed.run(bed.mpiexec_command(command) if args.mpi else command, timeout_s=args.timeout,
+                             fail_fast=not args.no_fail_fast, echo=not args.quiet, ranks=ranks)
         status = result.exit_status()
         for host in result.hosts:
             why = " (stopped)" if host.stopped else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -24,6 +25,7 @@ from real.testbed import launch, network
 from real.testbed.config import TestbedConfig
 from real.testbed.launch import HostResult, OutputPump, RunResult
 
+HYDRA_LAUNCHER = Path(__file__).with_name("hydra_launcher.sh")
 STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL (torchrun forwards SIGTERM to workers)
 
 
@@ -109,6 +111,8 @@ class Testbed:
             "HOST_RANK": str(rank), "NUM_HOSTS": str(self.config.hosts),
             "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.config.master_port),
             "GLOO_SOCKET_IFNAME": network.HOST_IFNAME, "TP_SOCKET_IFNAME": network.HOST_IFNAME,
+            # MPICH over UCX would otherwise use shared memory between hosts (one kernel): TCP on eth0.
+            "UCX_TLS": "tcp", "UCX_NET_DEVICES": network.HOST_IFNAME,
             "TESTBED_RUN_ID": self.run_id,
         })
         env.update(extra or {})
@@ -137,16 +141,24 @@ class Testbed:
                 "hostname": host.hostname, "master": self.master_addr,
                 "port": self.config.master_port, "out": self.host_dir(rank)}
 
+    def mpiexec_command(self, command: str) -> str:
+        """``command`` as one MPI job, one process per host, for ``run(..., ranks=[0])``: mpiexec
+        on host 0 starts Hydra's proxies on every host through ``hydra_launcher.sh``."""
+        hosts = ",".join(host.hostname for host in self.hosts)
+        return shlex.join(["mpiexec", "-launcher", "ssh", "-launcher-exec", str(HYDRA_LAUNCHER),
+                           "-hosts", hosts, "-ppn", "1", "-n", str(self.config.hosts), "sh", "-c", command])
+
     def run(self, command: str, timeout_s: float | None = None, fail_fast: bool = True,
-            echo: bool = False, env: dict[str, str] | None = None) -> RunResult:
-        """Run the shell ``command`` on every host at once and wait for all of them.
+            echo: bool = False, env: dict[str, str] | None = None, ranks: list[int] | None = None) -> RunResult:
+        """Run the shell ``command`` on every host (or on ``ranks``) at once and wait for all.
 
         ``fail_fast``: when a host fails, stop the others (their peers are gone; they would only
         wait for a timeout). ``timeout_s``: stop every host after this long. ``echo``: print every
         line as it comes, prefixed ``[hostI]``. Output and JSON files are in ``host_dir(rank)``.
         A KeyboardInterrupt (or SIGTERM, see ``signals_raise``) stops every host and is re-raised.
         """
-        runs = [_HostRun(self, rank, command, env, echo) for rank in range(self.config.hosts)]
+        ranks = range(self.config.hosts) if ranks is None else ranks
+        runs = [_HostRun(self, rank, command, env, echo) for rank in ranks]
         started = time.monotonic()
         deadline = None if timeout_s is None else started + timeout_s
         timed_out = interrupted = False
