@@ -24,7 +24,9 @@ __global__ void conv_constant(const float* __restrict__ input, const float* __re
         const float* in = input + base;
         const float* mask = c_masks + (c - channel_begin) * K * K;
         float acc = 0.0f;
-#pragma unroll
+        // Rows unrolled up to 9x9 only: fully unrolling the branchy 15x15 body
+        // multiplies compile time by ten for a baseline kernel.
+#pragma unroll(K <= 9 ? K : 1)
         for (int i = 0; i < K; ++i) {
             const int iy = y + i - R;
             if (iy < 0 || iy >= height) continue;

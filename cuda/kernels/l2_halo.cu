@@ -34,7 +34,9 @@ __global__ void conv_l2_halo(const float* __restrict__ input, const float* __res
         if (in_image) {
             const float* mask = c_masks + (c - channel_begin) * K * K;
             float acc = 0.0f;
-#pragma unroll
+            // Rows unrolled up to 9x9 only: fully unrolling the branchy 15x15 body
+            // multiplies compile time by ten for a baseline kernel.
+#pragma unroll(K <= 9 ? K : 1)
             for (int i = 0; i < K; ++i) {
                 const int sy = ty + i - R;  // row in the tile
                 const int iy = y + i - R;   // row in the image
