@@ -184,7 +184,8 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
                                                  "and busbw).")
     parser.add_argument("--sizes", default="64KB,1MB,16MB", help="buffer sizes, comma-separated")
     parser.add_argument("--algorithms", default="ring,naive,backend",
-                        help=f"comma-separated, from {', '.join(ALGORITHMS)}")
+                        help=f"comma-separated, from {', '.join(ALGORITHMS)} (ring@256KB: ring "
+                             f"with that segment size)")
     parser.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per size")
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
@@ -200,9 +201,14 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     except ValueError as error:
         parser.error(str(error))
     args.algorithm_names = args.algorithms.split(",")
-    unknown = [a for a in args.algorithm_names if a not in ALGORITHMS]
-    if unknown:
-        parser.error(f"--algorithms: unknown {unknown[0]!r} (choose from {', '.join(ALGORITHMS)})")
+    for name in args.algorithm_names:
+        try:
+            if name.split("@")[0] not in ALGORITHMS or "@" in name and (
+                    not name.startswith("ring@") or parse_size(name[5:]) <= 0):
+                raise ValueError
+        except ValueError:
+            parser.error(f"--algorithms: unknown {name!r} (choose from {', '.join(ALGORITHMS)}; "
+                         f"ring@SIZE sets ring's segment size)")
     itemsize = torch.empty(0, dtype=DTYPES[args.dtype]).element_size()
     bad = [s for s in args.size_bytes if s <= 0 or s % itemsize]
     if bad:
@@ -219,6 +225,10 @@ def format_bytes_exact(n: int) -> str:
 
 
 def make_runner(name: str, segment_bytes: int):
+    """``fn(comm, tensor)`` summing in place; ``ring@256KB`` is ring with 256 KB segments."""
+    if name.startswith("ring@"):
+        segment_bytes = parse_size(name[len("ring@"):])
+        name = "ring"
     if name == "ring":
         return lambda comm, t: ring_all_reduce(comm, t, "sum", segment_bytes)
     return lambda comm, t: ALGORITHMS[name](comm, t, "sum")

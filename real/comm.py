@@ -176,13 +176,13 @@ class Communicator:
         if not self.check_sizes or self.world_size == 1:
             return
         mine = signature(operation, tensor, root)
-        every = self.exchange_signatures(mine)
+        every = self.exchange_signatures(mine, operation)
         if any(sig != mine for sig in every):
             raise CommError(f"rank {self.rank}: ranks disagree on a collective: "
                             + "; ".join(f"rank {r} called {describe_signature(s)}"
                                         for r, s in enumerate(every)))
 
-    def exchange_signatures(self, mine: list[int]) -> list[list[int]]:
+    def exchange_signatures(self, mine: list[int], operation: str) -> list[list[int]]:
         """All-gather one short list of integers per rank (used by :meth:`check_signature`)."""
         raise NotImplementedError
 

@@ -175,9 +175,10 @@ class MpiCommunicator(Communicator):
         if not isinstance(tag, int) or not 0 <= tag <= self.tag_ub:
             raise ValueError(f"tag {tag!r} is not in 0..{self.tag_ub}")
 
-    def exchange_signatures(self, mine: list[int]) -> list[list[int]]:
+    def exchange_signatures(self, mine: list[int], operation: str) -> list[list[int]]:
         every = np.empty((self.world_size, len(mine)), dtype=np.int64)
-        self.call("size check", lambda: self.mpi.Allgather(np.asarray(mine, np.int64), every))
+        self.call(f"size check before {operation}",
+                  lambda: self.mpi.Allgather(np.asarray(mine, np.int64), every))
         return every.tolist()
 
     # -- point to point ------------------------------------------------------------------
@@ -263,7 +264,7 @@ class MpiCommunicator(Communicator):
         self.check_list(input_list, output, "reduce_scatter input_list")
         self.check_signature("reduce_scatter", output)
         recv = typed(output)  # rejects dtypes MPI cannot reduce, before any communication
-        send = [self.stage(input_list, copy_in=True).numpy(), recv[1] * self.world_size, recv[2]]
+        send = [self.stage(input_list, copy_in=True).numpy(), recv[2]]
         self.call(f"reduce_scatter({op})", lambda: self.mpi.Reduce_scatter_block(
             send, recv, _MPI_OPS[op]))
         if op == "avg":

@@ -101,10 +101,11 @@ class TorchCommunicator(Communicator):
         handle.wait()
         return None
 
-    def exchange_signatures(self, mine: list[int]) -> list[list[int]]:
+    def exchange_signatures(self, mine: list[int], operation: str) -> list[list[int]]:
         sig = torch.tensor(mine, dtype=torch.int64, device=self.device)
         every = [torch.empty_like(sig) for _ in range(self.world_size)]
-        self.run("size check", lambda: dist.all_gather(every, sig, group=self.group, async_op=True))
+        self.run(f"size check before {operation}",
+                 lambda: dist.all_gather(every, sig, group=self.group, async_op=True))
         return [t.tolist() for t in every]
 
     # -- point to point ------------------------------------------------------------------

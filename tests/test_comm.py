@@ -1,0 +1,318 @@
+"""The communicator (real/comm.py) on both engines: every operation gives the values its definition
+says, groups renumber ranks, mismatched sizes raise on every rank, and a dead or stuck peer fails
+the job with a message within the timeout instead of hanging.
+
+Each engine runs all operation checks in one launch of 3 ranks (odd, so nothing relies on
+pairs), and each check is reported as its own test."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from dist_helpers import have_mpiexec, run_function, run_script
+from real.comm import CommError, init
+
+WORLD = 3
+needs_mpi = pytest.mark.skipif(not have_mpiexec(), reason="mpi4py/mpiexec not installed "
+                               "(./install.sh dev installs mpi4py and mpich)")
+ENGINES = ["torch", pytest.param("mpi", marks=needs_mpi)]
+
+
+def full(value, n=4, dtype=torch.float32):
+    return torch.full((n,), float(value), dtype=dtype)
+
+
+def check_send_recv(comm):
+    """Blocking send/recv around the ring; even ranks send first so nothing deadlocks."""
+    p, r = comm.world_size, comm.rank
+    got = torch.zeros(4)
+    if r % 2 == 0:
+        comm.send(full(r), (r + 1) % p)
+        source = comm.recv(got, (r - 1) % p)
+    else:
+        source = comm.recv(got, (r - 1) % p)
+        comm.send(full(r), (r + 1) % p)
+    assert source == (r - 1) % p and torch.equal(got, full((r - 1) % p))
+
+
+def check_isend_irecv(comm):
+    p, r = comm.world_size, comm.rank
+    got = torch.zeros(4, dtype=torch.int64)
+    receive = comm.irecv(got, (r + 1) % p)
+    send = comm.isend(full(r, dtype=torch.int64), (r - 1) % p)
+    receive.wait()
+    send.wait()
+    assert receive.source == (r + 1) % p and torch.equal(got, full((r + 1) % p, dtype=torch.int64))
+
+
+def check_recv_from_any_source(comm):
+    """Rank 0 takes one message from every other rank, in whatever order they come."""
+    if comm.rank == 0:
+        sources = set()
+        for _ in range(comm.world_size - 1):
+            got = torch.zeros(4)
+            work = comm.irecv(got)
+            work.wait()
+            assert torch.equal(got, full(work.source))
+            sources.add(work.source)
+        assert sources == set(range(1, comm.world_size))
+    else:
+        comm.send(full(comm.rank), 0)
+
+
+def check_tags_select_messages(comm):
+    if comm.rank == 0:
+        first, second = comm.isend(full(1), 1, tag=1), comm.isend(full(2), 1, tag=2)
+        first.wait()
+        second.wait()
+    elif comm.rank == 1:
+        got = torch.zeros(4)
+        comm.recv(got, 0, tag=2)
+        assert torch.equal(got, full(2))
+        comm.recv(got, 0, tag=1)
+        assert torch.equal(got, full(1))
+
+
+def check_broadcast(comm):
+    src = comm.world_size - 1
+    t = torch.arange(5.0) if comm.rank == src else torch.zeros(5)
+    comm.broadcast(t, src)
+    assert torch.equal(t, torch.arange(5.0))
+
+
+def rank_values(comm, dtype):
+    """Rank r holds [r+1, -(r+1), 2r]: sums, maxima and minima are easy to write down."""
+    r = comm.rank
+    return torch.tensor([r + 1, -(r + 1), 2 * r], dtype=dtype)
+
+
+def expected(comm, op, dtype):
+    every = torch.stack([torch.tensor([r + 1, -(r + 1), 2 * r], dtype=dtype)
+                         for r in range(comm.world_size)])
+    if op == "max":
+        return every.max(0).values
+    if op == "min":
+        return every.min(0).values
+    total = every.sum(0)
+    if op == "avg":
+        return total / comm.world_size if dtype.is_floating_point else \
+            torch.div(total, comm.world_size, rounding_mode="trunc")
+    return total
+
+
+def check_all_reduce(comm):
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
+        for op in ("sum", "avg", "max", "min"):
+            t = rank_values(comm, dtype)
+            comm.all_reduce(t, op)
+            assert torch.equal(t, expected(comm, op, dtype)), (dtype, op, t)
+
+
+def check_all_reduce_async(comm):
+    t = rank_values(comm, torch.float32)
+    work = comm.all_reduce(t, "avg", async_op=True)
+    work.wait()
+    assert torch.allclose(t, expected(comm, "avg", torch.float32))
+
+
+def check_reduce(comm):
+    dst = 1
+    for op in ("sum", "avg", "max", "min"):
+        t = rank_values(comm, torch.int64)
+        comm.reduce(t, dst, op)
+        if comm.rank == dst:
+            assert torch.equal(t, expected(comm, op, torch.int64)), (op, t)
+
+
+def check_scatter(comm):
+    p = comm.world_size
+    chunks = list(torch.arange(3.0 * p).chunk(p))  # back to back in one storage
+    loose = [torch.full((3,), 10.0 * i) for i in range(p)]  # separate tensors
+    for source, want in ((chunks, torch.arange(3.0) + 3 * comm.rank),
+                         (loose, torch.full((3,), 10.0 * comm.rank))):
+        got = torch.zeros(3)
+        comm.scatter(got, source if comm.rank == 0 else None, src=0)
+        assert torch.equal(got, want)
+
+
+def check_gather(comm):
+    p, dst = comm.world_size, comm.world_size - 1
+    slots = [torch.zeros(2) for _ in range(p)] if comm.rank == dst else None
+    comm.gather(torch.full((2,), float(comm.rank)), slots, dst=dst)
+    if comm.rank == dst:
+        assert all(torch.equal(s, torch.full((2,), float(i))) for i, s in enumerate(slots))
+
+
+def check_all_gather(comm):
+    p = comm.world_size
+    slots = [torch.zeros(2, dtype=torch.int32) for _ in range(p)]
+    comm.all_gather(slots, torch.tensor([comm.rank, comm.rank * comm.rank], dtype=torch.int32))
+    assert [s.tolist() for s in slots] == [[i, i * i] for i in range(p)]
+
+
+def check_reduce_scatter(comm):
+    """Rank r contributes (r+1)*(i+1) to block i; block i's sum is (i+1)*p(p+1)/2."""
+    p, r = comm.world_size, comm.rank
+    for op, total in (("sum", p * (p + 1) / 2), ("avg", (p + 1) / 2), ("max", p)):
+        inputs = [torch.full((2,), float((r + 1) * (i + 1))) for i in range(p)]
+        out = torch.zeros(2)
+        comm.reduce_scatter(out, inputs, op)
+        assert torch.allclose(out, torch.full((2,), (r + 1) * float(total))), (op, out)
+
+
+def check_barrier_waits_for_the_last_rank(comm):
+    """No rank leaves the barrier before rank 0, which enters it 0.3 s late, has entered it."""
+    if comm.rank == 0:
+        time.sleep(0.3)
+    entered = time.time()
+    comm.barrier()
+    left = time.time()
+    stamps = [torch.zeros(2, dtype=torch.float64) for _ in range(comm.world_size)]
+    comm.all_gather(stamps, torch.tensor([entered, left], dtype=torch.float64))
+    assert all(s[1] >= stamps[0][0] for s in stamps)
+
+
+def check_new_group_renumbers_ranks(comm):
+    members = list(range(1, comm.world_size))  # every rank but 0
+    group = comm.new_group(members)
+    if comm.rank == 0:
+        assert group is None
+        return
+    try:
+        assert group.rank == comm.rank - 1 and group.world_size == len(members)
+        t = torch.tensor([float(comm.rank)])
+        group.all_reduce(t)
+        assert t.item() == sum(members)
+        got = torch.zeros(1)
+        if group.rank == 0:
+            group.send(torch.tensor([42.0]), 1)
+        elif group.rank == 1:
+            assert group.recv(got, 0) == 0 and got.item() == 42.0
+        group.broadcast(t, src=group.world_size - 1)
+    finally:
+        group.close()
+
+
+def check_mismatched_sizes_raise_on_every_rank(comm):
+    t = torch.ones(10 + comm.rank)
+    with pytest.raises(CommError, match="disagree.*rank 0 called all_reduce with 10 x float32"):
+        comm.all_reduce(t)
+    t = torch.ones(4)
+    comm.all_reduce(t)  # the communicator is still usable afterwards
+    assert torch.equal(t, full(comm.world_size))
+
+
+def check_different_operations_raise(comm):
+    t = torch.ones(4)
+    with pytest.raises(CommError, match="disagree"):
+        if comm.rank == 0:
+            comm.broadcast(t, 0)
+        else:
+            comm.all_reduce(t)
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+
+def operation_battery(engine: str) -> dict[str, str | None]:
+    """Runs in every rank: each check's failure message, or None if it held."""
+    comm = init(engine, timeout_s=30)
+    outcome = {}
+    try:
+        for name, check in CHECKS.items():
+            try:
+                check(comm)
+                outcome[name] = None
+            except Exception as error:  # keep going: every check gets its own verdict
+                outcome[name] = f"rank {comm.rank}: {type(error).__name__}: {error}"
+            comm.barrier()
+    finally:
+        comm.close()
+    return outcome
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def battery(request):
+    launcher = "mpi" if request.param == "mpi" else "gloo"
+    return request.param, run_function(operation_battery, WORLD, request.param, launcher=launcher)
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_operation_gives_defined_values_on_three_ranks(battery, check):
+    engine, outcomes = battery
+    failures = [o[check] for o in outcomes if o[check] is not None]
+    assert not failures, f"{engine}: " + "; ".join(failures)
+
+
+def test_single_process_torch_communicator_works_without_a_launcher():
+    comm = init("torch", timeout_s=5)
+    try:
+        assert (comm.rank, comm.world_size, comm.backend) == (0, 1, "gloo")
+        t = torch.arange(4.0)
+        comm.all_reduce(t, "avg")
+        assert torch.equal(t, torch.arange(4.0))
+    finally:
+        comm.close()
+
+
+def test_init_rejects_unknown_engine_backend_and_timeout():
+    with pytest.raises(ValueError, match="'tcp'"):
+        init("tcp")
+    with pytest.raises(ValueError, match="'ucc'"):
+        init("torch", backend="ucc")
+    with pytest.raises(ValueError, match="-1"):
+        init("torch", timeout_s=-1)
+
+
+# -- failures: a dead or stuck peer ---------------------------------------------------------------
+PEER_SCRIPT = """
+import os, sys, time, torch
+from real.comm import CommError, init
+comm = init("auto", timeout_s=3)
+try:
+    if comm.rank == 1:
+        if sys.argv[1] == "dies":
+            os._exit(7)
+        time.sleep(30)  # stuck: alive but never joins the all-reduce
+    comm.all_reduce(torch.ones(8))
+    print("all_reduce returned")
+except CommError as error:
+    print(f"rank {comm.rank} CommError: {error}", flush=True)
+    sys.exit(1)
+finally:
+    comm.close()
+"""
+
+
+@pytest.fixture(scope="module")
+def peer_script(tmp_path_factory):
+    path = tmp_path_factory.mktemp("peer") / "peer.py"
+    path.write_text(PEER_SCRIPT)
+    return str(path)
+
+
+@pytest.mark.parametrize("behaviour", ["dies", "hangs"])
+def test_dead_or_stuck_gloo_peer_gives_clear_error_within_timeout(peer_script, behaviour):
+    run = run_script([peer_script, behaviour], 2, launcher="gloo", timeout_s=60)
+    assert not run.timed_out and run.returncode != 0
+    assert "rank 0 CommError" in run.stdout and "all_reduce" in run.stdout
+    assert "all_reduce returned" not in run.stdout
+    assert run.elapsed_s < 40, "the 3 s timeout did not bound the wait"
+
+
+@needs_mpi
+def test_stuck_mpi_peer_aborts_the_job_with_a_message(peer_script):
+    run = run_script([peer_script, "hangs"], 2, launcher="mpi", timeout_s=60)
+    assert not run.timed_out and run.returncode != 0
+    assert "did not complete within 3 s" in run.stderr and "all_reduce" in run.stderr
+    assert run.elapsed_s < 25, "the 3 s timeout did not bound the wait"
+
+
+@needs_mpi
+def test_dead_mpi_peer_ends_the_job(peer_script):
+    run = run_script([peer_script, "dies"], 2, launcher="mpi", timeout_s=60)
+    assert not run.timed_out and run.returncode != 0
+    assert "all_reduce returned" not in run.stdout
