@@ -266,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         copy_GBps, rows, samples = measure(args, Timer(device, args.repeats, args.warmup), device)
-    except (RuntimeError, torch.cuda.OutOfMemoryError) as error:
-        print(f"bench.py: {str(error).splitlines()[0]}", file=sys.stderr)
+    except Exception as error:  # a failed compile, launch or check: one line, exit 1
+        first_line = (str(error).splitlines() or [""])[0]
+        print(f"bench.py: {type(error).__name__}: {first_line}", file=sys.stderr)
         return 1
     gpu = torch.cuda.get_device_name(device)
     command = "python cuda/bench.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -259,7 +259,8 @@ class _GpuRunner:
             module = cp.RawModule(code=kernel_source(variant.name), options=("-std=c++17",),
                                   name_expressions=[expression])
             self.function = module.get_function(expression)
-            self.c_masks_ptr = module.get_global("c_masks").ptr
+            # Only kernels that read c_masks are sure to keep it in the module.
+            self.c_masks_ptr = module.get_global("c_masks").ptr if self.constant_mask else None
         # c_masks is shared by every launch of this module: the event orders a
         # launch on one stream after the previous launch on another.
         self.last_launch = None
