@@ -1,0 +1,289 @@
+"""Asynchronous SGD with a parameter server, as SimPy processes.
+
+R workers each loop: compute a gradient on the weights they hold, push it to the server, wait for
+the server to apply it, receive fresh weights in the reply, compute again. Nobody waits for
+anybody else; the price is staleness.
+
+Model (``docs/async.md`` has the derivations and the rule a real trainer follows):
+
+* **Versions and staleness.** The server's weights carry a version: the number of gradients it has
+  applied. Every reply is stamped with the version it was copied at. A gradient computed on
+  version v and applied when the server is at version u has staleness u − v: the number of other
+  workers' updates applied between this worker's pull (its last reply) and its push. Every worker
+  starts from version 0 (the initial weights, as in sync SGD) without a pull.
+* **Server.** Gradients are served first come, first served, one at a time; applying one takes
+  ``service_s`` (by default ``3 · shard bytes / server memory bandwidth``: read the gradient, read
+  and write the weights), then the reply leaves.
+* **Network.** A push crosses the worker's uplink and the server's inbound NIC; a reply the
+  server's outbound NIC and the worker's downlink; each message also pays the latency α once.
+  A server NIC carries messages in arrival order, each at the worker's link rate, as many at
+  once as its bandwidth allows (``FifoShare``), so simultaneous pushes queue for it (incast).
+* **Shards** (``servers`` = S, as in Downpour SGD and ps-lite): the parameters are split into S
+  equal shards, each on a server with its own NIC; a push or reply is S parallel flows of ⌈n/S⌉
+  bytes, each using 1/S of the worker's link. Every shard sees the same flows at the same times,
+  so all shards apply the same gradients in the same order and hold the same version: one shard is
+  simulated and stands for all S.
+* **Bounded staleness** (``max_staleness`` = s): drop and recompute. When a gradient reaches the
+  head of the server's queue with staleness greater than s, the server discards it (no service
+  time) and replies with its current weights; the worker computes again on them. No applied
+  gradient is staler than s; s = 0 applies only gradients computed on the newest weights. Dropped
+  gradients and their compute seconds are counted.
+
+``updates`` counts applied gradients summed over all workers; the run ends when the last one has
+been applied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from .cluster import ClusterConfig
+from .fairshare import FairShare
+from .presets import BYTES_PER_PARAM
+from .fifo_share import FifoShare
+from .trace import Trace
+from .workload import Workload
+
+DEFAULT_SERVER_MEMORY_BPS = 20e9  # bytes/s a server sustains applying an update (a few DDR channels)
+APPLY_BYTES_PER_GRADIENT_BYTE = 3  # read the gradient, read the weights, write the weights
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    """One asynchronous parameter-server simulation (SI units: seconds, bytes, bytes/s)."""
+
+    cluster: ClusterConfig  # cluster.replicas counts workers; the servers are extra
+    workload: Workload
+    updates: int = 1000  # gradients applied by the server, summed over workers
+    seed: int = 0
+    servers: int = 1  # parameter shards, each on its own server and NIC
+    max_staleness: int | None = None  # None: unbounded
+    service_time_s: float | None = None  # None: derived from the shard size and memory bandwidth
+    server_memory_Bps: float = DEFAULT_SERVER_MEMORY_BPS
+
+    def __post_init__(self):
+        if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
+            raise ValueError(f"updates must be an integer >= 1, got {self.updates!r}")
+        if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
+            raise ValueError(f"servers must be an integer >= 1, got {self.servers!r}")
+        if self.servers > max(1, self.params):
+            raise ValueError(f"{self.servers} servers for {self.params} parameters: every server "
+                             f"needs at least one parameter")
+        if self.max_staleness is not None and (isinstance(self.max_staleness, bool) or not
+                                               isinstance(self.max_staleness, int)
+                                               or self.max_staleness < 0):
+            raise ValueError(f"max staleness must be an integer >= 0, got {self.max_staleness!r}")
+        if self.service_time_s is not None and not (math.isfinite(self.service_time_s)
+                                                    and self.service_time_s >= 0):
+            raise ValueError(f"server service time must be >= 0 seconds, got {self.service_time_s!r}")
+        if not (math.isfinite(self.server_memory_Bps) and self.server_memory_Bps > 0):
+            raise ValueError(f"server memory bandwidth must be positive, got "
+                             f"{self.server_memory_Bps!r}")
+
+    @property
+    def params(self) -> int:
+        """Parameters in the model (fp32 gradients)."""
+        return self.workload.grad_bytes // BYTES_PER_PARAM
+
+    @property
+    def shard_bytes(self) -> int:
+        """Bytes of the largest shard: what one server receives per push and sends per reply."""
+        return -(-self.workload.grad_bytes // self.servers)
+
+    @property
+    def service_s(self) -> float:
+        """Seconds the server (each shard's server) spends applying one gradient."""
+        if self.service_time_s is not None:
+            return self.service_time_s
+        return APPLY_BYTES_PER_GRADIENT_BYTE * self.shard_bytes / self.server_memory_Bps
+
+    def transfer_alone_s(self) -> float:
+        """Seconds of one push (or reply) with no other flow on the server's NIC, latency included."""
+        if self.shard_bytes == 0:
+            return self.cluster.latency_s
+        rate_bps = min(self.cluster.bandwidth_bps / self.servers, self.cluster.server_bandwidth_bps)
+        return self.cluster.latency_s + 8.0 * self.shard_bytes / rate_bps
+
+    def single_worker_update_s(self) -> float:
+        """Expected seconds per update with one worker (no contention): the baseline of speedup."""
+        slowdown = self.cluster.with_replicas(1).slowdowns(self.seed)[0]
+        return (self.workload.compute.mean_s * slowdown + 2 * self.transfer_alone_s()
+                + self.service_s)
+
+
+@dataclass
+class AsyncResult:
+    """What a run measured: every applied update in order, and the time spent per gradient."""
+
+    config: AsyncConfig
+    update_end_s: np.ndarray  # when each applied update was done (its reply leaves), in order
+    staleness: np.ndarray  # staleness of each applied update (int)
+    worker: np.ndarray  # which worker computed each applied update
+    dropped: int  # gradients discarded for exceeding max_staleness
+    dropped_compute_s: float  # compute seconds spent on them
+    cycle_s: dict[str, float] = field(default_factory=dict)  # mean seconds per gradient, by phase
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.update_end_s[-1])
+
+    @property
+    def updates_per_s(self) -> float:
+        return len(self.update_end_s) / self.makespan_s if self.makespan_s > 0 else math.inf
+
+
+class _Totals:
+    """Running sums of per-gradient phase times (seconds) and counts."""
+
+    def __init__(self):
+        self.compute = self.push = self.queue = self.apply = self.reply = 0.0
+        self.gradients = self.replies = 0
+
+    def means(self) -> dict[str, float]:
+        per = max(self.gradients, 1)
+        return {"compute": self.compute / per, "push": self.push / per, "queue": self.queue / per,
+                "apply": self.apply / per, "reply": self.reply / max(self.replies, 1)}
+
+
+class AsyncSimulation:
+    """Builds the SimPy model of ``config``; ``run()`` returns an ``AsyncResult``."""
+
+    DRAWS_PER_REFILL = 8192
+
+    def __init__(self, config: AsyncConfig, trace: Trace | None = None,
+                 on_update: Callable[[int], None] | None = None, trace_updates: int = 200):
+        self.config = config
+        cluster = config.cluster
+        self.env = simpy.Environment()
+        self.rng = np.random.default_rng(config.seed)
+        self.slowdown = cluster.slowdowns(config.seed).tolist()
+        self.workers = cluster.replicas
+        self.bits = 8.0 * config.shard_bytes
+        cap = cluster.bandwidth_bps / config.servers
+        self.inbound = FifoShare(self.env, cluster.server_bandwidth_bps, cap)
+        self.outbound = FifoShare(self.env, cluster.server_bandwidth_bps, cap)
+        cores = cluster.cores
+        self.cores = FairShare(self.env, cores) if cores and cores < self.workers else None
+        self.latency_s, self.service_s = cluster.latency_s, config.service_s
+        self.trace, self.trace_updates = trace, trace_updates
+        self.on_update = on_update
+        self.draws: list[float] = []
+        self.free_at = 0.0  # when the server finishes the gradients queued so far
+        self.accepted = 0  # gradients accepted so far = the version the next one will meet
+        self.ends: list[float] = []
+        self.stale: list[int] = []
+        self.who: list[int] = []
+        self.dropped, self.dropped_compute_s = 0, 0.0
+        self.totals = _Totals()
+        self.finished = self.env.event()
+
+    def _draw(self, worker: int) -> float:
+        if not self.draws:
+            sample = self.config.workload.compute.sample(self.rng, self.DRAWS_PER_REFILL)
+            self.draws = sample.tolist()[::-1]
+        return self.draws.pop() * self.slowdown[worker]
+
+    def _compute(self, seconds: float, delay_s: float):
+        """Wait ``delay_s`` (the reply's latency), then compute for ``seconds`` of one core."""
+        if self.cores is None:
+            yield self.env.timeout(delay_s + seconds)
+            return
+        if delay_s:
+            yield self.env.timeout(delay_s)
+        yield self.cores.submit(seconds, 1.0)
+
+    def _worker(self, worker: int):
+        """Loop: compute, push, wait for the server, take the reply; until the workload is done."""
+        env, version, delay_s = self.env, 0, 0.0
+        while True:
+            compute_s = self._draw(worker)
+            compute_start = env.now + delay_s
+            yield from self._compute(compute_s, delay_s)
+            computed = env.now
+            if self.bits:
+                yield self.inbound.submit(self.bits)
+            if self.accepted >= self.config.updates:
+                return  # the workload is done; this gradient is not needed
+            arrival = env.now + self.latency_s
+            busy_s = computed - compute_start
+            staleness, head, end, version, last = self._serve(worker, version, arrival, busy_s)
+            self._account(busy_s, computed, arrival, head, end)
+            if self.trace is not None and len(self.ends) <= self.trace_updates:
+                self._trace_cycle(worker, compute_start, computed, arrival, head, end, staleness)
+            yield env.timeout(end - env.now)
+            if last:
+                self.finished.succeed()
+                return
+            reply_start = env.now
+            if self.bits:
+                yield self.outbound.submit(self.bits)
+            self.totals.reply += env.now - reply_start + self.latency_s
+            self.totals.replies += 1
+            if self.trace is not None and len(self.ends) <= self.trace_updates:
+                self.trace.span(worker, "reply", reply_start, env.now + self.latency_s - reply_start,
+                                "communication")
+            delay_s = self.latency_s
+
+    def _serve(self, worker: int, version: int, arrival: float, compute_s: float):
+        """The server's decision for a gradient computed on ``version`` arriving at ``arrival``.
+
+        The queue is first come, first served and service times are known, so when the gradient
+        reaches the head of the queue (``head``), the version it meets is the number of gradients
+        accepted before it. Returns (staleness or None if dropped, head, end, reply version,
+        whether this was the workload's last update).
+        """
+        head = max(arrival, self.free_at)
+        met = self.accepted
+        staleness = met - version
+        bound = self.config.max_staleness
+        if bound is not None and staleness > bound:
+            self.free_at = head
+            self.dropped += 1
+            self.dropped_compute_s += compute_s
+            return None, head, head, met, False
+        end = head + self.service_s
+        self.free_at = end
+        self.accepted += 1
+        self.ends.append(end)
+        self.stale.append(staleness)
+        self.who.append(worker)
+        if self.on_update is not None:
+            self.on_update(self.accepted)
+        return staleness, head, end, met + 1, self.accepted == self.config.updates
+
+    def _account(self, compute_s: float, computed: float, arrival: float, head: float,
+                 end: float) -> None:
+        totals = self.totals
+        totals.gradients += 1
+        totals.compute += compute_s
+        totals.push += arrival - computed
+        totals.queue += head - arrival
+        totals.apply += end - head
+
+    def _trace_cycle(self, worker, compute_start, computed, arrival, head, end, staleness):
+        trace = self.trace
+        trace.span(worker, "compute", compute_start, computed - compute_start, "compute")
+        trace.span(worker, "push", computed, arrival - computed, "communication")
+        trace.span(worker, "wait for server", arrival, end - arrival, "idle")
+        name = "apply" if staleness is not None else "drop (too stale)"
+        trace.span(self.workers, name, head, end - head, "server", worker=worker,
+                   staleness=staleness)
+
+    def run(self) -> AsyncResult:
+        """Run until ``updates`` gradients have been applied."""
+        if self.trace is not None:
+            for worker in range(self.workers):
+                self.trace.name_track(worker, f"worker {worker}")
+            self.trace.name_track(self.workers, "parameter server")
+        for worker in range(self.workers):
+            self.env.process(self._worker(worker))
+        self.env.run(until=self.finished)
+        return AsyncResult(self.config, np.asarray(self.ends),
+                           np.asarray(self.stale, dtype=np.int64),
+                           np.asarray(self.who, dtype=np.int64), self.dropped,
+                           self.dropped_compute_s, self.totals.means())

@@ -1,0 +1,154 @@
+"""Asynchronous parameter-server engine: renewal rate, geometric staleness, NIC and server bounds,
+bounded staleness, shards, traces, and the command line in async mode."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dsgd_sim import ClusterConfig, from_preset
+from dsgd_sim.cli import main
+from dsgd_sim.compute import Constant, Exponential
+from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
+from dsgd_sim.trace import Trace
+
+MU = 0.08
+
+
+def free_comm(replicas, updates, seed=1, **options):
+    workload = from_preset("resnet50").with_grad_bytes(0).with_compute(Exponential(MU))
+    return AsyncConfig(ClusterConfig(replicas, latency_s=0.0), workload, updates, seed, **options)
+
+
+def steady_rate(result):
+    """Updates per second over the second half of the run (start-up transient left out)."""
+    ends = result.update_end_s
+    half = len(ends) // 2
+    return (len(ends) - half) / (ends[-1] - ends[half - 1])
+
+
+@pytest.mark.parametrize("replicas", [2, 4, 8, 16, 32])
+def test_exponential_compute_gives_r_over_mu_updates_per_s(replicas):
+    result = AsyncSimulation(free_comm(replicas, 20_000)).run()
+    assert result.updates_per_s == pytest.approx(replicas / MU, rel=0.03)
+
+
+@pytest.mark.parametrize("replicas", [2, 4, 8, 16, 32])
+def test_exponential_compute_gives_mean_staleness_r_minus_1(replicas):
+    result = AsyncSimulation(free_comm(replicas, 20_000, seed=2)).run()
+    assert result.staleness.mean() == pytest.approx(replicas - 1, rel=0.03)
+
+
+@pytest.mark.parametrize("replicas", [4, 16])
+def test_staleness_is_geometric_as_memorylessness_predicts(replicas):
+    # Others update at (R-1)/mu while this worker computes an Exp(mu): P(s = k) = p (1-p)^k, p = 1/R.
+    result = AsyncSimulation(free_comm(replicas, 40_000, seed=3)).run()
+    counts = np.bincount(result.staleness)
+    p = 1.0 / replicas
+    for k in range(4):
+        assert counts[k] / counts.sum() == pytest.approx(p * (1 - p) ** k, abs=0.01)
+
+
+NIC_CASES = [  # replicas, servers, worker bps, server bps, compute s
+    (8, 1, 10e9, 10e9, 0.01), (32, 1, 10e9, 10e9, 0.05), (16, 4, 10e9, 10e9, 0.01),
+    (64, 1, 1e9, 10e9, 0.01), (16, 1, 10e9, 40e9, 0.0), (24, 3, 25e9, 10e9, 0.02),
+]
+
+
+@pytest.mark.parametrize("replicas, servers, worker_bps, server_bps, compute_s", NIC_CASES)
+def test_server_nic_bound_gives_bandwidth_over_bytes_per_update(replicas, servers, worker_bps,
+                                                               server_bps, compute_s):
+    grad_bytes = 10_000_000
+    workload = from_preset("resnet50").with_grad_bytes(grad_bytes).with_compute(Constant(compute_s))
+    cluster = ClusterConfig(replicas, worker_bps, 0.0, server_bps)
+    config = AsyncConfig(cluster, workload, 3000, servers=servers, service_time_s=0.0)
+    result = AsyncSimulation(config).run()
+    # Each update moves grad_bytes / servers through every server NIC, in each direction.
+    bound = server_bps / 8 / (grad_bytes / servers)
+    assert steady_rate(result) == pytest.approx(bound, rel=1e-6)
+    assert result.updates_per_s == pytest.approx(bound, rel=0.01)
+
+
+def test_server_apply_time_bounds_updates_per_s():
+    config = free_comm(16, 2000, service_time_s=0.02)
+    assert steady_rate(AsyncSimulation(config).run()) == pytest.approx(1 / 0.02, rel=1e-6)
+
+
+def test_default_service_time_reads_and_writes_three_shard_sizes_at_memory_bandwidth():
+    config = AsyncConfig(ClusterConfig(4), from_preset("resnet50").with_grad_bytes(10_000_000),
+                         servers=4, server_memory_Bps=10e9)
+    assert config.shard_bytes == 2_500_000
+    assert config.service_s == pytest.approx(3 * 2_500_000 / 10e9)
+
+
+def test_one_worker_has_no_staleness_and_pays_compute_push_apply_reply():
+    compute, grad_bytes, alpha, bandwidth, service = 0.05, 4_000_000, 1e-4, 10e9, 0.003
+    workload = from_preset("resnet50").with_grad_bytes(grad_bytes).with_compute(Constant(compute))
+    config = AsyncConfig(ClusterConfig(1, bandwidth, alpha), workload, 20, service_time_s=service)
+    result = AsyncSimulation(config).run()
+    cycle = compute + 2 * (alpha + 8 * grad_bytes / bandwidth) + service
+    assert not result.staleness.any()
+    # Update k is applied after k+1 computes and pushes and k replies.
+    expected = [(k + 1) * cycle - (alpha + 8 * grad_bytes / bandwidth) for k in range(20)]
+    assert result.update_end_s == pytest.approx(expected, rel=1e-9)
+    assert config.single_worker_update_s() == pytest.approx(cycle)
+
+
+@pytest.mark.parametrize("bound", [0, 1, 4])
+def test_max_staleness_bounds_every_applied_update(bound):
+    unbounded = AsyncSimulation(free_comm(16, 3000)).run()
+    assert unbounded.staleness.max() > bound  # the bound has something to do
+    result = AsyncSimulation(free_comm(16, 3000, max_staleness=bound)).run()
+    assert len(result.staleness) == 3000
+    assert result.staleness.max() <= bound
+    assert result.dropped > 0 and result.dropped_compute_s > 0
+
+
+def test_zero_staleness_applies_only_gradients_of_the_newest_weights():
+    trace = Trace()
+    result = AsyncSimulation(free_comm(8, 500, max_staleness=0), trace=trace,
+                             trace_updates=500).run()
+    assert not result.staleness.any()
+    # Replay the server: a gradient is applied only if no other update landed since its pull.
+    applied = [e for e in trace.events if e.get("name") == "apply"]
+    assert all(e["args"]["staleness"] == 0 for e in applied)
+    assert any(e.get("name") == "drop (too stale)" for e in trace.events)
+
+
+def test_bounded_staleness_costs_throughput_in_dropped_work():
+    free = AsyncSimulation(free_comm(16, 3000)).run()
+    bounded = AsyncSimulation(free_comm(16, 3000, max_staleness=2)).run()
+    assert bounded.updates_per_s < free.updates_per_s
+    assert free.dropped == 0
+
+
+def test_shards_relieve_the_incast_bottleneck():
+    workload = from_preset("resnet50").with_grad_bytes(50_000_000).with_compute(Constant(0.05))
+    rates = [AsyncSimulation(AsyncConfig(ClusterConfig(16), workload, 500, servers=s)).run()
+             .updates_per_s for s in (1, 2, 4)]
+    assert rates[0] < rates[1] < rates[2]
+
+
+def test_same_seed_same_run_and_other_seed_other_run():
+    runs = [AsyncSimulation(free_comm(4, 300, seed=s)).run() for s in (5, 5, 6)]
+    assert np.array_equal(runs[0].update_end_s, runs[1].update_end_s)
+    assert not np.array_equal(runs[0].update_end_s, runs[2].update_end_s)
+
+
+def test_trace_has_a_track_per_worker_and_one_for_the_server():
+    trace = Trace()
+    AsyncSimulation(AsyncConfig(ClusterConfig(3), from_preset("resnet50"), 9), trace=trace).run()
+    spans = [e for e in trace.events if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1, 2, 3}
+    assert len([e for e in spans if e["name"] == "apply"]) == 9
+    assert {e["name"] for e in spans if e["tid"] < 3} >= {"compute", "push", "reply"}
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"servers": 0}, "servers"), ({"max_staleness": -1}, "staleness"),
+    ({"servers": 3}, "3 servers for 2 parameters"), ({"service_time_s": -1.0}, "service"),
+])
+def test_config_rejects_bad_values(options, message):
+    workload = from_preset("resnet50").with_grad_bytes(8)
+    with pytest.raises(ValueError, match=message):
+        AsyncConfig(ClusterConfig(2), workload, 10, **options)

@@ -1,0 +1,50 @@
+"""FifoShare: a NIC serving messages in arrival order, each at most at the sender's link rate."""
+
+import pytest
+import simpy
+
+from dsgd_sim.fifo_share import FifoShare
+
+
+def finish_times(capacity, cap, jobs):
+    """Submit ``(start_s, amount)`` jobs; return when each one ends."""
+    env = simpy.Environment()
+    nic = FifoShare(env, capacity, cap)
+    ends = [None] * len(jobs)
+
+    def job(i, start, amount):
+        yield env.timeout(start)
+        yield nic.submit(amount)
+        ends[i] = env.now
+
+    for i, (start, amount) in enumerate(jobs):
+        env.process(job(i, start, amount))
+    env.run()
+    return ends
+
+
+def test_one_job_runs_at_the_smaller_of_cap_and_capacity():
+    assert finish_times(10.0, 4.0, [(0, 8.0)]) == [pytest.approx(2.0)]
+    assert finish_times(4.0, 10.0, [(0, 8.0)]) == [pytest.approx(2.0)]
+
+
+def test_jobs_that_arrive_together_are_served_one_after_another_at_full_rate():
+    assert finish_times(5.0, 5.0, [(0, 10.0)] * 4) == pytest.approx([2.0, 4.0, 6.0, 8.0])
+
+
+def test_slow_senders_share_a_fat_nic_until_it_is_full():
+    # Capacity for 2.5 capped jobs: two at the cap, the third at half of it, the fourth waits.
+    ends = finish_times(10.0, 4.0, [(0, 8.0)] * 4)
+    assert ends[:2] == pytest.approx([2.0, 2.0])
+    # Job 3: 2 s at rate 2 (4 units), then the last 4 units at 4.  Job 4 waits 2 s, then runs at 4.
+    assert ends[2:] == pytest.approx([3.0, 4.0])
+
+
+def test_the_nic_never_idles_while_work_waits():
+    jobs = [(0.0, 3.0), (0.5, 1.0), (0.7, 2.0), (9.0, 1.0)]
+    ends = finish_times(2.0, 2.0, jobs)
+    assert ends == pytest.approx([1.5, 2.0, 3.0, 9.5])
+
+
+def test_zero_work_is_done_at_once():
+    assert finish_times(1.0, 1.0, [(0.25, 0.0)]) == [0.25]
