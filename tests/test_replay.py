@@ -1,0 +1,93 @@
+"""Convergence replay: simulated schedules driving real SGD on a seeded logistic regression."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
+from dsgd_sim.compute import Exponential
+from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
+from dsgd_sim.replay import LogisticTask, ReplayConfig, replay
+
+WORKLOAD = from_preset("resnet50").with_grad_bytes(0).with_compute(Exponential(0.08))
+
+
+def async_run(workers, updates, seed=0):
+    config = AsyncConfig(ClusterConfig(workers, latency_s=0.0), WORKLOAD, updates, seed)
+    return AsyncSimulation(config).run()
+
+
+def async_curve(task, config, run, eval_every=5):
+    return replay(task, config, "async", run.update_end_s, staleness=run.staleness,
+                  eval_every=eval_every)
+
+
+def test_one_worker_async_and_one_replica_sync_give_the_same_loss_curve():
+    sync = SyncSimulation(SyncConfig(ClusterConfig(1, latency_s=0.0), WORKLOAD, "ring", 300,
+                                     seed=4)).run()
+    run = async_run(1, 300, seed=4)
+    config = ReplayConfig()
+    task = LogisticTask(config)
+    sync_curve = replay(task, config, "sync", np.cumsum(sync.iteration_s), eval_every=1)
+    assert np.array_equal(sync_curve.time_s, async_curve(task, config, run, 1).time_s)
+    assert np.array_equal(sync_curve.loss, async_curve(task, config, run, 1).loss)
+    assert sync_curve.loss[-1] < 0.65 * sync_curve.loss[0]  # it did learn something
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stale_gradients_cost_updates_and_a_staleness_aware_rate_narrows_the_gap(seed):
+    config = ReplayConfig(seed=seed)
+    task = LogisticTask(config)
+    target = 0.38
+    one = async_curve(task, config, async_run(1, 2000, seed)).updates_to_reach(target)
+    many = async_run(16, 2000, seed)
+    plain = async_curve(task, config, many).updates_to_reach(target)
+    aware = async_curve(task, replace(config, staleness_lr=True), many).updates_to_reach(target)
+    never = float("inf")
+    assert one is not None and aware is not None
+    assert one < (plain or never)
+    assert aware - one < (plain or never) - one
+
+
+def test_staleness_aware_rate_divides_the_step_by_the_staleness():
+    config = ReplayConfig(lr=0.5, staleness_lr=True, seed=3)
+    task = LogisticTask(config)
+    curve = replay(task, config, "async", np.array([1.0, 2.0, 3.0]), staleness=np.array([0, 1, 2]),
+                   eval_every=1)
+    rng = np.random.default_rng([3, 7])
+    rows = [rng.integers(0, len(task.y), config.batch_size) for _ in range(3)]
+    w0 = np.zeros(task.features)
+    w1 = w0 - 0.5 * task.gradient(w0, rows[0])
+    w2 = w1 - 0.5 * task.gradient(w0, rows[1])  # staleness 1: computed on w0, full step
+    w3 = w2 - 0.25 * task.gradient(w0, rows[2])  # staleness 2: computed on w0, half step
+    assert curve.loss == pytest.approx([task.loss(w) for w in (w0, w1, w2, w3)], rel=1e-12)
+    assert list(curve.time_s) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_sync_update_averages_the_gradients_of_all_replicas():
+    config = ReplayConfig()
+    task = LogisticTask(config)
+    times = np.arange(1.0, 51.0)
+    four = replay(task, config, "sync", times, gradients_per_update=4, eval_every=10)
+    one_big_batch = replay(task, replace(config, batch_size=4 * config.batch_size), "sync", times,
+                           eval_every=10)
+    assert np.array_equal(four.loss, one_big_batch.loss)
+
+
+def test_curve_reports_json_points_and_first_time_below_a_target():
+    config = ReplayConfig(points=11)
+    curve = replay(LogisticTask(config), config, "sync", np.linspace(0.1, 10.0, 100))
+    points = curve.points()
+    assert len(points) == 11 and points[0] == {"time_s": 0.0, "loss": pytest.approx(np.log(2)),
+                                               "updates": 0}
+    assert points[-1]["updates"] == 100 and points[-1]["time_s"] == pytest.approx(10.0)
+    assert curve.time_to_reach(points[0]["loss"]) == 0.0
+    assert curve.time_to_reach(-1.0) is None and curve.updates_to_reach(-1.0) is None
+
+
+@pytest.mark.parametrize("options", [{"lr": 0.0}, {"lr": float("nan")}, {"batch_size": 0},
+                                     {"label_noise": 0.5}, {"points": 0}])
+def test_replay_config_rejects_bad_values(options):
+    with pytest.raises(ValueError):
+        ReplayConfig(**options)
