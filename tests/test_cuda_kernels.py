@@ -46,7 +46,7 @@ needs_host_compiler = pytest.mark.skipif(tiledconv_cpu.host_compiler() is None,
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 needs_gpu = pytest.mark.skipif(
     not torch.cuda.is_available() or not HAS_CUPY,
-    reason="needs a CUDA device and CuPy (pip install cupy-cuda12x); "
+    reason="needs a CUDA device and CuPy (pip install 'cupy-cuda12x[ctk]'); "
            f"cuda available: {torch.cuda.is_available()}, cupy installed: {HAS_CUPY}")
 
 
@@ -89,6 +89,49 @@ def test_kernel_source_compiles_to_sm90_cubin(nvcc_results, name):
     assert status == 0, output
     assert "warning" not in output.lower(), output
     assert cubin.stat().st_size > 0
+
+
+def _find_libnvrtc() -> str | None:
+    """libnvrtc from the system, CUDA_HOME or NVIDIA's pip wheels (torch's CUDA builds ship one)."""
+    import ctypes.util
+    import glob
+    import os
+    import site
+    found = ctypes.util.find_library("nvrtc")
+    if found:
+        return found
+    roots = [os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/lib64"]
+    roots += [f"{p}/nvidia/*/lib" for p in site.getsitepackages()]
+    hits = sorted(h for r in roots for h in glob.glob(f"{r}/libnvrtc.so*") if "builtins" not in h)
+    return hits[0] if hits else None
+
+
+LIBNVRTC = _find_libnvrtc()
+
+
+@pytest.mark.skipif(LIBNVRTC is None, reason="libnvrtc not found (CUDA toolkit or NVIDIA wheel)")
+@pytest.mark.parametrize("variant", list(tiledconv.VARIANTS))
+def test_loader_source_compiles_with_nvrtc_by_name_expression(variant):
+    """What the loader hands CuPy: the inlined source, compiled by NVRTC for kernel<K>."""
+    import ctypes
+    lib = ctypes.CDLL(LIBNVRTC)
+    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+    for k in (1, 15):
+        prog, expr = ctypes.c_void_p(), f"{tiledconv.VARIANTS[variant].kernel}<{k}>".encode()
+        assert lib.nvrtcCreateProgram(ctypes.byref(prog), tiledconv.kernel_source(variant).encode(),
+                                      b"kernel.cu", 0, None, None) == 0
+        assert lib.nvrtcAddNameExpression(prog, expr) == 0
+        options = (ctypes.c_char_p * 2)(b"-std=c++17", b"-arch=compute_90")
+        status = lib.nvrtcCompileProgram(prog, 2, options)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        assert status == 0, log.value.decode()
+        lowered = ctypes.c_char_p()
+        assert lib.nvrtcGetLoweredName(prog, expr, ctypes.byref(lowered)) == 0
+        assert lowered.value.decode().startswith(f"_Z{len(tiledconv.VARIANTS[variant].kernel)}")
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 def test_every_variant_has_its_kernel_file_and_template():
@@ -381,6 +424,7 @@ def test_gpu_variant_handles_misaligned_views_many_planes_and_side_streams(varia
     masks = torch.randn(1, 3, 3, device="cuda")
     assert_matches(tiledconv.conv2d(planes, masks, variant), planes, masks, f"{variant} planes")
     side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # image and mask were made on the default stream
     with torch.cuda.stream(side):
         got = tiledconv.conv2d(image, mask, variant)
     side.synchronize()
