@@ -1,8 +1,14 @@
 """Command line: ``python -m dsgd_sim --replicas 16 --bandwidth 10Gbps``.
 
-Parses human units, builds the typed configs, runs the simulation (a sweep when ``--replicas``
+Parses human units, builds the typed configs, runs the simulations (a sweep when ``--replicas``
 lists several counts), prints a table, and writes ``--json`` / ``--trace`` / ``--plot``. Every bad
 input ends in one line ``dsgd_sim: error: ...`` naming the value, and exit status 2.
+
+``--mode both`` (the default) runs synchronous SGD and asynchronous SGD with a parameter server on
+the same cluster and workload, side by side, and ends with a one-line verdict. To compare like
+with like, async then applies as many gradients as sync uses (iterations x R, or x K with
+``--k-sync``); in ``--mode async``, ``--iterations`` counts the server's updates directly.
+``--replay`` adds loss against simulated time for sync, K-sync and async (``convergence.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +21,16 @@ from dataclasses import replace
 
 from tqdm import tqdm
 
+from . import convergence
 from .cluster import ClusterConfig
 from .collectives import ALGORITHM_NAMES
 from .compute import parse_compute
+from .parameter_server import DEFAULT_SERVER_MEMORY_BPS, AsyncConfig, AsyncSimulation
 from .presets import DEFAULT_PRESET, PRESETS
-from .report import baseline_iteration_s, config_json, format_single, format_sweep, summarize
+from .replay import ReplayConfig
+from .report import (async_config_json, baseline_iteration_s, config_json, format_async,
+                     format_async_sweep, format_side_by_side, format_single, format_sweep,
+                     summarize, summarize_async, verdict)
 from .sync import SyncConfig, SyncSimulation
 from .trace import Trace
 from .units import parse_bandwidth, parse_count, parse_size, parse_time
@@ -27,6 +38,7 @@ from .workload import Workload, from_preset, load_profile
 
 MAX_REPLICAS = 65_536
 MAX_ITERATIONS = 10_000_000
+MODES = ("sync", "async", "both")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,9 +113,30 @@ def parse_stragglers(text: str) -> tuple[float, float]:
     return fraction, factor
 
 
+def _whole_number(text: str, what: str, minimum: int, maximum: int) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not a number") from None
+    if not math.isfinite(value) or value != int(value) or not minimum <= value <= maximum:
+        raise ValueError(f"{what} {text!r} must be a whole number from {minimum} to {maximum:,}")
+    return int(value)
+
+
+def _positive_float(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{what} {text!r} must be a positive number")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dsgd_sim", description="Predict synchronous data-parallel SGD on a modelled "
-                "cluster: iteration time, where it goes, speedup, all-reduce bandwidth.")
+    p = _Parser(prog="dsgd_sim", description="Predict synchronous and asynchronous data-parallel "
+                "SGD on a modelled cluster: iteration time, where it goes, speedup, all-reduce "
+                "bandwidth, parameter-server throughput and staleness.")
     p.add_argument("--replicas", type=_typed(parse_replicas, "replicas"), default=[16],
                    help="replica count, or a sweep: 1,2,4,...,1024 (default 16)")
     p.add_argument("--bandwidth", type=_typed(parse_bandwidth, "bandwidth"), default=10e9,
@@ -143,10 +176,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="FRACTION:FACTOR, e.g. 0.1:3 (a tenth of the replicas 3x slower)")
     p.add_argument("--cores", type=_typed(lambda t: _positive_int(t, "cores", 10**6), "cores"),
                    help="replicas share this many CPU cores of one host")
+    _add_async_options(p)
     p.add_argument("--json", metavar="FILE", help="write results as JSON (- for stdout)")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", metavar="FILE.png", help="draw a timeline and a speedup curve")
     return p
+
+
+def _add_async_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=MODES, default="both",
+                   help="sync, async (parameter server) or both side by side (default both)")
+    p.add_argument("--servers", type=_typed(lambda t: _positive_int(t, "servers", 10**6),
+                                            "servers"), default=1,
+                   help="async: parameter shards, each on a server with its own NIC (default 1)")
+    p.add_argument("--max-staleness", type=_typed(
+        lambda t: _whole_number(t, "max staleness", 0, MAX_ITERATIONS), "staleness"),
+        help="async: drop (and recompute) gradients more than this many updates stale")
+    p.add_argument("--ps-service-time", type=_typed(parse_time, "time"),
+                   help="async: server time to apply one update (default: 3 x shard bytes at "
+                        "--ps-memory-bandwidth)")
+    p.add_argument("--ps-memory-bandwidth", type=_typed(parse_bandwidth, "bandwidth"),
+                   default=8 * DEFAULT_SERVER_MEMORY_BPS,
+                   help="async: server memory bandwidth for applying updates (default 20GB/s)")
+    p.add_argument("--replay", action="store_true",
+                   help="replay the schedules on real SGD: loss against simulated time")
+    p.add_argument("--lr", type=_typed(lambda t: _positive_float(t, "learning rate"), "lr"),
+                   default=ReplayConfig.lr, help=f"replay learning rate (default {ReplayConfig.lr:g})")
+    p.add_argument("--staleness-lr", action="store_true",
+                   help="replay: divide the async learning rate by the staleness (Zhang et al.)")
 
 
 def build_workload(args) -> Workload:
@@ -178,33 +235,132 @@ def build_configs(args) -> list[SyncConfig]:
     return configs
 
 
-def run_all(configs: list[SyncConfig], trace: Trace | None) -> list[dict]:
+def build_async_configs(args, configs: list[SyncConfig]) -> list[AsyncConfig]:
+    """One ``AsyncConfig`` per replica count: ``--iterations`` updates in async mode, as many
+    gradients as the sync run uses in both mode."""
+    return [AsyncConfig(c.cluster, c.workload,
+                        args.iterations * (c.gradients_used if args.mode == "both" else 1),
+                        args.seed, args.servers, args.max_staleness, args.ps_service_time,
+                        args.ps_memory_bandwidth / 8) for c in configs]
+
+
+class Runs:
+    """What a command simulated: per replica count, sync and async results and summaries."""
+
+    def __init__(self, configs: list[SyncConfig], async_configs: list[AsyncConfig]):
+        self.configs, self.async_configs = configs, async_configs
+        self.sync_results, self.summaries = [], []
+        self.async_results, self.async_summaries = [], []
+        self.traces: list[Trace] = []
+        self.curves, self.convergence = None, None
+
+
+def run_all(args, runs: Runs) -> None:
     """Simulate every configuration (tracing the largest) with one progress bar on stderr."""
-    total = sum(c.iterations for c in configs)
-    summaries = []
+    do_sync, do_async = args.mode != "async", args.mode != "sync"
+    total = (sum(c.iterations for c in runs.configs) if do_sync else 0) + \
+        (sum(c.updates for c in runs.async_configs) if do_async else 0)
     with tqdm(total=total, desc="simulating", unit="it", delay=1.0, file=sys.stderr,
               leave=False) as bar:
-        for config in configs:
-            traced = trace if config is configs[-1] else None
-            result = SyncSimulation(config, trace=traced, on_iteration=lambda: bar.update()).run()
-            summaries.append(summarize(result, baseline_iteration_s(config)))
-    return summaries
+        for i, (config, async_config) in enumerate(zip(runs.configs, runs.async_configs)):
+            last = i == len(runs.configs) - 1
+            if do_sync:
+                trace = Trace(process_name="sync: simulated cluster") if args.trace and last \
+                    else None
+                result = SyncSimulation(config, trace=trace, on_iteration=bar.update).run()
+                runs.sync_results.append(result)
+                runs.summaries.append(summarize(result, baseline_iteration_s(config)))
+                runs.traces += [trace] if trace else []
+            if do_async:
+                trace = Trace(process_name="async: workers and parameter server", pid=1) \
+                    if args.trace and last else None
+                result = AsyncSimulation(async_config, trace=trace,
+                                         on_update=lambda _n: bar.update()).run()
+                runs.async_results.append(result)
+                runs.async_summaries.append(summarize_async(result))
+                runs.traces += [trace] if trace else []
+    if args.replay:
+        _replay(args, runs)
 
 
-def write_outputs(args, configs: list[SyncConfig], summaries: list[dict], trace) -> None:
-    runs = [{"config": config_json(c), "sync": s} for c, s in zip(configs, summaries)]
-    document = runs[0] if len(runs) == 1 else {"runs": runs}
+def _replay(args, runs: Runs) -> None:
+    """Convergence replay of the largest replica count's schedules."""
+    config = runs.configs[-1]
+    async_result = runs.async_results[-1] if runs.async_results else AsyncSimulation(
+        replace(runs.async_configs[-1], updates=args.iterations * config.gradients_used)).run()
+    sync_result = runs.sync_results[-1] if runs.sync_results else None
+    replay_config = ReplayConfig(lr=args.lr, staleness_lr=args.staleness_lr, seed=args.seed)
+    runs.curves = convergence.curves(config, sync_result, async_result, replay_config)
+    k = convergence.replay_k(config) if "k-sync" in runs.curves else None
+    runs.convergence = convergence.summarize(runs.curves, k)
+
+
+def _run_json(args, runs: Runs, i: int) -> dict:
+    config = config_json(runs.configs[i])
+    config["mode"] = args.mode
+    run = {"config": config}
+    if args.mode != "sync":
+        config.update(async_config_json(runs.async_configs[i]))
+    if runs.summaries:
+        run["sync"] = runs.summaries[i]
+    if runs.async_summaries:
+        run["async"] = runs.async_summaries[i]
+    if runs.summaries and runs.async_summaries:
+        run["verdict"] = verdict(runs.configs[i], runs.summaries[i], runs.async_summaries[i])
+    return run
+
+
+def format_tables(args, runs: Runs) -> str:
+    """The printed report for the mode and the number of replica counts."""
+    single = len(runs.configs) == 1
+    parts = []
+    if args.mode == "both" and single:
+        parts.append(format_side_by_side(runs.configs[0], runs.summaries[0],
+                                         runs.async_configs[0], runs.async_summaries[0]))
+        parts.append(verdict(runs.configs[0], runs.summaries[0], runs.async_summaries[0]))
+    else:
+        if runs.summaries:
+            parts.append(format_single(runs.configs[0], runs.summaries[0]) if single
+                         else format_sweep(runs.configs, runs.summaries))
+        if runs.async_summaries:
+            parts.append(format_async(runs.async_configs[0], runs.async_summaries[0]) if single
+                         else format_async_sweep(runs.async_configs, runs.async_summaries,
+                                                 runs.summaries or None))
+    if runs.convergence:
+        parts.append(convergence.format_summary(runs.convergence, args.staleness_lr))
+    return "\n\n".join(parts) if not (args.mode == "both" and single) else \
+        "\n".join(parts[:2]) + "".join("\n" + p for p in parts[2:])
+
+
+def write_outputs(args, runs: Runs) -> None:
+    documents = [_run_json(args, runs, i) for i in range(len(runs.configs))]
+    document = documents[0] if len(documents) == 1 else {"runs": documents}
+    if runs.curves:
+        document["convergence"] = {mode: c.points() for mode, c in runs.curves.items()}
+        document["convergence_summary"] = runs.convergence
     if args.json == "-":
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.json:
         with open(args.json, "w") as handle:
             json.dump(document, handle, indent=2)
-    if trace is not None:
-        trace.write(args.trace)
+    if args.trace:
+        _write_traces(args.trace, runs.traces)
     if args.plot:
         from .plot import plot_run
-        plot_run(args.plot, configs, summaries)
+        plot_run(args.plot, runs)
+
+
+def _write_traces(path: str, traces: list[Trace]) -> None:
+    """One Chrome trace file; sync and async each a process of their own."""
+    events, dropped = [], 0
+    for trace in traces:
+        data = trace.to_json()
+        events += data["traceEvents"]
+        dropped += data["otherData"]["dropped_events"]
+    with open(path, "w") as handle:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms",
+                   "otherData": {"dropped_events": dropped}}, handle)
 
 
 def _attach_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -227,15 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_attach_negative_values(parser, argv))
     try:
         configs = build_configs(args)
+        runs = Runs(configs, build_async_configs(args, configs))
     except ValueError as error:
         parser.error(str(error))
-    trace = Trace(process_name="dsgd_sim: simulated cluster") if args.trace else None
-    summaries = run_all(configs, trace)
-    table = (format_single(configs[0], summaries[0]) if len(configs) == 1
-             else format_sweep(configs, summaries))
-    print(table, file=sys.stderr if args.json == "-" else sys.stdout)
+    run_all(args, runs)
+    print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)
     try:
-        write_outputs(args, configs, summaries, trace)
+        write_outputs(args, runs)
     except OSError as error:
         print(f"dsgd_sim: error: cannot write {error.filename}: {error.strerror}", file=sys.stderr)
         return 1

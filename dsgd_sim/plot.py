@@ -1,4 +1,5 @@
-"""``--plot FILE.png``: a timeline of the first iterations and speedup against replicas."""
+"""``--plot FILE.png``: a timeline of the first sync iterations, speedup against replicas, the
+async staleness histogram, and (with ``--replay``) loss against simulated time per mode."""
 
 from __future__ import annotations
 
@@ -56,19 +57,54 @@ def _speedup_points(configs: list[SyncConfig], summaries: list[dict]):
     return counts, speedups
 
 
-def plot_run(path: str, configs: list[SyncConfig], summaries: list[dict]) -> None:
-    """Write a two-panel PNG for a run or a sweep."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
-    _timeline(left, configs[-1])
+def _speedup(ax, configs: list[SyncConfig], summaries: list[dict]) -> None:
     counts, speedups = _speedup_points(configs, summaries)
-    right.plot(counts, counts, ls="--", color="grey", label="ideal (linear)")
-    right.plot(counts, speedups, marker="o", label="simulated")
-    right.set_xscale("log", base=2)
-    right.set_yscale("log", base=2)
-    right.set_xlabel("replicas")
-    right.set_ylabel("speedup over one replica")
-    right.set_title("scaling")
-    right.legend()
+    ax.plot(counts, counts, ls="--", color="grey", label="ideal (linear)")
+    ax.plot(counts, speedups, marker="o", label="simulated")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("replicas")
+    ax.set_ylabel("speedup over one replica")
+    ax.set_title("scaling")
+    ax.legend()
+
+
+def _staleness(ax, summary: dict) -> None:
+    counts = summary["staleness_hist"]
+    ax.bar(range(len(counts)), counts, width=1.0, color="#6acc64")
+    ax.axvline(summary["staleness_mean"], color="black", ls="--",
+               label=f"mean {summary['staleness_mean']:.3g}")
+    ax.set_xlabel("staleness (updates applied between pull and push)")
+    ax.set_ylabel("updates")
+    ax.set_title(f"async staleness, {summary['workers']} workers")
+    ax.legend()
+
+
+def _convergence(ax, curves: dict) -> None:
+    for mode, curve in curves.items():
+        ax.plot(curve.time_s, curve.loss, label=mode)
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("training loss (replay)")
+    ax.set_title("error against runtime")
+    ax.legend()
+
+
+def plot_run(path: str, runs) -> None:
+    """Write a PNG with a panel for each part of ``runs`` (``cli.Runs``) that was simulated."""
+    panels = []
+    if runs.summaries:
+        panels += [lambda ax: _timeline(ax, runs.configs[-1]),
+                   lambda ax: _speedup(ax, runs.configs, runs.summaries)]
+    if runs.async_summaries:
+        panels.append(lambda ax: _staleness(ax, runs.async_summaries[-1]))
+    if runs.curves:
+        panels.append(lambda ax: _convergence(ax, runs.curves))
+    rows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(13, 4.5 * rows), squeeze=False)
+    for ax, draw in zip(axes.flat, panels):
+        draw(ax)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

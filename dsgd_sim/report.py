@@ -1,4 +1,5 @@
-"""From a simulated run to numbers people read: the JSON schema and the printed tables."""
+"""From a simulated run to numbers people read: the JSON schema and the printed tables, for sync
+and async SGD alone and side by side, with a one-line verdict."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from .collectives import bus_bandwidth_factor
+from .parameter_server import AsyncConfig, AsyncResult
 from .sync import SyncConfig, SyncResult, SyncSimulation
 from .units import (format_bandwidth_bps, format_bytes, format_count, format_rate_Bps,
                     format_time)
@@ -41,6 +43,7 @@ def summarize(result: SyncResult, single_iteration_s: float) -> dict:
         "algbw_Bps": algbw,
         "busbw_Bps": algbw * bus_bandwidth_factor(p),
         "single_replica_iteration_time_s": single_iteration_s,
+        "gradients_per_iteration": config.gradients_used,
     }
 
 
@@ -132,4 +135,185 @@ def format_sweep(configs: list[SyncConfig], summaries: list[dict]) -> str:
                     f"{format_time(max(s['idle_time_s'], 0.0)):>10} {s['samples_per_s']:>10.4g} "
                     f"{s['speedup']:>7.3g}x {s['efficiency']:>7.0%} "
                     f"{format_rate_Bps(s['busbw_Bps']):>11}")
+    return "\n".join(rows)
+
+
+# -- asynchronous SGD -------------------------------------------------------------------------
+
+def summarize_async(result: AsyncResult) -> dict:
+    """The ``async`` object of the JSON output (seconds, counts; staleness in updates)."""
+    config = result.config
+    staleness = result.staleness
+    applied = len(staleness)
+    single_s = config.single_worker_update_s()
+    rate = result.updates_per_s
+    cycle = result.cycle_s
+    return {
+        "workers": config.cluster.replicas,
+        "servers": config.servers,
+        "updates": applied,
+        "makespan_s": result.makespan_s,
+        "updates_per_s": rate,
+        "update_time_s": 1.0 / rate,
+        "speedup": rate * single_s,
+        "efficiency": rate * single_s / config.cluster.replicas,
+        "samples_per_s": rate * config.workload.batch_size,
+        "single_worker_update_time_s": single_s,
+        "staleness_mean": float(staleness.mean()),
+        "staleness_p50": float(np.percentile(staleness, 50)),
+        "staleness_p99": float(np.percentile(staleness, 99)),
+        "staleness_max": int(staleness.max()),
+        "staleness_hist": np.bincount(staleness).tolist(),
+        "max_staleness": config.max_staleness,
+        "dropped_gradients": result.dropped,
+        "dropped_compute_s": result.dropped_compute_s,
+        "wasted_fraction": result.dropped / (applied + result.dropped),
+        "compute_time_s": cycle["compute"],
+        "push_time_s": cycle["push"],
+        "queue_time_s": cycle["queue"],
+        "apply_time_s": cycle["apply"],
+        "reply_time_s": cycle["reply"],
+        "service_time_s": config.service_s,
+        "shard_bytes": config.shard_bytes,
+    }
+
+
+def async_config_json(config: AsyncConfig) -> dict:
+    """Async inputs added to the ``config`` object."""
+    return {"servers": config.servers, "max_staleness": config.max_staleness,
+            "async_updates": config.updates, "ps_service_time_s": config.service_s,
+            "server_memory_Bps": config.server_memory_Bps}
+
+
+def describe_async(config: AsyncConfig) -> str:
+    """One header line naming the parameter-server side of a run."""
+    cluster = config.cluster
+    bound = ("unbounded" if config.max_staleness is None
+             else f"at most {config.max_staleness} (drop and recompute)")
+    servers = f"{config.servers} server{'s' if config.servers > 1 else ''}"
+    return (f"async: {cluster.replicas} workers + {servers} (NIC "
+            f"{format_bandwidth_bps(cluster.server_bandwidth_bps)} each), apply "
+            f"{format_time(config.service_s)} per update, staleness {bound}")
+
+
+def _staleness_text(s: dict) -> str:
+    return (f"mean {s['staleness_mean']:.3g}, p50 {s['staleness_p50']:.3g}, "
+            f"p99 {s['staleness_p99']:.3g}, max {s['staleness_max']}")
+
+
+def _dropped_text(s: dict) -> str:
+    if s["max_staleness"] is None:
+        return ""
+    return (f"  dropped          {s['dropped_gradients']:>10}   gradients too stale "
+            f"({s['wasted_fraction']:.1%} of the work, {format_time(s['dropped_compute_s'])} "
+            f"of compute)")
+
+
+def format_async(config: AsyncConfig, s: dict) -> str:
+    """The table printed for an async run alone."""
+    cluster = config.cluster
+    rows = [f"asynchronous SGD, parameter server, {cluster.replicas} workers, "
+            f"{format_bandwidth_bps(cluster.bandwidth_bps)}, {format_time(cluster.latency_s)} latency",
+            describe_run(config_as_sync(config)).split("\n")[1], describe_async(config), "",
+            f"  update time      {format_time(s['update_time_s']):>10}   "
+            f"{s['updates_per_s']:.4g} updates/s, {s['updates']} updates in "
+            f"{format_time(s['makespan_s'])}",
+            "  per gradient (one worker's cycle):",
+            f"    compute        {format_time(s['compute_time_s']):>10}",
+            f"    push           {format_time(s['push_time_s']):>10}   incl. waiting for the "
+            f"server's NIC",
+            f"    server queue   {format_time(s['queue_time_s']):>10}",
+            f"    apply          {format_time(s['apply_time_s']):>10}",
+            f"    reply          {format_time(s['reply_time_s']):>10}",
+            f"  staleness        {_staleness_text(s)}",
+            f"  throughput       {s['samples_per_s']:>10.4g}   samples/s",
+            f"  speedup          {s['speedup']:>10.3g}x  over one worker "
+            f"(efficiency {s['efficiency']:.0%})"]
+    dropped = _dropped_text(s)
+    return "\n".join(rows + ([dropped] if dropped else []))
+
+
+def config_as_sync(config: AsyncConfig) -> SyncConfig:
+    """A sync config with the same cluster and workload (for the shared header lines)."""
+    return SyncConfig(config.cluster, config.workload, "ps", 1, config.seed)
+
+
+def _side(label: str, left: str, right: str) -> str:
+    return f"  {label:<17}{left:<34}{right}"
+
+
+def format_side_by_side(sync_config: SyncConfig, sync: dict, async_config: AsyncConfig,
+                        asyn: dict) -> str:
+    """Sync and async next to each other, for the same cluster, workload and gradient count."""
+    t = sync["iteration_time_s"]
+    gradients = sync_config.gradients_used
+    header = describe_run(sync_config).split("\n")
+    header[0] = header[0].replace("synchronous SGD, ", "synchronous SGD (") \
+        .replace(f", {sync_config.cluster.replicas} replicas", f") against asynchronous SGD "
+                 f"(parameter server), {sync_config.cluster.replicas} replicas", 1)
+    pct = lambda part: f" ({part / t:.1%})" if t > 0 else ""  # noqa: E731
+    rows = header + [describe_async(async_config), "",
+        _side("", f"sync ({sync_config.algorithm})", "async (parameter server)"),
+        _side("workload", f"{sync_config.iterations} iterations x {gradients} gradients",
+              f"{asyn['updates']} updates x 1 gradient"),
+        _side("finishes in", format_time(t * sync_config.iterations),
+              format_time(asyn["makespan_s"])),
+        _side("iteration time", f"{format_time(t)} per iteration",
+              f"{format_time(asyn['update_time_s'])} per update"),
+        _side("  compute", f"{format_time(sync['compute_time_s'])}{pct(sync['compute_time_s'])}",
+              f"{format_time(asyn['compute_time_s'])} per gradient"),
+        _side("  exposed comm", f"{format_time(sync['exposed_comm_s'])}"
+              f"{pct(sync['exposed_comm_s'])}", f"push {format_time(asyn['push_time_s'])}, "
+              f"reply {format_time(asyn['reply_time_s'])}"),
+        _side("  idle", f"{format_time(max(sync['idle_time_s'], 0.0))}"
+              f"{pct(max(sync['idle_time_s'], 0.0))}", f"server queue "
+              f"{format_time(asyn['queue_time_s'])}, apply {format_time(asyn['apply_time_s'])}"),
+        _side("communication", f"{format_time(sync['comm_time_s'])}, busbw "
+              f"{format_rate_Bps(sync['busbw_Bps'])}", f"{format_bytes(async_config.shard_bytes)}"
+              f" each way per server"),
+        _side("throughput", f"{sync['samples_per_s']:.4g} samples/s",
+              f"{asyn['samples_per_s']:.4g} samples/s"),
+        _side("speedup", f"{sync['speedup']:.3g}x (efficiency {sync['efficiency']:.0%})",
+              f"{asyn['speedup']:.3g}x over one worker (efficiency {asyn['efficiency']:.0%})"),
+        _side("staleness", "none", _staleness_text(asyn))]
+    dropped = _dropped_text(asyn)
+    return "\n".join(rows + ([dropped] if dropped else []))
+
+
+def verdict(sync_config: SyncConfig, sync: dict, asyn: dict) -> str:
+    """One line: which finishes the same gradients first under this network, and at what cost."""
+    sync_s = sync["iteration_time_s"] * sync_config.iterations
+    async_s = asyn["makespan_s"]
+    samples = asyn["updates"] * sync_config.workload.batch_size
+    network = format_bandwidth_bps(sync_config.cluster.bandwidth_bps)
+    work = f"the {asyn['updates']:,} gradients ({samples:,} samples)"
+    if async_s < sync_s:
+        return (f"verdict: async finishes {work} first on {network}: {format_time(async_s)} "
+                f"against {format_time(sync_s)} for sync ({sync_s / async_s:.3g}x sooner), "
+                f"but its gradients are {asyn['staleness_mean']:.3g} updates stale on average")
+    phases = {"compute": asyn["compute_time_s"], "the push (server NIC)": asyn["push_time_s"],
+              "the server queue": asyn["queue_time_s"], "the apply": asyn["apply_time_s"],
+              "the reply (server NIC)": asyn["reply_time_s"]}
+    slowest = max(phases, key=phases.get)
+    return (f"verdict: sync finishes {work} first on {network}: {format_time(sync_s)} against "
+            f"{format_time(async_s)} for async ({async_s / sync_s:.3g}x sooner); async's "
+            f"gradients spend most time in {slowest}")
+
+
+def format_async_sweep(configs: list[AsyncConfig], summaries: list[dict],
+                       sync_summaries: list[dict] | None = None) -> str:
+    """One row per worker count; with sync results, which finishes the same gradients first."""
+    header = (f"{'workers':>8} {'updates/s':>10} {'update':>10} {'speedup':>8} "
+              f"{'stale mean':>10} {'p99':>6} {'max':>6}" + ("   first" if sync_summaries else ""))
+    rows = [describe_async(configs[0]).replace(f"{configs[0].cluster.replicas} workers",
+                                               "sweep of workers"), "", header]
+    for i, (config, s) in enumerate(zip(configs, summaries)):
+        row = (f"{config.cluster.replicas:>8} {s['updates_per_s']:>10.4g} "
+               f"{format_time(s['update_time_s']):>10} {s['speedup']:>7.3g}x "
+               f"{s['staleness_mean']:>10.3g} {s['staleness_p99']:>6.3g} {s['staleness_max']:>6}")
+        if sync_summaries:
+            sync_s = sync_summaries[i]["iteration_time_s"] * s["updates"] / \
+                max(1, sync_summaries[i]["gradients_per_iteration"])
+            row += "   async" if s["makespan_s"] < sync_s else "   sync"
+        rows.append(row)
     return "\n".join(rows)

@@ -152,3 +152,72 @@ def test_config_rejects_bad_values(options, message):
     workload = from_preset("resnet50").with_grad_bytes(8)
     with pytest.raises(ValueError, match=message):
         AsyncConfig(ClusterConfig(2), workload, 10, **options)
+
+
+# -- command line -------------------------------------------------------------------------------
+
+ASYNC_KEYS = {"updates_per_s", "speedup", "staleness_mean", "staleness_p50", "staleness_p99",
+              "staleness_max", "staleness_hist"}
+
+
+def test_default_run_shows_sync_and_async_side_by_side_with_a_verdict(capsys):
+    assert main(["--replicas", "16", "--bandwidth", "10Gbps"]) == 0
+    out = capsys.readouterr().out
+    assert "sync (ring)" in out and "async (parameter server)" in out
+    verdict = [line for line in out.splitlines() if line.startswith("verdict:")]
+    # 100 Gbit/s of ResNet-50 gradients through one 10 Gbit/s server NIC: sync wins here.
+    assert len(verdict) == 1 and verdict[0].startswith("verdict: sync finishes")
+
+
+def test_async_json_has_the_documented_keys(tmp_path):
+    out = tmp_path / "run.json"
+    assert main(["--mode", "async", "--replicas", "8", "--iterations", "400", "--servers", "2",
+                 "--max-staleness", "5", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert "sync" not in data and ASYNC_KEYS <= data["async"].keys()
+    asyn = data["async"]
+    assert sum(asyn["staleness_hist"]) == asyn["updates"] == 400
+    assert asyn["staleness_max"] <= 5 and len(asyn["staleness_hist"]) == asyn["staleness_max"] + 1
+    assert data["config"]["servers"] == 2 and data["config"]["max_staleness"] == 5
+
+
+def test_both_mode_applies_as_many_async_gradients_as_sync_uses(tmp_path):
+    out = tmp_path / "run.json"
+    assert main(["--replicas", "4", "--iterations", "10", "--k-sync", "3", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["async"]["updates"] == 30 and data["verdict"].startswith("verdict:")
+    assert data["sync"]["iteration_time_s"] > 0
+
+
+def test_replay_maps_each_mode_to_loss_points(tmp_path):
+    out = tmp_path / "run.json"
+    assert main(["--replicas", "4", "--iterations", "20", "--compute", "exp:50ms", "--replay",
+                 "--plot", str(tmp_path / "p.png"), "--json", str(out)]) == 0
+    curves = json.loads(out.read_text())["convergence"]
+    assert set(curves) == {"sync", "k-sync", "async"}
+    for points in curves.values():
+        assert points[0]["time_s"] == 0 and points[0]["loss"] == pytest.approx(np.log(2))
+        assert all(a["time_s"] <= b["time_s"] for a, b in zip(points, points[1:]))
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_trace_holds_sync_and_async_as_two_processes(tmp_path):
+    path = tmp_path / "t.json"
+    assert main(["--replicas", "2", "--iterations", "3", "--trace", str(path)]) == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    assert {e["pid"] for e in events} == {0, 1}
+    assert any(e.get("name") == "apply" for e in events)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--max-staleness", "-1"], "'-1'"), (["--max-staleness", "1.5"], "'1.5'"),
+    (["--servers", "0"], "'0'"), (["--servers", "1000", "--grad-bytes", "400B"], "1000 servers"),
+    (["--mode", "fast"], "'fast'"), (["--lr", "-1"], "'-1'"),
+    (["--ps-service-time", "5"], "'5'"), (["--ps-memory-bandwidth", "0GB/s"], "0"),
+])
+def test_bad_async_input_gives_one_line_and_status_2(args, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args + ["--iterations", "2"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dsgd_sim: error:") and named in err
