@@ -1,0 +1,173 @@
+"""The hand-written all-reduces (real/allreduce.py) against the engine's own, and the benchmark.
+
+One launch of 4 ranks per engine checks p = 4, 3, 2 and 1 (the world and groups of its first
+ranks): ``ring`` (default and tiny segments) and ``naive`` must equal the engine's all_reduce
+exactly for integers and to rounding for floats, for odd lengths, lengths below p, every op."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dist_helpers import have_mpiexec, run_function, run_script
+from real.allreduce import (ALGORITHMS, chunk_bounds, main, naive_all_reduce, ring_all_reduce,
+                            segment_bounds)
+from real.comm import init
+
+needs_mpi = pytest.mark.skipif(not have_mpiexec(), reason="mpi4py/mpiexec not installed "
+                               "(./install.sh dev installs mpi4py and mpich)")
+ENGINES = ["torch", pytest.param("mpi", marks=needs_mpi)]
+SIZES_P = (4, 3, 2, 1)
+LENGTHS = (1, 7, 1001)  # below p, odd, long and odd
+DTYPES = (torch.float32, torch.float64, torch.int64)
+VARIANTS = {
+    "ring": lambda comm, t, op: ring_all_reduce(comm, t, op),
+    "ring_tiny_segments": lambda comm, t, op: ring_all_reduce(comm, t, op, segment_bytes=8),
+    "naive": naive_all_reduce,
+}
+
+
+def sample(rank: int, n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(n, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randint(-1000, 1000, (n,), generator=g).to(dtype)
+
+
+def same(got: torch.Tensor, want: torch.Tensor) -> bool:
+    if got.dtype.is_floating_point:
+        return torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    return torch.equal(got, want)
+
+
+def compare_on(comm, failures: dict) -> None:
+    """Every variant, dtype, length and op on ``comm``; failures keyed by (p, variant)."""
+    p = comm.world_size
+    for seed, (dtype, n, op) in enumerate((d, n, o) for d in DTYPES for n in LENGTHS
+                                          for o in ("sum", "avg", "max", "min")):
+        x = sample(comm.rank, n, dtype, seed)
+        want = x.clone()
+        comm.all_reduce(want, op)
+        for name, fn in VARIANTS.items():
+            got = x.clone()
+            fn(comm, got, op)
+            if not same(got, want):
+                failures.setdefault((p, name), f"{dtype} n={n} {op}: {got[:4]} != {want[:4]}")
+            if name.startswith("ring"):
+                check_identical_everywhere(comm, got, failures, (p, "ring_identical_bits"))
+
+
+def check_identical_everywhere(comm, got, failures, key) -> None:
+    every = [torch.empty_like(got) for _ in range(comm.world_size)]
+    comm.all_gather(every, got)
+    if not all(torch.equal(e, got) for e in every):
+        failures.setdefault(key, f"ranks hold different bits for {got.dtype} n={got.numel()}")
+
+
+def compare_shapes_on(comm, failures) -> None:
+    """A non-contiguous 2-D tensor and an empty one go through unchanged in shape."""
+    p = comm.world_size
+    for name, fn in VARIANTS.items():
+        base = torch.arange(12.0).reshape(3, 4) * (comm.rank + 1)
+        t = base.t()  # non-contiguous view
+        fn(comm, t, "sum")
+        if not torch.equal(t, torch.arange(12.0).reshape(3, 4).t() * (p * (p + 1) // 2)):
+            failures.setdefault((p, name), "non-contiguous tensor reduced wrongly")
+        empty = torch.empty(0)
+        fn(comm, empty, "sum")
+
+
+def algorithm_battery(engine: str) -> dict:
+    comm = init(engine, timeout_s=60)
+    failures: dict = {}
+    try:
+        for p in SIZES_P:
+            group = comm if p == comm.world_size else comm.new_group(list(range(p)))
+            if group is not None:
+                compare_on(group, failures)
+                compare_shapes_on(group, failures)
+                if group is not comm:
+                    group.close()
+            comm.barrier()
+    finally:
+        comm.close()
+    return {f"{p}:{name}": msg for (p, name), msg in failures.items()}
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def battery(request):
+    launcher = "mpi" if request.param == "mpi" else "gloo"
+    outcomes = run_function(algorithm_battery, 4, request.param, launcher=launcher, timeout_s=240)
+    return request.param, outcomes
+
+
+@pytest.mark.parametrize("p", SIZES_P)
+@pytest.mark.parametrize("variant", [*VARIANTS, "ring_identical_bits"])
+def test_hand_written_all_reduce_matches_engine_for_any_p_length_dtype_op(battery, variant, p):
+    engine, outcomes = battery
+    failures = [f"rank {r}: {o[f'{p}:{variant}']}" for r, o in enumerate(outcomes)
+                if f"{p}:{variant}" in o]
+    assert not failures, f"{engine}, p={p}: " + "; ".join(failures)
+
+
+# -- pieces that need no peers ----------------------------------------------------------------------
+@pytest.mark.parametrize("numel,parts", [(10, 3), (2, 4), (0, 2), (12, 4), (1001, 4)])
+def test_chunk_bounds_cover_the_buffer_in_near_equal_pieces(numel, parts):
+    bounds = chunk_bounds(numel, parts)
+    assert len(bounds) == parts and bounds[0][0] == 0 and bounds[-1][1] == numel
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    sizes = [b - a for a, b in bounds]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_segment_bounds_split_a_chunk_into_capped_pieces():
+    assert segment_bounds(3, 10, 3) == [(3, 6), (6, 9), (9, 10)]
+    assert segment_bounds(5, 5, 4) == []
+
+
+def test_algorithms_table_names_ring_naive_and_backend():
+    assert set(ALGORITHMS) == {"ring", "naive", "backend"}
+
+
+def test_ring_rejects_unknown_op_and_bad_segment_size():
+    comm = init("torch", timeout_s=5)
+    try:
+        with pytest.raises(ValueError, match="'prod'"):
+            ring_all_reduce(comm, torch.ones(3), "prod")
+        with pytest.raises(ValueError, match="segment_bytes"):
+            ring_all_reduce(comm, torch.ones(3), "sum", segment_bytes=0)
+    finally:
+        comm.close()
+
+
+# -- the benchmark ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv,named", [
+    (["--sizes", "64KB,lots"], "'lots'"),
+    (["--algorithms", "ring,tree"], "'tree'"),
+    (["--sizes", "3B"], "3 bytes"),
+    (["--timeout", "soon"], "'soon'"),
+])
+def test_benchmark_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert named in err[-1] and "Traceback" not in "".join(err)
+
+
+@pytest.mark.parametrize("launcher", ["gloo", pytest.param("mpi", marks=needs_mpi)])
+def test_benchmark_writes_nccl_tests_rows(launcher, tmp_path):
+    out = tmp_path / "bench.json"
+    run = run_script(["real/allreduce.py", "--sizes", "4KB,40KB", "--iters", "2", "--warmup", "1",
+                      "--json", str(out)], 2, launcher=launcher, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert {(r["algorithm"], r["bytes"]) for r in rows} == {
+        (a, s) for a in ("ring", "naive", "backend") for s in (4000, 40000)}
+    for r in rows:
+        assert r["world_size"] == 2 and r["time_s"] > 0
+        assert r["algbw_Bps"] == pytest.approx(r["bytes"] / r["time_s"])
+        assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * (2 - 1) / 2)
+    assert "busbw" in run.stdout and "ring" in run.stdout
