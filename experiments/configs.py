@@ -1,0 +1,152 @@
+"""Named experiments: each a Python function returning the configurations it measures.
+
+An experiment is a list of *points*; every point is one run on the test bed (one ``Testbed`` of
+``hosts`` hosts at ``bandwidth_bps``) that yields one or more measured times, each of which the
+model predicts. ``EXPERIMENTS`` maps a name to ``fn(quick: bool) -> Experiment``; the runner
+(``experiments/run.py``) runs the ones named on its command line, all of them by default.
+
+Adding an experiment: a config dataclass (what one run is), a function here returning the grid,
+a ``measure``/``predict`` pair in ``experiments/run.py`` registered under the same ``kind``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+MBIT = 1e6
+ALLREDUCE_ALGORITHMS = ("ring", "naive", "backend")  # real/allreduce.py's names
+
+
+@dataclass(frozen=True)
+class AllReduceConfig:
+    """One all-reduce benchmark run: ``hosts`` hosts (one rank each) at ``bandwidth_bps`` per link,
+    every algorithm timed at every size (``real/allreduce.py``, median of ``iters``)."""
+
+    hosts: int
+    bandwidth_bps: float
+    sizes_bytes: tuple[int, ...]
+    algorithms: tuple[str, ...] = ALLREDUCE_ALGORITHMS
+    iters: int = 5
+    warmup: int = 1
+    kind: str = field(default="allreduce", init=False)
+
+    def __post_init__(self):
+        if self.hosts < 2:
+            raise ValueError(f"an all-reduce needs at least 2 hosts, got {self.hosts}")
+        if not self.bandwidth_bps > 0:
+            raise ValueError(f"bandwidth must be positive, got {self.bandwidth_bps} bit/s")
+        bad = [s for s in self.sizes_bytes if s <= 0 or s % (4 * self.hosts)]
+        if not self.sizes_bytes or bad:
+            raise ValueError(f"sizes must be positive multiples of 4 x hosts bytes, got {self.sizes_bytes}")
+        unknown = [a for a in self.algorithms if a not in ALLREDUCE_ALGORITHMS]
+        if unknown:
+            raise ValueError(f"unknown all-reduce algorithm {unknown[0]!r} "
+                             f"(known: {', '.join(ALLREDUCE_ALGORITHMS)})")
+        if self.iters < 1 or self.warmup < 0:
+            raise ValueError(f"need iters >= 1 and warmup >= 0, got {self.iters}, {self.warmup}")
+
+    @property
+    def label(self) -> str:
+        return f"H={self.hosts} {self.bandwidth_bps / MBIT:g}Mbps"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SyncRunConfig:
+    """One synchronous-SGD run (``real/sync.py``): ``hosts`` replicas, one per host.
+
+    ``emulate_compute_s`` > 0 sleeps instead of computing (an accelerator-like replica whose compute
+    takes no CPU); 0 computes for real on the CPU, where the hosts share the machine's cores."""
+
+    hosts: int
+    bandwidth_bps: float
+    model: str = "mlp"
+    emulate_compute_s: float = 0.0
+    steps: int = 30
+    warmup_steps: int = 5
+    batch_size: int = 32
+    kind: str = field(default="sync", init=False)
+
+    def __post_init__(self):
+        if self.hosts < 1:
+            raise ValueError(f"hosts must be >= 1, got {self.hosts}")
+        if not self.bandwidth_bps > 0:
+            raise ValueError(f"bandwidth must be positive, got {self.bandwidth_bps} bit/s")
+        if self.emulate_compute_s < 0:
+            raise ValueError(f"emulated compute must be >= 0 s, got {self.emulate_compute_s}")
+        if self.steps <= self.warmup_steps:
+            raise ValueError(f"steps ({self.steps}) must exceed warmup steps ({self.warmup_steps})")
+
+    @property
+    def label(self) -> str:
+        compute = f"emulate {self.emulate_compute_s * 1e3:g}ms" if self.emulate_compute_s else "cpu"
+        return f"H={self.hosts} {self.bandwidth_bps / MBIT:g}Mbps {self.model} {compute}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A named list of runs, with a sentence saying what it asks."""
+
+    name: str
+    question: str
+    points: tuple
+    repeats: int = 1  # independent test beds per point; the runner reports their median
+
+    @property
+    def bandwidths_bps(self) -> list[float]:
+        return sorted({p.bandwidth_bps for p in self.points})
+
+
+def allreduce_vs_size(quick: bool = False) -> Experiment:
+    """All-reduce time against message size: hand-written ring, naive ring and Gloo's own (a
+    ring too), H in {2, 4, 8} hosts at {50, 200, 1000} Mbit/s (quick: H in {2, 4} at 50 and
+    200 Mbit/s, three sizes)."""
+    if quick:
+        hosts, rates = (2, 4), (50, 200)
+        sizes = (64_000, 1_000_000, 4_000_000)
+    else:
+        hosts, rates = (2, 4, 8), (50, 200, 1000)
+        sizes = (64_000, 256_000, 1_000_000, 4_000_000, 16_000_000)
+    points = []
+    for rate in rates:
+        for h in hosts:
+            # at 50 Mbit/s a 16 MB naive ring on 8 hosts takes 20 s an iteration: cap the size
+            cap = 4_000_000 if rate == 50 and h == 8 else None
+            points.append(AllReduceConfig(h, rate * MBIT, tuple(s for s in sizes if not cap or s <= cap),
+                                          iters=5 if quick else 7))
+    return Experiment("allreduce", "How long does an all-reduce take against message size, hosts "
+                      "and link rate, for ring, naive ring and Gloo's own?", tuple(points))
+
+
+def sync_vs_replicas(quick: bool = False) -> Experiment:
+    """Sync SGD iteration time against replicas (mlp, about 0.8 MB of gradients), with emulated
+    compute (sleep: no CPU taken) and with real CPU compute (replicas share the machine's cores)."""
+    hosts = (1, 2, 4) if quick else (1, 2, 4, 8)
+    rates = (200,) if quick else (50, 200)
+    points = []
+    for rate in rates:
+        for h in hosts:
+            points.append(SyncRunConfig(h, rate * MBIT, emulate_compute_s=0.05,
+                                        steps=25 if quick else 40))
+            points.append(SyncRunConfig(h, rate * MBIT, steps=25 if quick else 40))
+    return Experiment("sync", "Sync SGD iteration time against replicas, emulated (accelerator-"
+                      "like) and real CPU compute.", tuple(points))
+
+
+EXPERIMENTS = {
+    "allreduce": allreduce_vs_size,
+    "sync": sync_vs_replicas,
+}
+
+
+def select(names: list[str], quick: bool) -> list[Experiment]:
+    """The experiments called ``names`` (all when empty); ValueError naming an unknown one."""
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"unknown experiment {unknown[0]!r} (known: {', '.join(EXPERIMENTS)})")
+    return [EXPERIMENTS[n](quick) for n in (names or list(EXPERIMENTS))]

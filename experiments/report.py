@@ -1,0 +1,120 @@
+"""RESULTS.md and the plots, from the result files alone (so they can be regenerated any time).
+
+``write_results_md(results, fidelity_rows, path)`` takes what the runner wrote: per experiment a
+dict with ``name``, ``question``, ``rows`` (each with ``config``, ``predicted_s``, ``measured_s``
+and the fields a plot needs), ``plot`` (the PNG's file name or None) and ``notes`` (what was
+learned, Markdown paragraphs); and the fidelity rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsgd_sim.units import format_time
+
+from .fidelity import MEDIAN_TARGET, WORST_TARGET, by_experiment, summarise
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:+.1f}%"
+
+
+def _abs_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.1f}%"
+
+
+def fidelity_table(rows: list[dict]) -> list[str]:
+    lines = ["| experiment | rows | median \\|error\\| | worst \\|error\\| | worst row | target met |",
+             "|---|---|---|---|---|---|"]
+    summaries = dict(by_experiment(rows))
+    summaries["all"] = summarise(rows)
+    for name, s in summaries.items():
+        lines.append(f"| {name} | {s['rows']} | {_abs_pct(s['median_abs_error'])} | "
+                     f"{_abs_pct(s['worst_abs_error'])} | {s['worst_config'] or '–'} | "
+                     f"{'yes' if s['meets_target'] else 'no'} |")
+    return lines
+
+
+def comparison_table(rows: list[dict]) -> list[str]:
+    lines = ["| configuration | predicted | measured | error |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {format_time(r['predicted_s'])} | "
+                     f"{format_time(r['measured_s'])} | {_pct(r['error'])} |")
+    return lines
+
+
+def results_markdown(results: list[dict], fidelity_rows: list[dict], header: list[str]) -> str:
+    """The whole RESULTS.md text."""
+    lines = ["# Experiments: predictions against measurements on the test bed", ""]
+    lines += header + [""]
+    lines += ["## Fidelity", "",
+              f"Target: median |error| ≤ {MEDIAN_TARGET:.0%} and worst ≤ {WORST_TARGET:.0%} over every "
+              "row of `results/fidelity.json`; error = (predicted − measured) / measured.", ""]
+    lines += fidelity_table(fidelity_rows) + [""]
+    for result in results:
+        rows = [r for r in fidelity_rows if r["experiment"] == result["name"]]
+        lines += [f"## {result['name']}", "", result["question"], ""]
+        if result.get("plot"):
+            lines += [f"![{result['name']}](results/{result['plot']})", ""]
+        lines += comparison_table(rows) + [""]
+        for note in result.get("notes", []):
+            lines += [note, ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_results_md(results: list[dict], fidelity_rows: list[dict], path: Path,
+                     header: list[str]) -> None:
+    Path(path).write_text(results_markdown(results, fidelity_rows, header))
+
+
+def plot_allreduce(rows: list[dict], path: Path) -> None:
+    """Time against size, one panel per (rate, hosts): measured points, predicted lines."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = sorted({(r["bandwidth_bps"], r["hosts"]) for r in rows})
+    cols = min(3, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.4 * nrows), squeeze=False)
+    for ax, (rate, hosts) in zip(axes.flat, panels):
+        for algorithm, colour in zip(("ring", "naive", "backend"), ("C0", "C1", "C2")):
+            sel = sorted((r for r in rows if (r["bandwidth_bps"], r["hosts"], r["algorithm"])
+                          == (rate, hosts, algorithm)), key=lambda r: r["bytes"])
+            if not sel:
+                continue
+            sizes = [r["bytes"] for r in sel]
+            ax.plot(sizes, [r["measured_s"] for r in sel], "o", color=colour, label=f"{algorithm} measured")
+            ax.plot(sizes, [r["predicted_s"] for r in sel], "-", color=colour, alpha=0.6,
+                    label=f"{algorithm} predicted")
+        ax.set(xscale="log", yscale="log", xlabel="bytes", ylabel="seconds",
+               title=f"{hosts} hosts, {rate / 1e6:g} Mbit/s")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_sync(rows: list[dict], path: Path) -> None:
+    """Iteration time against replicas: measured points, predicted lines, per compute mode."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    series = sorted({(r["bandwidth_bps"], r["mode"]) for r in rows})
+    for i, (rate, mode) in enumerate(series):
+        sel = sorted((r for r in rows if (r["bandwidth_bps"], r["mode"]) == (rate, mode)),
+                     key=lambda r: r["hosts"])
+        label = f"{mode}, {rate / 1e6:g} Mbit/s"
+        ax.plot([r["hosts"] for r in sel], [r["measured_s"] for r in sel], "o", color=f"C{i}",
+                label=f"{label} measured")
+        ax.plot([r["hosts"] for r in sel], [r["predicted_s"] for r in sel], "-", color=f"C{i}",
+                alpha=0.6, label=f"{label} predicted")
+    ax.set(xlabel="replicas (hosts)", ylabel="iteration time (s)", title="sync SGD, mlp")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,76 @@
+"""Predicting a sync-SGD iteration on the test bed with the simulator (``dsgd_sim.sync``).
+
+Inputs, none taken from the run being predicted:
+
+* the network: ``NetworkInputs`` from the calibration (payload rate with ACKs sharing the link,
+  Gloo's per-message latency, the fixed cost of one all_reduce call);
+* the replica's step: a profile written by one process of ``real/sync.py`` run alone (no network)
+  with the same model, batch and thread count (``--profile-out``): per-layer gradient sizes and
+  the compute-time samples, plus the rest of its step (data, optimizer: ``idle_time_s``) as a
+  fixed per-iteration overhead;
+* core sharing: with real compute every replica is a process on the same machine, one thread
+  each, so the simulator's ``cores`` is the machine's CPU count; with emulated compute (sleep) the
+  replicas take no CPU to compute and ``cores`` is left unset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from dsgd_sim.cluster import ClusterConfig
+from dsgd_sim.compute import Constant
+from dsgd_sim.sync import SyncConfig, SyncSimulation
+from dsgd_sim.workload import load_profile
+
+from .configs import SyncRunConfig
+from .model import NetworkInputs
+
+REPO = Path(__file__).resolve().parent.parent
+THREADS = 1  # torch threads per replica, in the profile and on the test bed alike
+_PROFILES: dict[tuple, dict] = {}
+
+
+def single_process_profile(config: SyncRunConfig) -> dict:
+    """Run ``real/sync.py`` as one process (no test bed) and return its profile and summary."""
+    key = (config.model, config.batch_size, config.steps)
+    if key not in _PROFILES:
+        with tempfile.TemporaryDirectory() as tmp:
+            profile, summary = Path(tmp, "profile.json"), Path(tmp, "summary.json")
+            argv = [sys.executable, str(REPO / "real/sync.py"), "--nproc-per-node", "1",
+                    "--model", config.model, "--batch-size", str(config.batch_size),
+                    "--steps", str(config.steps), "--warmup-steps", str(config.warmup_steps),
+                    "--threads", str(THREADS), "--no-progress",
+                    "--profile-out", str(profile), "--json", str(summary)]
+            subprocess.run(argv, check=True, capture_output=True, timeout=600,
+                           env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
+            _PROFILES[key] = {"profile_path": None, "profile": json.loads(profile.read_text()),
+                              "summary": json.loads(summary.read_text())}
+    return _PROFILES[key]
+
+
+def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | None = None,
+                   cpu_cores: int | None = None) -> float:
+    """Mean iteration seconds the simulator predicts for ``config`` on the test bed."""
+    reference = reference or single_process_profile(config)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(reference["profile"], handle)
+    try:
+        workload = load_profile(handle.name)
+    finally:
+        os.unlink(handle.name)
+    emulated = config.emulate_compute_s > 0
+    if emulated:
+        workload = workload.with_compute(Constant(config.emulate_compute_s))
+    cluster = ClusterConfig(replicas=config.hosts, bandwidth_bps=net.duplex_payload_bps,
+                            latency_s=net.latency_s,
+                            cores=None if emulated else (cpu_cores or os.cpu_count()))
+    result = SyncSimulation(SyncConfig(cluster, workload, algorithm="ring", iterations=50,
+                                       seed=0)).run()
+    overhead_s = reference["summary"].get("idle_time_s") or 0.0
+    call_s = net.call_overhead_s if config.hosts > 1 else 0.0
+    return float(result.iteration_s.mean()) + overhead_s + call_s

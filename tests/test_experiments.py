@@ -1,0 +1,126 @@
+"""The experiment runner's pure parts: configs, predictions from a calibration record, fidelity
+rows and RESULTS.md. No test-bed measurement here (the test bed has its own tests)."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsgd_sim.collectives import allreduce_time_s
+from experiments.configs import EXPERIMENTS, AllReduceConfig, SyncRunConfig, select
+from experiments.fidelity import by_experiment, fidelity_row, summarise
+from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.report import results_markdown
+
+REPO = Path(__file__).resolve().parent.parent
+
+CALIBRATION = {"bandwidth_bps": 50e6, "goodput_bps": 47.8e6, "frame_bytes": 1514,
+               "gloo": {"latency_s": 100e-6, "all_reduce_1_element_s": {"median": 250e-6}}}
+
+
+def test_every_named_experiment_builds_its_quick_and_full_grids():
+    for name, make in EXPERIMENTS.items():
+        quick, full = make(True), make(False)
+        assert quick.name == full.name == name
+        assert 0 < len(quick.points) <= len(full.points)
+
+
+def test_allreduce_full_grid_covers_hosts_2_4_8_at_50_200_1000_mbit():
+    points = EXPERIMENTS["allreduce"](False).points
+    assert {p.hosts for p in points} == {2, 4, 8}
+    assert {p.bandwidth_bps for p in points} == {50e6, 200e6, 1000e6}
+    assert all(set(p.algorithms) == {"ring", "naive", "backend"} for p in points)
+
+
+def test_quick_allreduce_grid_is_a_subset_of_the_full_one():
+    quick, full = EXPERIMENTS["allreduce"](True), EXPERIMENTS["allreduce"](False)
+    full_keys = {(p.hosts, p.bandwidth_bps) for p in full.points}
+    assert {(p.hosts, p.bandwidth_bps) for p in quick.points} < full_keys
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(hosts=1, bandwidth_bps=50e6, sizes_bytes=(64,)), "at least 2 hosts"),
+    (dict(hosts=2, bandwidth_bps=0, sizes_bytes=(64,)), "bandwidth"),
+    (dict(hosts=4, bandwidth_bps=50e6, sizes_bytes=(100,)), "multiples"),
+    (dict(hosts=2, bandwidth_bps=50e6, sizes_bytes=(64,), algorithms=("tree",)), "'tree'"),
+])
+def test_allreduce_config_rejects_bad_values_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AllReduceConfig(**kwargs)
+
+
+def test_sync_config_rejects_steps_not_exceeding_warmup():
+    with pytest.raises(ValueError, match="warmup"):
+        SyncRunConfig(hosts=2, bandwidth_bps=50e6, steps=5, warmup_steps=5)
+
+
+def test_select_names_the_unknown_experiment():
+    with pytest.raises(ValueError, match="'nope'"):
+        select(["nope"], quick=True)
+    assert [e.name for e in select([], quick=True)] == list(EXPERIMENTS)
+
+
+def test_network_inputs_take_gloo_latency_and_charge_acks_on_a_duplex_link():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    assert net.latency_s == 100e-6 and net.call_overhead_s == 250e-6
+    assert net.duplex_payload_bps == pytest.approx(47.8e6 * 1514 / (1514 + 33))
+
+
+def test_network_inputs_need_the_gloo_section():
+    with pytest.raises(ValueError, match="gloo"):
+        NetworkInputs.from_calibration({k: v for k, v in CALIBRATION.items() if k != "gloo"})
+
+
+def test_allreduce_prediction_is_the_simulators_closed_form_plus_the_call_cost():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    n, p = 4_000_000, 4
+    ring = 2 * (p - 1) * (net.latency_s + 8 * n / p / net.duplex_payload_bps) + net.call_overhead_s
+    naive = (p - 1) * (net.latency_s + 8 * n / net.duplex_payload_bps) + net.call_overhead_s
+    assert predict_allreduce_s("ring", p, n, net) == pytest.approx(ring)
+    assert predict_allreduce_s("backend", p, n, net) == pytest.approx(ring)  # Gloo's is a ring
+    assert predict_allreduce_s("naive", p, n, net) == pytest.approx(naive)
+    assert predict_allreduce_s("ring", p, n, net) == pytest.approx(
+        allreduce_time_s("ring", p, n, net.latency_s, net.duplex_payload_bps) + net.call_overhead_s)
+
+
+def test_fidelity_row_error_is_relative_to_the_measurement():
+    row = fidelity_row("allreduce", "ring 1MB", predicted_s=1.1, measured_s=1.0)
+    assert set(row) == {"experiment", "config", "predicted_s", "measured_s", "error"}
+    assert row["error"] == pytest.approx(0.1)
+    assert fidelity_row("x", "y", 0.9, 1.0)["error"] == pytest.approx(-0.1)
+    with pytest.raises(ValueError, match="positive"):
+        fidelity_row("x", "y", 1.0, 0.0)
+
+
+def test_summary_reports_median_and_worst_absolute_error_against_the_target():
+    rows = [fidelity_row("a", f"c{i}", 1 + e, 1.0) for i, e in enumerate([0.01, -0.02, 0.05])]
+    summary = summarise(rows)
+    assert summary["median_abs_error"] == pytest.approx(0.02)
+    assert summary["worst_abs_error"] == pytest.approx(0.05)
+    assert summary["worst_config"] == "a: c2" and summary["meets_target"]
+    rows.append(fidelity_row("b", "d", 1.09, 1.0))
+    assert not summarise(rows)["meets_target"]  # worst 9% > 8%
+    assert list(by_experiment(rows)) == ["a", "b"]
+
+
+def test_results_markdown_tabulates_every_row_and_embeds_the_plot():
+    rows = [fidelity_row("allreduce", "ring 1MB H=2", 0.21, 0.2),
+            fidelity_row("allreduce", "naive 1MB H=2", 0.19, 0.2)]
+    results = [{"name": "allreduce", "question": "How long?", "plot": "allreduce.png",
+                "notes": ["The ring wins."]}]
+    text = results_markdown(results, rows, ["Generated by a test."])
+    assert "![allreduce](results/allreduce.png)" in text
+    assert "| ring 1MB H=2 | 210 ms | 200 ms | +5.0% |" in text
+    assert "| naive 1MB H=2 | 190 ms | 200 ms | -5.0% |" in text
+    assert "| all | 2 | 5.0% | 5.0% |" in text
+    assert "The ring wins." in text and "Generated by a test." in text
+
+
+def test_runner_rejects_an_unknown_experiment_with_one_line_and_status_2():
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "'nope'" in done.stderr and "Traceback" not in done.stderr
