@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from dist_helpers import have_mpiexec, run_function, run_script
+from real.allreduce import ring_all_reduce
 from real.comm import CommError, init
 
 WORLD = 3
@@ -206,6 +207,11 @@ def check_mismatched_sizes_raise_on_every_rank(comm):
     assert torch.equal(t, full(comm.world_size))
 
 
+def check_ring_all_reduce_with_mismatched_sizes_raises(comm):
+    with pytest.raises(CommError, match="rank 1 called ring_all_reduce with 8 x float32"):
+        ring_all_reduce(comm, torch.ones(7 + comm.rank))
+
+
 def check_different_operations_raise(comm):
     t = torch.ones(4)
     with pytest.raises(CommError, match="disagree"):
@@ -271,6 +277,7 @@ def test_init_rejects_unknown_engine_backend_and_timeout():
 # -- failures: a dead or stuck peer ---------------------------------------------------------------
 PEER_SCRIPT = """
 import os, sys, time, torch
+from real.allreduce import ring_all_reduce
 from real.comm import CommError, init
 comm = init("auto", timeout_s=3)
 try:
