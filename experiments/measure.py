@@ -9,6 +9,7 @@ torchrun: the process group is the same, and start-up on a busy 2-core machine i
 from __future__ import annotations
 
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
@@ -22,9 +23,33 @@ CALIBRATION_SIZES = [2_000_000, 16_000_000]
 
 
 def calibrate_rate(bandwidth_bps: float, quick: bool) -> dict:
-    """The calibration record of a 2-host test bed at ``bandwidth_bps`` (network only)."""
-    return calibrate(TestbedConfig(hosts=2, bandwidth_bps=bandwidth_bps), CALIBRATION_SIZES,
-                     pings=100 if quick else 200, repeats=3)
+    """The calibration record of a 2-host test bed at ``bandwidth_bps`` (network only), with a
+    ``duplex`` section: the payload rate when both hosts send to each other at once."""
+    config = TestbedConfig(hosts=2, bandwidth_bps=bandwidth_bps)
+    record = calibrate(config, CALIBRATION_SIZES, pings=100 if quick else 200, repeats=3)
+    record["duplex"] = measure_duplex(config)
+    return record
+
+
+def measure_duplex(config: TestbedConfig, repeats: int = 3) -> dict:
+    """``duplex_probe.py`` on both hosts: per size the median (over repeats) of the slower host's
+    time, and the incremental payload rate (n2 - n1) / (t2 - t1) each way."""
+    sizes = CALIBRATION_SIZES
+    idle_s = 2 * config.burst_for(config.bandwidth_bps) * 8 / config.bandwidth_bps + 0.02
+    command = (f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'experiments/duplex_probe.py'))} "
+               f"--peer host$((1 - {{rank}})) --sizes {','.join(map(str, sizes))} "
+               f"--repeats {repeats} --idle {idle_s:.4f} --json {{out}}/duplex.json")
+    with Testbed(config) as bed:
+        result = bed.run(command, timeout_s=300)
+    if not result.ok:
+        tail = (result.hosts[0].stderr().strip().splitlines() or ["(no output)"])[-1]
+        raise TestbedError(f"duplex probe failed (exit {result.exit_status()}): {tail}")
+    per_host = [h.json["duplex.json"]["bulk"] for h in result.hosts]
+    medians = [statistics.median(max(times) for times in zip(*(host[i]["seconds"] for host in per_host)))
+               for i in range(len(sizes))]
+    goodput_bps = (sizes[-1] - sizes[0]) * 8 / (medians[-1] - medians[0])
+    return {"goodput_bps": goodput_bps, "payload_efficiency": goodput_bps / config.bandwidth_bps,
+            "transfers": [{"bytes": n, "median_s": t} for n, t in zip(sizes, medians)]}
 
 
 def _rank_command(script: str, args: list[str]) -> str:

@@ -9,7 +9,10 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
 * **ACKs share the link with data.** In a calibration transfer data goes one way and TCP's ACKs
   the other. In a ring every host sends and receives at once, so its uplink carries its data *and*
   the ACKs of the data it receives: one 66-byte frame per two full segments (delayed ACK), i.e.
-  the payload rate drops by 1514 / (1514 + 33) (-2.1% at MTU 1500). ``duplex_payload_bps``.
+  the payload rate drops by 1514 / (1514 + 33) (-2.1% at MTU 1500), and those ACKs wait behind
+  the data in the shaper's queue, which slows the sender's ACK clock a little more. The runner
+  therefore also measures the network with both directions busy (``duplex_probe.py``); that
+  payload rate is used when present, the header arithmetic otherwise. ``duplex_payload_bps``.
 * **A call has a fixed cost** beyond the per-round latency: the 1-element all_reduce measured by the
   calibration (a round trip through Gloo on this machine's busy CPUs). ``call_overhead_s``.
 """
@@ -36,6 +39,7 @@ class NetworkInputs:
     latency_s: float         # per-message latency through Gloo send/recv (median RTT/2)
     call_overhead_s: float   # a 1-element Gloo all_reduce between two hosts (median)
     frame_bytes: int = 1514  # a full frame at the MTU
+    duplex_goodput_bps: float | None = None  # payload rate each way with both ways busy (measured)
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -45,11 +49,15 @@ class NetworkInputs:
         return cls(rate_bps=record["bandwidth_bps"], goodput_bps=record["goodput_bps"],
                    latency_s=gloo["latency_s"],
                    call_overhead_s=gloo["all_reduce_1_element_s"]["median"],
-                   frame_bytes=record.get("frame_bytes", 1514))
+                   frame_bytes=record.get("frame_bytes", 1514),
+                   duplex_goodput_bps=(record.get("duplex") or {}).get("goodput_bps"))
 
     @property
     def duplex_payload_bps(self) -> float:
-        """Payload rate of a link that also carries the ACKs of an equal flow the other way."""
+        """Payload rate of a link that also carries the ACKs of an equal flow the other way:
+        measured when the calibration has a ``duplex`` section, else from the header sizes."""
+        if self.duplex_goodput_bps:
+            return self.duplex_goodput_bps
         ack_share = ACK_FRAME_BYTES / SEGMENTS_PER_ACK / self.frame_bytes
         return self.goodput_bps / (1.0 + ack_share)
 

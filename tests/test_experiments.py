@@ -69,6 +69,11 @@ def test_network_inputs_take_gloo_latency_and_charge_acks_on_a_duplex_link():
     assert net.duplex_payload_bps == pytest.approx(47.8e6 * 1514 / (1514 + 33))
 
 
+def test_network_inputs_prefer_the_measured_duplex_rate():
+    net = NetworkInputs.from_calibration({**CALIBRATION, "duplex": {"goodput_bps": 46.2e6}})
+    assert net.duplex_payload_bps == 46.2e6
+
+
 def test_network_inputs_need_the_gloo_section():
     with pytest.raises(ValueError, match="gloo"):
         NetworkInputs.from_calibration({k: v for k, v in CALIBRATION.items() if k != "gloo"})

@@ -1,0 +1,81 @@
+"""Both hosts of a 2-host test bed send to each other at once: the payload rate of a busy duplex link.
+
+A calibration transfer (``real/testbed/probe.py``) goes one way; its ACKs travel on the idle
+reverse link. In a ring all-reduce every host sends to its right and receives from its left at the
+same time, so each uplink carries its own data *and* the ACKs of the data it receives, which also
+queue behind that data. This probe measures exactly that, on the network alone: two TCP
+connections (0→1 and 1→0, as a ring's two neighbours), both directions started together.
+
+Run by the experiment runner on both hosts (``HOST_RANK`` 0 or 1 from the test bed)::
+
+    python experiments/duplex_probe.py --peer ADDR --sizes 2000000,16000000 --json OUT.json
+
+Writes, from each host, ``{"bulk": [{"bytes": n, "seconds": [...]}, ...]}``: the time from the
+start until this host has received all ``n`` bytes from its peer and sent all of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import threading
+import time
+
+CHUNK = 1 << 20
+
+
+def connect(peer: str, port: int, timeout_s: float = 20.0) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection((peer, port), timeout=timeout_s)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"duplex_probe: cannot connect to {peer}:{port}")
+            time.sleep(0.05)
+
+
+def receive(sock: socket.socket, n: int) -> None:
+    while n:
+        data = sock.recv(min(CHUNK, n))
+        if not data:
+            raise SystemExit("duplex_probe: peer closed the connection")
+        n -= len(data)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer", required=True, help="the other host's address")
+    parser.add_argument("--port", type=int, default=5202)
+    parser.add_argument("--sizes", default="2000000,16000000", help="bytes each way, comma-separated")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--idle", type=float, default=0.05, help="seconds of pause before each transfer")
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args()
+    listener = socket.create_server(("0.0.0.0", args.port), reuse_port=True)
+    outgoing = connect(args.peer, args.port)
+    incoming, _ = listener.accept()
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        payload, seconds = b"\0" * n, []
+        for _ in range(args.repeats):
+            outgoing.sendall(b"s")  # both ready, then both pause so every bucket refills
+            receive(incoming, 1)
+            time.sleep(args.idle)
+            start = time.perf_counter()
+            sender = threading.Thread(target=outgoing.sendall, args=(payload,))
+            sender.start()
+            receive(incoming, n)
+            sender.join()
+            seconds.append(time.perf_counter() - start)
+        rows.append({"bytes": n, "seconds": seconds})
+    with open(args.json, "w") as handle:
+        json.dump({"host_rank": int(os.environ.get("HOST_RANK", -1)), "bulk": rows}, handle)
+    outgoing.close()
+    incoming.close()
+
+
+if __name__ == "__main__":
+    main()
