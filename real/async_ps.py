@@ -1,0 +1,168 @@
+"""Asynchronous SGD with a parameter server, for real: rank 0 holds the weights, every other rank
+pulls them, computes a gradient on its own data, pushes it and goes on without waiting for anyone.
+
+One node, 1 server + 3 workers (defaults: the mlp model on the synthetic task, 1000 updates)::
+
+    torchrun --standalone --nproc-per-node 4 real/async_ps.py
+    torchrun --standalone --nproc-per-node 4 real/async_ps.py --time 30s --json ps.json
+
+Two nodes (run on each; ``HOST0`` is node 0's address; rank 0, the server, is on node 0)::
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST0:29500 \\
+        --rdzv-id ps1 real/async_ps.py --updates 5000
+
+Over MPI::
+
+    mpiexec -n 4 python real/async_ps.py --backend mpi
+
+torchrun and mpiexec end the whole job when one process dies. Launched by this script instead
+(torch.multiprocessing, one node), a worker that dies is counted in ``workers_lost`` and the
+others carry on to the stop condition; if the server dies, every worker exits with an error
+within ``--timeout`` (default 30s)::
+
+    python real/async_ps.py --nproc-per-node 4 --max-staleness 2 --json ps.json --trace ps.trace.json
+    python real/async_ps.py --nproc-per-node 4 --emulate-compute exp:80ms --time 20s
+
+Every flag and its default: ``real/ps_config.py``; the wire protocol: ``real/ps_protocol.py``;
+the guide: ``docs/async_ps.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import torch
+import torch.multiprocessing as mp
+from tqdm import tqdm
+
+from real.comm import CommError, init
+from real.data import ShardedBatches, load_dataset
+from real.local_launch import env_rank, free_port
+from real.ps_config import AsyncConfig, parse_args
+from real.ps_protocol import ProtocolError
+from real.ps_server import ParameterServer, WorkersLost
+from real.ps_worker import ServerStopped, run_worker
+from real.sync_report import write_json
+
+PROG = "async_ps.py"
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    if config.nproc_per_node:
+        try:  # check what can be checked once, here, before starting any process
+            load_data(config, config.nproc_per_node - 1)
+        except ValueError as error:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+            return 2
+        return launch(config)
+    return run_process(config)
+
+
+def load_data(config: AsyncConfig, workers: int):
+    dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
+    ShardedBatches(len(dataset), config.batch_size, max(workers, 1), 0, config.seed)
+    return dataset
+
+
+def run_process(config: AsyncConfig) -> int:
+    """One process's whole life: join, serve or work, report, leave. Returns the exit status."""
+    rank = env_rank()
+    print(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}", flush=True)
+    try:
+        comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
+    except (ValueError, CommError) as error:
+        return fail(error, 2 if isinstance(error, ValueError) else 1)
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", comm.world_size))
+        torch.set_num_threads(config.threads or max(1, len(os.sched_getaffinity(0)) // local))
+        if comm.world_size < 2:
+            raise ValueError("a parameter server needs at least 2 processes (a server and a "
+                             "worker); launch with --nproc-per-node N, torchrun or mpiexec")
+        dataset = None if comm.rank == 0 else load_data(config, comm.world_size - 1)
+        comm.barrier()
+        if comm.rank == 0:
+            serve(config, comm)
+        else:
+            run_worker(config, comm, dataset)
+        return 0
+    except ValueError as error:
+        return fail(error, 2)
+    except (CommError, ProtocolError, WorkersLost, ServerStopped, OSError) as error:
+        if comm.rank != 0 and isinstance(error, CommError):
+            error = f"rank {comm.rank}: lost the server (rank 0): {error}"
+        return fail(error, 1)
+    finally:
+        comm.close()
+
+
+def fail(error, status: int) -> int:
+    print(f"{PROG}: error: {error}", file=sys.stderr, flush=True)
+    return status
+
+
+def serve(config: AsyncConfig, comm) -> None:
+    """Rank 0: serve the workers, then write the summary and the trace."""
+    server = ParameterServer(config, comm)
+    print(f"serving {comm.world_size - 1} workers: {config.model}, "
+          f"{server.weights.numel()} parameters", flush=True)
+    total = config.updates or None
+    bar = tqdm(total=total, unit="update", desc=f"async x{comm.world_size - 1}",
+               disable=not config.progress, file=sys.stderr, mininterval=0.5)
+    try:
+        server.serve(on_update=lambda version: bar.update(1))
+    finally:
+        bar.close()
+    summary = server.summary()
+    if config.json:
+        write_json(config.json, summary)
+    if config.trace:
+        server.write_trace(config.trace)
+    loss = summary["final_loss"]
+    print(f"done: {summary['updates']} updates from {summary['workers']} workers, "
+          f"{summary['updates_per_s'] or 0:.1f} updates/s, staleness mean "
+          f"{summary['staleness_mean'] or 0:.2f} max {summary['staleness_max']}, dropped "
+          f"{summary['dropped']}, workers lost {summary['workers_lost']}, loss "
+          f"{'-' if loss is None else f'{loss:.4f}'}", flush=True)
+
+
+def launch(config: AsyncConfig) -> int:
+    """Start ``nproc_per_node`` local processes (rank 0 the server) and wait for all of them.
+
+    Unlike torchrun, a dying worker does not end the others. The exit status is the server's
+    if it failed, else 1 if a worker failed with an error, else 0 (a worker killed by a signal
+    is a lost worker, which the server has already counted and survived).
+    """
+    address = config.master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = config.master_port or int(os.environ.get("MASTER_PORT", 0)) or free_port(address)
+    context = mp.get_context("spawn")
+    nproc = config.nproc_per_node
+    procs = [context.Process(target=_child, args=(rank, config, nproc, address, port))
+             for rank in range(nproc)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    codes = [proc.exitcode for proc in procs]
+    if codes[0] != 0:
+        return codes[0] if codes[0] and codes[0] > 0 else 1
+    return 1 if any(code and code > 0 for code in codes[1:]) else 0
+
+
+def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+                      LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
+    status = run_process(config)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The communicator is closed and the output flushed: skip the interpreter's slow teardown of
+    # torch (seconds per process on a busy host); the launcher reads only the exit status.
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The configuration of an asynchronous parameter-server run (``real/async_ps.py``).
+
+One typed, validated dataclass with every default and what it means; ``parse_args`` turns the
+command line into it, and an invalid value into one ``error:`` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, fields
+
+from dsgd_sim.compute import ComputeModel, parse_compute
+from dsgd_sim.units import parse_time
+
+from .data import DatasetSpec
+from .models import MODELS
+
+BACKENDS = ("gloo", "mpi")
+STALENESS_LR = ("none", "inverse")  # inverse: lr / (1 + staleness)
+
+
+@dataclass
+class AsyncConfig:
+    """One asynchronous SGD run: rank 0 serves the parameters, ranks 1..N-1 compute gradients."""
+
+    model: str = "mlp"               # lenet | mlp | mlp-large (~25 MB); lenet does not learn the
+                                     # synthetic task with plain SGD, so the default is mlp
+    dataset: str = "synthetic"       # synthetic | mnist:DIR
+    num_samples: int = 16384         # size of the synthetic dataset
+    batch_size: int = 32             # samples per gradient (per worker)
+    updates: int = 1000              # stop once the server applied this many gradients (0: no limit)
+    time_s: float = 0.0              # stop after this many seconds of training (0: no limit)
+    lr: float = 0.1                  # the server's SGD learning rate
+    momentum: float = 0.0            # the server's SGD momentum (applied in arrival order)
+    max_staleness: int | None = None  # drop (and have recomputed) gradients staler than this
+    staleness_lr: str = "none"       # none | inverse (lr / (1 + staleness) for each update)
+    seed: int = 0                    # model init, data, data order, emulated compute draws
+    emulate_compute: ComputeModel | None = None  # sleep a draw of this instead of computing
+    emulate_spec: str = ""           # the text --emulate-compute was given
+    backend: str = "gloo"            # gloo (torch.distributed) | mpi (mpi4py, under mpiexec)
+    timeout_s: float = 30.0          # a silent peer is declared dead after this long
+    threads: int = 0                 # torch threads per process; 0: cores / processes
+    json: str | None = None          # the server writes the run summary here
+    trace: str | None = None         # the server writes a Chrome trace here
+    trace_updates: int = 500         # updates drawn in the trace (the first ones)
+    progress: bool = True            # tqdm bar on the server
+    nproc_per_node: int = 0          # >0: start this many local processes ourselves
+    master_addr: str | None = None   # self-launch rendezvous address (default: $MASTER_ADDR)
+    master_port: int = 0             # self-launch port; 0: $MASTER_PORT or a free one
+
+    def __post_init__(self):
+        for name, low in [("batch_size", 1), ("num_samples", 1), ("updates", 0), ("threads", 0),
+                          ("nproc_per_node", 0), ("master_port", 0), ("trace_updates", 0)]:
+            if getattr(self, name) < low:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least {low}, "
+                                 f"got {getattr(self, name)}")
+        if self.nproc_per_node == 1:
+            raise ValueError("--nproc-per-node must be at least 2 (one server and a worker)")
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
+        DatasetSpec.parse(self.dataset)
+        if not (math.isfinite(self.time_s) and self.time_s >= 0):
+            raise ValueError(f"--time must be zero or positive, got {self.time_s}")
+        if self.updates == 0 and self.time_s == 0:
+            raise ValueError("no stop condition: give --updates N or --time T")
+        if not (self.lr > 0 and math.isfinite(self.lr)) or not 0 <= self.momentum < 1:
+            raise ValueError(f"need lr > 0 and 0 <= momentum < 1, got {self.lr}, {self.momentum}")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError(f"--max-staleness must be at least 0, got {self.max_staleness}")
+        if self.staleness_lr not in STALENESS_LR:
+            raise ValueError(f"unknown --staleness-lr {self.staleness_lr!r} "
+                             f"(choose from {', '.join(STALENESS_LR)})")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown --backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
+        if self.backend == "mpi" and self.nproc_per_node:
+            raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
+        if not self.timeout_s > 0:
+            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
+
+    @property
+    def engine(self) -> str:
+        return "mpi" if self.backend == "mpi" else "torch"
+
+    @property
+    def dataset_spec(self) -> DatasetSpec:
+        return DatasetSpec.parse(self.dataset)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = AsyncConfig()
+    p = argparse.ArgumentParser(prog="async_ps.py",
+                                description="Asynchronous SGD with a parameter server.")
+    p.add_argument("--model", default=d.model, help="lenet, mlp or mlp-large")
+    p.add_argument("--dataset", default=d.dataset, help="synthetic or mnist:DIR")
+    for name in ("num_samples", "batch_size", "updates", "threads", "seed", "nproc_per_node",
+                 "master_port", "trace_updates"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    for name in ("lr", "momentum"):
+        p.add_argument("--" + name, type=float, default=getattr(d, name))
+    p.add_argument("--time", default=None, help="stop after this long, e.g. 30s (then --updates "
+                   "is no limit unless given)")
+    p.add_argument("--max-staleness", type=int, default=None,
+                   help="drop gradients staler than this; the worker recomputes on fresh weights")
+    p.add_argument("--staleness-lr", default=d.staleness_lr, help="none or inverse")
+    p.add_argument("--emulate-compute", default=None,
+                   help="sleep instead of compute: 80ms, exp:80ms, shifted-exp:60ms,20ms, ...")
+    p.add_argument("--backend", default=d.backend, help="gloo or mpi")
+    p.add_argument("--timeout", default="30s", help="a silent peer counts as dead after this long")
+    p.add_argument("--json", default=None, help="write the run summary (server) to FILE")
+    p.add_argument("--trace", default=None, help="write a Chrome trace (server's view) to FILE")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--master-addr", default=None)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> AsyncConfig:
+    """``AsyncConfig`` from the command line; exits with status 2 and one line on bad input."""
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
+    try:
+        time_text = args.pop("time")
+        if time_text is not None:
+            args["time_s"] = parse_time(time_text)
+            given = sys.argv[1:] if argv is None else argv
+            if not any(a == "--updates" or a.startswith("--updates=") for a in given):
+                args["updates"] = 0
+        args["timeout_s"] = parse_time(args.pop("timeout"))
+        spec = args.pop("emulate_compute")
+        if spec is not None:
+            args["emulate_compute"], args["emulate_spec"] = parse_compute(spec), spec
+        known = {f.name for f in fields(AsyncConfig)}
+        return AsyncConfig(**{k: v for k, v in args.items() if k in known})
+    except ValueError as exc:
+        parser.exit(2, f"async_ps.py: error: {exc}\n")
