@@ -1,0 +1,92 @@
+"""Simulator speed: simulated updates per second of asynchronous SGD with a parameter server.
+
+    python benchmarks/sim_async.py [--repeats 3] [--json FILE]
+
+Measures, pinned to one CPU core, medians of ``--repeats`` runs, in CPU seconds (the fairer
+figure on a shared machine) and wall seconds:
+  * 1000 workers x 100,000 updates (target: at most 30 s) on three networks: ResNet-50 gradients
+    through one 10 Gbit/s server NIC (NIC-bound, the default cluster); free communication with
+    exponential compute (the renewal case); 1 Gbit/s workers into a 100 Gbit/s server (a hundred
+    flows in the NIC at once, the costliest case for the NIC model);
+  * the default command ``python -m dsgd_sim --replicas 16 --bandwidth 10Gbps`` (sync and async
+    side by side), start-up included (target: at most 1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from dsgd_sim import ClusterConfig, from_preset
+from dsgd_sim.compute import Exponential
+from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
+
+WORKERS, UPDATES = 1000, 100_000
+CASES = {
+    "resnet50_10Gbps_nic_bound": (ClusterConfig(WORKERS), from_preset("resnet50")),
+    "free_comm_exp80ms": (ClusterConfig(WORKERS, latency_s=0.0),
+                          from_preset("resnet50").with_grad_bytes(0)
+                          .with_compute(Exponential(0.08))),
+    "1Gbps_workers_100Gbps_server": (ClusterConfig(WORKERS, 1e9, 10e-6, 100e9),
+                                     from_preset("resnet50")),
+}
+
+
+def pin_to_one_core() -> None:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def time_run(cluster: ClusterConfig, workload) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, simulated updates per second) of one run."""
+    config = AsyncConfig(cluster, workload, UPDATES)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    result = AsyncSimulation(config).run()
+    return time.perf_counter() - start, time.process_time() - start_cpu, result.updates_per_s
+
+
+def time_default_command() -> tuple[float, float]:
+    """(wall, CPU of the child) seconds of the default command, start-up included."""
+    before = os.times()
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dsgd_sim", "--replicas", "16", "--bandwidth", "10Gbps"],
+                   check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = os.times()
+    return wall, (after.children_user - before.children_user) + \
+        (after.children_system - before.children_system)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    pin_to_one_core()
+    result = {"machine": f"{platform.processor() or platform.machine()}, "
+                         f"Python {platform.python_version()}"}
+    for name, (cluster, workload) in CASES.items():
+        runs = [time_run(cluster, workload) for _ in range(args.repeats)]
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        result[f"{name}_s"], result[f"{name}_cpu_s"] = wall, cpu
+        print(f"{WORKERS} workers x {UPDATES:,} updates, {name}: {wall:.2f} s wall, {cpu:.2f} s "
+              f"CPU, median ({UPDATES / cpu:,.0f} simulated updates per CPU-second; target <= 30 s)")
+    default = [time_default_command() for _ in range(max(args.repeats, 5))]
+    result["default_command_s"] = statistics.median(w for w, _ in default)
+    result["default_command_cpu_s"] = statistics.median(c for _, c in default)
+    print(f"default command (sync + async), start-up included: {result['default_command_s']:.2f} s "
+          f"wall, {result['default_command_cpu_s']:.2f} s CPU, median (target <= 1 s)")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
