@@ -31,10 +31,14 @@ REPO = Path(__file__).resolve().parent.parent
 CUDA_DIR = REPO / "cuda"
 sys.path.insert(0, str(CUDA_DIR))
 
-import bench  # noqa: E402
 import conv_profile  # noqa: E402
 import tiledconv  # noqa: E402
 import tiledconv_cpu  # noqa: E402
+
+# bench.py under a name of its own, so that no other test's `bench` can collide with it.
+_spec = importlib.util.spec_from_file_location("cuda_bench", CUDA_DIR / "bench.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
 
 KERNEL_FILES = sorted(p.name for p in tiledconv.KERNEL_DIR.glob("*.cu"))
 MASK_SIZES = [1, 3, 5, 7, 9, 11, 13, 15]
