@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "SGD on a modelled cluster: iteration time, where it goes, speedup, all-reduce "
                 "bandwidth, parameter-server throughput and staleness.")
     p.add_argument("--replicas", type=_typed(parse_replicas, "replicas"), default=[16],
-                   help="replica count, or a sweep: 1,2,4,...,1024 (default 16)")
+                   help="replica count (async: workers), or a sweep: 1,2,4,...,1024 (default 16)")
     p.add_argument("--bandwidth", type=_typed(parse_bandwidth, "bandwidth"), default=10e9,
                    help="each replica's NIC, each direction: 10Gbps, 100Mbit/s, 1.25GB/s (default 10Gbps)")
     p.add_argument("--latency", type=_typed(parse_time, "latency"), default=10e-6,
@@ -161,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", default="ring",
                    help=f"gradient all-reduce: {', '.join(ALGORITHM_NAMES)} (default ring)")
     p.add_argument("--iterations", type=_typed(
-        lambda t: _positive_int(t, "iterations", MAX_ITERATIONS), "iterations"), default=100)
+        lambda t: _positive_int(t, "iterations", MAX_ITERATIONS), "iterations"), default=100,
+        help="sync iterations; in --mode async, the server's updates summed over workers "
+             "(default 100)")
     p.add_argument("--seed", type=_typed(lambda t: _positive_int(str(int(t) + 1), "seed",
                                                                  2**63) - 1, "seed"), default=0)
     p.add_argument("--k-sync", type=_typed(lambda t: _positive_int(t, "K", MAX_REPLICAS), "K"),
@@ -201,7 +203,8 @@ def _add_async_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay", action="store_true",
                    help="replay the schedules on real SGD: loss against simulated time")
     p.add_argument("--lr", type=_typed(lambda t: _positive_float(t, "learning rate"), "lr"),
-                   default=ReplayConfig.lr, help=f"replay learning rate (default {ReplayConfig.lr:g})")
+                   default=ReplayConfig.lr,
+                   help=f"replay learning rate (default {ReplayConfig.lr:g})")
     p.add_argument("--staleness-lr", action="store_true",
                    help="replay: divide the async learning rate by the staleness (Zhang et al.)")
 
@@ -284,8 +287,11 @@ def run_all(args, runs: Runs) -> None:
 
 
 def _replay(args, runs: Runs) -> None:
-    """Convergence replay of the largest replica count's schedules."""
+    """Convergence replay of the largest replica count's schedules (in async mode, sync runs
+    as many iterations as use the async run's gradients)."""
     config = runs.configs[-1]
+    if args.mode == "async":
+        config = replace(config, iterations=-(-args.iterations // config.gradients_used))
     async_result = runs.async_results[-1] if runs.async_results else AsyncSimulation(
         replace(runs.async_configs[-1], updates=args.iterations * config.gradients_used)).run()
     sync_result = runs.sync_results[-1] if runs.sync_results else None
@@ -313,23 +319,24 @@ def _run_json(args, runs: Runs, i: int) -> dict:
 def format_tables(args, runs: Runs) -> str:
     """The printed report for the mode and the number of replica counts."""
     single = len(runs.configs) == 1
-    parts = []
     if args.mode == "both" and single:
-        parts.append(format_side_by_side(runs.configs[0], runs.summaries[0],
-                                         runs.async_configs[0], runs.async_summaries[0]))
-        parts.append(verdict(runs.configs[0], runs.summaries[0], runs.async_summaries[0]))
+        text = (format_side_by_side(runs.configs[0], runs.summaries[0], runs.async_configs[0],
+                                    runs.async_summaries[0]) + "\n"
+                + verdict(runs.configs[0], runs.summaries[0], runs.async_summaries[0]))
     else:
+        sections = []
         if runs.summaries:
-            parts.append(format_single(runs.configs[0], runs.summaries[0]) if single
-                         else format_sweep(runs.configs, runs.summaries))
+            sections.append(format_single(runs.configs[0], runs.summaries[0]) if single
+                            else format_sweep(runs.configs, runs.summaries))
         if runs.async_summaries:
-            parts.append(format_async(runs.async_configs[0], runs.async_summaries[0]) if single
-                         else format_async_sweep(runs.async_configs, runs.async_summaries,
-                                                 runs.summaries or None))
+            sections.append(format_async(runs.async_configs[0], runs.async_summaries[0])
+                            if single else format_async_sweep(runs.async_configs,
+                                                              runs.async_summaries,
+                                                              runs.summaries or None))
+        text = "\n\n".join(sections)
     if runs.convergence:
-        parts.append(convergence.format_summary(runs.convergence, args.staleness_lr))
-    return "\n\n".join(parts) if not (args.mode == "both" and single) else \
-        "\n".join(parts[:2]) + "".join("\n" + p for p in parts[2:])
+        text += "\n" + convergence.format_summary(runs.convergence, args.staleness_lr)
+    return text
 
 
 def write_outputs(args, runs: Runs) -> None:
