@@ -1,0 +1,244 @@
+"""Asynchronous SGD with a parameter server (``real/async_ps.py``): protocol checks, exactly-once
+updates, one worker equals plain SGD, bounded staleness, a killed worker, a killed server, the
+loss target on the default task, and bad input. Multi-process runs use 2–4 small CPU ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from real import ps_protocol as proto
+from real.data import ShardedBatches, synthetic_dataset
+from real.models import build_model
+from real.replica_state import weights_sha256
+from tests.dist_helpers import REPO, child_env, have_mpiexec, run_function, run_script
+
+ENTRY = "real/async_ps.py"
+DEFAULT_TASK_LOSS_TARGET = 1.5  # docs/async_ps.md: 1000 updates, 2 workers; starts near 2.30
+RUN_DEADLINE_S = 150  # a hang fails the test; not a timing target
+
+
+def read_summary(path) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def assert_each_update_applied_once(summary: dict) -> None:
+    """Every worker's steps 0, 1, 2, ... appear exactly once, in order, and add up."""
+    steps = defaultdict(list)
+    for worker, step, _ in summary["update_log"]:
+        steps[worker].append(step)
+    assert sum(len(s) for s in steps.values()) == summary["updates"]
+    for worker, seen in steps.items():
+        assert seen == list(range(len(seen))), f"worker {worker} steps {seen}"
+        assert summary["updates_per_worker"][str(worker)] == len(seen)
+
+
+# -- the wire protocol ------------------------------------------------------------------------
+def test_header_round_trips_with_float_fields():
+    header = proto.Header(proto.PUSH, 3, 17, 1000, 5, loss=1.25, compute_s=0.08)
+    wire = header.encode()
+    assert wire.dtype == torch.int64 and wire.numel() == proto.HEADER_FIELDS
+    assert proto.Header.decode(wire) == header
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"magic": 7}, "magic"),
+    ({"kind": proto.WEIGHTS}, "expects a push"),
+    ({"sender": 2}, "claims to come from rank 2"),
+    ({"version": 4}, "version 4"),
+    ({"step": 9}, "step 9"),
+    ({"length": 99}, "99 elements"),
+])
+def test_check_push_names_the_bad_field(change, words):
+    fields = dict(kind=proto.PUSH, sender=1, version=3, length=100, step=2)
+    fields.update({k: v for k, v in change.items() if k != "magic"})
+    header = proto.Header(**fields, magic=change.get("magic", proto.MAGIC))
+    with pytest.raises(proto.ProtocolError, match=words):
+        proto.check_push(header, source=1, expected_version=3, expected_step=2,
+                         server_version=5, num_params=100)
+
+
+def test_check_push_accepts_the_expected_push():
+    header = proto.Header(proto.PUSH, 1, 3, 100, 2)
+    proto.check_push(header, 1, 3, 2, 5, 100)
+
+
+def rogue_worker_sends_wrong_length():
+    """Rank 0 serves; rank 1 pushes a gradient header of the wrong length."""
+    from real.comm import init
+    from real.ps_config import AsyncConfig
+    from real.ps_server import ParameterServer
+    comm = init("torch", timeout_s=20)
+    try:
+        config = AsyncConfig(updates=5, progress=False)
+        if comm.rank == 0:
+            server = ParameterServer(config, comm)
+            try:
+                server.serve()
+            except proto.ProtocolError as error:
+                return str(error)
+            return "served without complaint"
+        reply = proto.empty_header()
+        answer = comm.irecv(reply, 0, proto.REPLY_TAG)
+        comm.send(proto.Header(proto.PUSH, 1, 0, 12, 0).encode(), 0, proto.PUSH_TAG)
+        answer.wait()
+        return proto.Header.decode(reply).kind
+    finally:
+        comm.close()
+
+
+def test_server_refuses_a_bad_header_with_one_clear_error():
+    server_said, worker_got = run_function(rogue_worker_sends_wrong_length, 2, timeout_s=90)
+    assert server_said == "rank 1 pushed a gradient of 12 elements; the model has 235146 parameters"
+    assert worker_got == proto.ERROR
+
+
+# -- whole runs ---------------------------------------------------------------------------
+def test_one_worker_run_is_plain_sgd_bit_for_bit(tmp_path):
+    summary_path = tmp_path / "one.json"
+    run = run_script([ENTRY, "--updates", "15", "--threads", "1", "--no-progress", "--json",
+                      str(summary_path)], 2, timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 0, run.stderr
+    summary = read_summary(summary_path)
+    torch.set_num_threads(1)
+    dataset = synthetic_dataset(16384, 0)
+    batches = ShardedBatches(len(dataset), 32, 1, 0, 0)
+    model = build_model("mlp", 0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(15):
+        images, labels = dataset.batch(batches.indices(step))
+        optimizer.zero_grad()
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+    assert summary["staleness_hist"] == [15]
+    assert summary["weights_sha256"] == weights_sha256(model)
+
+
+def test_default_task_every_update_once_and_loss_below_target(tmp_path):
+    summary_path = tmp_path / "default.json"
+    run = run_script([ENTRY, "--no-progress", "--json", str(summary_path)], 3,
+                     timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 0, run.stderr
+    summary = read_summary(summary_path)
+    assert summary["updates"] == 1000 and summary["workers_lost"] == 0
+    assert_each_update_applied_once(summary)
+    assert sum(summary["staleness_hist"]) == 1000
+    assert summary["initial_loss"] > 2.0
+    assert summary["final_loss"] < DEFAULT_TASK_LOSS_TARGET
+
+
+def test_max_staleness_bounds_every_applied_update(tmp_path):
+    summary_path = tmp_path / "bounded.json"
+    run = run_script([ENTRY, "--updates", "60", "--max-staleness", "1", "--emulate-compute",
+                      "exp:5ms", "--no-progress", "--json", str(summary_path)], 4,
+                     timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 0, run.stderr
+    summary = read_summary(summary_path)
+    assert summary["updates"] == 60
+    assert max(s for _, _, s in summary["update_log"]) <= 1
+    assert summary["staleness_max"] <= 1
+    # three workers make staler gradients common: the bound was exercised, not idle
+    assert summary["dropped"] > 0
+    assert_each_update_applied_once(summary)
+
+
+def start_self_launched(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, ENTRY, *args], cwd=REPO, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def wait_for_serving(proc: subprocess.Popen) -> dict[str, int]:
+    """Read stdout until the server serves; the pids by role line (``"rank 2 ... worker"``)."""
+    pids, deadline = {}, time.monotonic() + RUN_DEADLINE_S
+    for line in proc.stdout:
+        if line.startswith("rank "):
+            words = line.split()
+            pids[words[1]] = int(words[3])
+        if line.startswith("serving"):
+            return pids
+        assert time.monotonic() < deadline, "the job never started serving"
+    raise AssertionError(f"the job ended before serving: {proc.stderr.read()}")
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=RUN_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"the job hung:\n{out}\n{err}")
+    return proc.returncode, out, err
+
+
+def test_killed_worker_is_lost_and_the_rest_finish(tmp_path):
+    summary_path = tmp_path / "kill.json"
+    proc = start_self_launched(["--nproc-per-node", "3", "--updates", "300", "--emulate-compute",
+                                "20ms", "--no-progress", "--json", str(summary_path)])
+    pids = wait_for_serving(proc)
+    time.sleep(0.5)
+    os.kill(pids["2"], signal.SIGKILL)
+    code, out, err = finish(proc)
+    assert code == 0, err
+    summary = read_summary(summary_path)
+    assert summary["workers_lost"] == 1 and summary["lost_ranks"] == [2]
+    assert summary["updates"] == 300
+    assert_each_update_applied_once(summary)
+
+
+def test_killed_server_makes_every_worker_exit_with_an_error():
+    proc = start_self_launched(["--nproc-per-node", "3", "--time", "120s", "--emulate-compute",
+                                "20ms", "--timeout", "5s", "--no-progress"])
+    pids = wait_for_serving(proc)
+    time.sleep(0.5)
+    os.kill(pids["0"], signal.SIGKILL)
+    code, out, err = finish(proc)
+    assert code != 0
+    lost = [line for line in err.splitlines() if "lost the server (rank 0)" in line]
+    assert sorted(line.split("rank ")[1][0] for line in lost) == ["1", "2"], err
+
+
+@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
+def test_runs_under_mpiexec(tmp_path):
+    summary_path = tmp_path / "mpi.json"
+    run = run_script([ENTRY, "--backend", "mpi", "--updates", "30", "--no-progress", "--json",
+                      str(summary_path)], 3, launcher="mpi", timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 0, run.stderr
+    summary = read_summary(summary_path)
+    assert summary["updates"] == 30 and summary["backend"] == "mpi"
+    assert_each_update_applied_once(summary)
+
+
+# -- bad input --------------------------------------------------------------------------
+@pytest.mark.parametrize("args, words", [
+    (["--updates", "-1"], "--updates must be at least 0"),
+    (["--emulate-compute", "exp:fast"], "fast"),
+    (["--nproc-per-node", "1"], "at least 2"),
+    (["--model", "resnet"], "unknown model 'resnet'"),
+    (["--time", "ten"], "ten"),
+    (["--updates", "0"], "no stop condition"),
+    (["--max-staleness", "-2"], "--max-staleness must be at least 0"),
+])
+def test_bad_flag_is_one_line_and_exit_2(args, words, capsys):
+    from real.async_ps import main
+    with pytest.raises(SystemExit) as stopped:
+        main(args)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_single_process_is_refused_with_one_line():
+    run = run_script([ENTRY, "--no-progress"], 1, timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 2
+    assert "needs at least 2 processes" in run.stderr and "Traceback" not in run.stderr
