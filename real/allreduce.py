@@ -43,7 +43,7 @@ import torch
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
 from real.comm import check_op, combine_into, divide_for_avg
 
-DEFAULT_SEGMENT_BYTES = 1 << 20  # measured best on loopback for 1-16 MB buffers (docs/communication.md)
+DEFAULT_SEGMENT_BYTES = 2 << 20  # 1-8 MiB measured alike on loopback; see docs/communication.md
 NAIVE_TAG, SCATTER_TAG, GATHER_TAG = 401, 402, 403  # tags of this module's messages
 
 
@@ -273,11 +273,11 @@ def result_row(name: str, size_bytes: int, p: int, time_s: float) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     backend = {r["bytes"]: r["busbw_Bps"] for r in rows if r["algorithm"] == "backend"}
-    print(f"{'algorithm':>9} {'size':>8} {'ranks':>5} {'time':>10} {'algbw':>11} {'busbw':>11}"
+    print(f"{'algorithm':>12} {'size':>8} {'ranks':>5} {'time':>10} {'algbw':>11} {'busbw':>11}"
           f" {'busbw/backend':>13}")
     for r in rows:
         ratio = f"{r['busbw_Bps'] / backend[r['bytes']]:.2f}" if r["bytes"] in backend else "-"
-        print(f"{r['algorithm']:>9} {format_bytes(r['bytes']):>8} {r['world_size']:>5} "
+        print(f"{r['algorithm']:>12} {format_bytes(r['bytes']):>8} {r['world_size']:>5} "
               f"{format_time(r['time_s']):>10} {format_rate_Bps(r['algbw_Bps']):>11} "
               f"{format_rate_Bps(r['busbw_Bps']):>11} {ratio:>13}")
 

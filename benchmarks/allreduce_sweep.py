@@ -1,0 +1,79 @@
+"""Run the all-reduce benchmark for 2 and 4 ranks on both engines and print one Markdown table.
+
+    python benchmarks/allreduce_sweep.py                      # sizes 64KB,1MB,16MB, both engines
+    python benchmarks/allreduce_sweep.py --engines torch --ranks 2 --out-dir results/
+
+Each configuration is one run of ``real/allreduce.py`` (torchrun for torch/Gloo, mpiexec for MPI)
+that writes ``allreduce_<backend>_p<N>.json`` into ``--out-dir``; the table shows each row's busbw
+and its ratio to the backend's own all-reduce measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from dsgd_sim.units import format_bytes, format_rate_Bps, format_time  # noqa: E402
+
+
+def command(engine: str, ranks: int, args, out: str) -> list[str]:
+    bench = [os.path.join(REPO, "real", "allreduce.py"), "--sizes", args.sizes, "--iters",
+             str(args.iters), "--json", out]
+    if engine == "mpi":
+        return ["mpiexec", "-n", str(ranks), sys.executable, *bench, "--backend", "mpi"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={ranks}", *bench]
+
+
+def table(runs: list[dict]) -> str:
+    lines = ["| engine | ranks | size | algorithm | time | algbw | busbw | busbw / backend |",
+             "|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        backend = {r["bytes"]: r["busbw_Bps"] for r in run["results"] if r["algorithm"] == "backend"}
+        for r in sorted(run["results"], key=lambda r: r["bytes"]):
+            lines.append(f"| {run['backend']} | {r['world_size']} | {format_bytes(r['bytes'])} | "
+                         f"{r['algorithm']} | {format_time(r['time_s'])} | "
+                         f"{format_rate_Bps(r['algbw_Bps'])} | {format_rate_Bps(r['busbw_Bps'])} | "
+                         f"{r['busbw_Bps'] / backend[r['bytes']]:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="torch,mpi", help="comma-separated: torch, mpi")
+    parser.add_argument("--ranks", default="2,4", help="comma-separated numbers of ranks")
+    parser.add_argument("--sizes", default="64KB,1MB,16MB")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--out-dir", default=".", help="where the JSON files go")
+    args = parser.parse_args(argv)
+    engines = args.engines.split(",")
+    if any(e not in ("torch", "mpi") for e in engines):
+        parser.error(f"--engines: expected torch and/or mpi, got {args.engines!r}")
+    try:
+        ranks = [int(n) for n in args.ranks.split(",")]
+    except ValueError:
+        parser.error(f"--ranks: not a list of integers: {args.ranks!r}")
+    if "mpi" in engines and shutil.which("mpiexec") is None:
+        parser.error("--engines mpi: mpiexec not found (./install.sh mpi installs mpich)")
+    os.makedirs(args.out_dir, exist_ok=True)
+    runs = []
+    for engine in engines:
+        for n in ranks:
+            out = os.path.join(args.out_dir, f"allreduce_{'mpi' if engine == 'mpi' else 'gloo'}_p{n}.json")
+            cmd = command(engine, n, args, out)
+            print("$", " ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True, stdout=sys.stderr)
+            with open(out) as f:
+                runs.append(json.load(f))
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()

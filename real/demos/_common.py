@@ -1,0 +1,40 @@
+"""What the demos share: the command line (``--backend``, ``--timeout``) and printing what every
+rank holds, in rank order, from rank 0 (the tensors are gathered there, so lines never interleave)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from real.comm_cli import add_comm_arguments, open_comm
+
+
+def show(comm, label: str, tensor: torch.Tensor) -> None:
+    """Print ``label`` and each rank's ``tensor`` (same shape on every rank) from rank 0."""
+    slots = [torch.empty_like(tensor) for _ in range(comm.world_size)] if comm.rank == 0 else None
+    comm.gather(tensor.contiguous(), slots, dst=0)
+    if comm.rank == 0:
+        print(label)
+        for rank, held in enumerate(slots):
+            print(f"  rank {rank}: {held.tolist()}")
+        sys.stdout.flush()
+
+
+def say(comm, text: str) -> None:
+    """Print ``text`` once, from rank 0."""
+    if comm.rank == 0:
+        print(text, flush=True)
+
+
+def run_demo(description: str, body, add_arguments=None, argv=None) -> None:
+    """Parse the common flags (and the demo's own), open the communicator, run ``body(comm, args)``."""
+    parser = argparse.ArgumentParser(description=description)
+    add_comm_arguments(parser)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    with open_comm(parser, args) as comm:
+        say(comm, f"{comm.world_size} ranks, {comm.engine} engine, backend {comm.backend}")
+        body(comm, args)
