@@ -57,6 +57,11 @@ def results_markdown(results: list[dict], fidelity_rows: list[dict], header: lis
         if result.get("plot"):
             lines += [f"![{result['name']}](results/{result['plot']})", ""]
         lines += comparison_table(rows) + [""]
+        again = result.get("repeatability")
+        if again:
+            lines += [f"Repeatability: against the previous run of the same configurations, the "
+                      f"measured times moved by {_abs_pct(again['median_abs_change'])} (median) and "
+                      f"{_abs_pct(again['worst_abs_change'])} (worst) over {again['rows']} rows.", ""]
         for note in result.get("notes", []):
             lines += [note, ""]
     return "\n".join(lines).rstrip() + "\n"

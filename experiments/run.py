@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -73,8 +74,24 @@ def run_experiment(experiment, net_by_rate: dict) -> dict:
         plot, draw = f"{experiment.name}.png", plot_sync
     draw(rows, RESULTS / plot)
     return {"name": experiment.name, "question": experiment.question, "plot": plot,
+            "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "points": [p.as_dict() for p in experiment.points], "rows": rows,
             "wall_s": time.monotonic() - started}
+
+
+def repeatability(rows: list[dict], previous_path: Path) -> dict | None:
+    """How much this run's measurements moved from the previous run's (same configs): the noise
+    floor under any model's error on this machine. None without a previous run."""
+    if not previous_path.exists():
+        return None
+    previous = json.loads(previous_path.read_text())
+    before = {r["config"]: r["measured_s"] for r in previous.get("rows", [])}
+    changes = [abs(r["measured_s"] - before[r["config"]]) / before[r["config"]]
+               for r in rows if r["config"] in before]
+    if not changes:
+        return None
+    return {"rows": len(changes), "median_abs_change": statistics.median(changes),
+            "worst_abs_change": max(changes), "previous_load_average": previous.get("load_average")}
 
 
 def fidelity_rows(results: list[dict]) -> list[dict]:
@@ -168,6 +185,7 @@ def measure_all(args) -> list[dict]:
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
         result = run_experiment(experiment, net_by_rate)
+        result["repeatability"] = repeatability(result["rows"], RESULTS / f"{experiment.name}.json")
         (RESULTS / f"{experiment.name}.json").write_text(json.dumps(result, indent=1) + "\n")
         results.append(result)
     return results
