@@ -330,3 +330,20 @@ def test_dead_mpi_peer_ends_the_job(peer_script):
     run = run_script([peer_script, "dies"], 2, launcher="mpi", timeout_s=60)
     assert not run.timed_out and run.returncode != 0
     assert "all_reduce returned" not in run.stdout
+
+
+# -- the demos run under both launchers ---------------------------------------------------------------
+DEMOS = [  # (demo, launcher, a line its output must contain); engines alternate to keep this short
+    ("point_to_point", "mpi", "rank 1: [0.0, 100.0]"),
+    ("collectives", "gloo", "reduce_scatter(sum)"),
+    ("groups", "mpi", "rank 1: [0.0, 1.0, 1.0]"),
+    ("ring_allreduce", "gloo", "rank 1: [100, 102, 104, 106, 108, 110, 112]"),
+]
+
+
+@pytest.mark.parametrize("demo,launcher,line", [
+    pytest.param(*d, marks=needs_mpi) if d[1] == "mpi" else d for d in DEMOS])
+def test_demo_prints_what_each_rank_holds(demo, launcher, line):
+    run = run_script([f"real/demos/{demo}.py"], 2, launcher=launcher, timeout_s=90)
+    assert run.returncode == 0, run.stderr
+    assert line in run.stdout, run.stdout
