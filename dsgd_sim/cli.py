@@ -206,7 +206,7 @@ def _add_async_options(p: argparse.ArgumentParser) -> None:
                    default=ReplayConfig.lr,
                    help=f"replay learning rate (default {ReplayConfig.lr:g})")
     p.add_argument("--staleness-lr", action="store_true",
-                   help="replay: divide the async learning rate by the staleness (Zhang et al.)")
+                   help="replay: divide the async learning rate by 1 + staleness (Zhang et al.)")
 
 
 def build_workload(args) -> Workload:

@@ -9,7 +9,8 @@ becomes one real SGD step:
   computed on the current weights w_k:  w_{k+1} = w_k − η · mean of G gradients at w_k.
 * **async**: update u applies one minibatch gradient computed on the weights the worker held,
   version u − s_u (s_u its simulated staleness):  w_{u+1} = w_u − η_u · ∇f(w_{u−s_u}), with
-  η_u = η, or η / max(1, s_u) with the staleness-aware rate of Zhang et al. (IJCAI 2016).
+  η_u = η, or η / (1 + s_u) with the staleness-aware rate of Zhang et al. (IJCAI 2016),
+  the rule the real trainer's ``--staleness-lr inverse`` applies.
 
 Minibatches are drawn from one seeded stream in update order, so one-worker async and one-replica
 sync take exactly the same steps. The loss is the mean logistic loss over the whole data set,
@@ -38,7 +39,7 @@ class ReplayConfig:
     samples: int = 4096
     batch_size: int = 8  # samples per gradient (one worker's minibatch)
     lr: float = 2.0  # η
-    staleness_lr: bool = False  # async: η / max(1, staleness) (Zhang et al. 2016)
+    staleness_lr: bool = False  # async: η / (1 + staleness) (Zhang et al. 2016)
     label_noise: float = 0.05  # fraction of labels flipped
     seed: int = 0
     points: int = 200  # loss evaluations per curve
@@ -131,7 +132,7 @@ def replay(task: LogisticTask, config: ReplayConfig, mode: str, update_times_s: 
         s = min(int(stale[u]), u)
         rows = rng.integers(0, len(task.y), rows_per_update)
         grad = task.gradient(history[(u - s) % depth] if s else w, rows)
-        lr = config.lr / max(1, s) if config.staleness_lr else config.lr
+        lr = config.lr / (1 + s) if config.staleness_lr else config.lr
         w = w - lr * grad
         history[(u + 1) % depth] = w
         if u + 1 in evaluate:

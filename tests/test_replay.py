@@ -50,7 +50,7 @@ def test_stale_gradients_cost_updates_and_a_staleness_aware_rate_narrows_the_gap
     assert aware - one < (plain or never) - one
 
 
-def test_staleness_aware_rate_divides_the_step_by_the_staleness():
+def test_staleness_aware_rate_divides_the_step_by_one_plus_the_staleness():
     config = ReplayConfig(lr=0.5, staleness_lr=True, seed=3)
     task = LogisticTask(config)
     curve = replay(task, config, "async", np.array([1.0, 2.0, 3.0]), staleness=np.array([0, 1, 2]),
@@ -59,8 +59,8 @@ def test_staleness_aware_rate_divides_the_step_by_the_staleness():
     rows = [rng.integers(0, len(task.y), config.batch_size) for _ in range(3)]
     w0 = np.zeros(task.features)
     w1 = w0 - 0.5 * task.gradient(w0, rows[0])
-    w2 = w1 - 0.5 * task.gradient(w0, rows[1])  # staleness 1: computed on w0, full step
-    w3 = w2 - 0.25 * task.gradient(w0, rows[2])  # staleness 2: computed on w0, half step
+    w2 = w1 - 0.5 / 2 * task.gradient(w0, rows[1])  # staleness 1: computed on w0, half step
+    w3 = w2 - 0.5 / 3 * task.gradient(w0, rows[2])  # staleness 2: computed on w0, third step
     assert curve.loss == pytest.approx([task.loss(w) for w in (w0, w1, w2, w3)], rel=1e-12)
     assert list(curve.time_s) == [0.0, 1.0, 2.0, 3.0]
 
