@@ -7,8 +7,9 @@ Start with ``python -m dsgd_sim --replicas 16 --bandwidth 10Gbps`` or, from Pyth
 """
 
 from .cluster import ClusterConfig
+from .parameter_server import AsyncConfig, AsyncSimulation
 from .sync import SyncConfig, SyncResult, SyncSimulation
 from .workload import Workload, from_preset, load_profile
 
-__all__ = ["ClusterConfig", "SyncConfig", "SyncResult", "SyncSimulation", "Workload",
+__all__ = ["AsyncConfig", "AsyncSimulation", "ClusterConfig", "SyncConfig", "SyncResult", "SyncSimulation", "Workload",
            "from_preset", "load_profile"]

@@ -17,7 +17,7 @@ halving-doubling    Rabenseifner: recursive-halving reduce-scatter (n/2, n/4, â€
 ==================  ==========================================================================
 
 ``ps`` (parameter server) is not a round-based collective: its pushes contend at the server's NIC
-and are simulated flow by flow in ``parameter_server.py``.
+and are simulated flow by flow in ``sync.py`` (through ``fairshare.py``).
 
 Reduction arithmetic (Î³ in the papers) is not modelled: on a CPU it hides behind the network,
 on GPUs it runs at memory bandwidth, both far faster than the links considered here.
