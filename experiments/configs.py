@@ -89,6 +89,42 @@ class SyncRunConfig:
 
 
 @dataclass(frozen=True)
+class AsyncRunConfig:
+    """One asynchronous parameter-server run (``real/async_ps.py``): host 0 is the server, every
+    other host one worker; compute is emulated (sleep) so that the network and the server decide."""
+
+    hosts: int
+    bandwidth_bps: float
+    model: str = "mlp"
+    emulate_compute_s: float = 0.05
+    updates: int = 100
+    batch_size: int = 32
+    kind: str = field(default="async", init=False)
+
+    def __post_init__(self):
+        if self.hosts < 2:
+            raise ValueError(f"a parameter server needs at least 2 hosts (server + worker), got {self.hosts}")
+        if not self.bandwidth_bps > 0:
+            raise ValueError(f"bandwidth must be positive, got {self.bandwidth_bps} bit/s")
+        if not self.emulate_compute_s > 0:
+            raise ValueError(f"emulated compute must be > 0 s, got {self.emulate_compute_s}")
+        if self.updates < 4 * self.hosts:
+            raise ValueError(f"updates ({self.updates}) must be at least 4 per host")
+
+    @property
+    def workers(self) -> int:
+        return self.hosts - 1
+
+    @property
+    def label(self) -> str:
+        return (f"{self.workers} workers {self.bandwidth_bps / MBIT:g}Mbps {self.model} "
+                f"emulate {self.emulate_compute_s * 1e3:g}ms")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A named list of runs, with a sentence saying what it asks."""
 
@@ -138,9 +174,22 @@ def sync_vs_replicas(quick: bool = False) -> Experiment:
                       "like) and real CPU compute.", tuple(points))
 
 
+def async_parameter_server(quick: bool = False) -> Experiment:
+    """Async SGD through a parameter server: time per applied update against workers (compare
+    the sync experiment's emulated rows: the same model, compute and rate)."""
+    hosts = (3, 5) if quick else (3, 5, 9)
+    rates = (200,) if quick else (50, 200)
+    points = tuple(AsyncRunConfig(h, rate * MBIT, updates=100 if quick else 200)
+                   for rate in rates for h in hosts)
+    return Experiment("async", "Async SGD with a parameter server: seconds per applied update "
+                      "against workers (the server's link is shared by every push and reply).",
+                      points)
+
+
 EXPERIMENTS = {
     "allreduce": allreduce_vs_size,
     "sync": sync_vs_replicas,
+    "async": async_parameter_server,
 }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from real.testbed import Testbed, TestbedConfig, TestbedError
 from real.testbed.calibrate import calibrate
 
-from .configs import AllReduceConfig, SyncRunConfig
+from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -85,3 +85,13 @@ def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:
             "--emulate-compute", f"{config.emulate_compute_s}s"]
     command = _rank_command("real/sync.py", args) + " --json {out}/sync.json"
     return _run(config, command, "sync.json", timeout_s)
+
+
+def measure_async(config: AsyncRunConfig, timeout_s: float = 900.0) -> dict:
+    """``real/async_ps.py`` with the server on host 0 and a worker on every other host: the
+    server's summary (updates/s after the first round, staleness)."""
+    args = ["--model", config.model, "--updates", str(config.updates), "--batch-size",
+            str(config.batch_size), "--emulate-compute", f"{config.emulate_compute_s}s",
+            "--no-progress"]
+    command = _rank_command("real/async_ps.py", args) + " --json {out}/async.json"
+    return _run(config, command, "async.json", timeout_s)

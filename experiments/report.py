@@ -123,3 +123,30 @@ def plot_sync(rows: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def plot_async(rows: list[dict], path: Path) -> None:
+    """Seconds per applied update against workers, and mean staleness: measured and predicted."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, rate in enumerate(sorted({r["bandwidth_bps"] for r in rows})):
+        sel = sorted((r for r in rows if r["bandwidth_bps"] == rate), key=lambda r: r["workers"])
+        workers = [r["workers"] for r in sel]
+        label = f"{rate / 1e6:g} Mbit/s"
+        left.plot(workers, [r["measured_s"] for r in sel], "o", color=f"C{i}", label=f"{label} measured")
+        left.plot(workers, [r["predicted_s"] for r in sel], "-", color=f"C{i}", alpha=0.6,
+                  label=f"{label} predicted")
+        right.plot(workers, [r["measured_staleness_mean"] for r in sel], "o", color=f"C{i}",
+                   label=f"{label} measured")
+        right.plot(workers, [r["predicted_staleness_mean"] for r in sel], "-", color=f"C{i}",
+                   alpha=0.6, label=f"{label} predicted")
+    left.set(xlabel="workers", ylabel="seconds per applied update", title="async PS, mlp")
+    right.set(xlabel="workers", ylabel="mean staleness", title="staleness")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -31,7 +31,7 @@ from experiments.configs import select  # noqa: E402
 from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs, predict_allreduce_s  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
-from experiments.report import plot_allreduce, plot_sync, write_results_md  # noqa: E402
+from experiments.report import plot_allreduce, plot_async, plot_sync, write_results_md  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -62,12 +62,31 @@ def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
     return rows
 
 
+def async_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
+    """Seconds per applied update (1 / the server's updates/s after the first round)."""
+    rows = []
+    for point in experiment.points:
+        summary = measure(point)
+        predicted = predict(point, net_by_rate[point.bandwidth_bps])
+        rows.append({"config": point.label, "hosts": point.hosts, "workers": point.workers,
+                     "bandwidth_bps": point.bandwidth_bps, "mode": "async",
+                     "predicted_s": predicted["per_update_s"],
+                     "measured_s": 1.0 / summary["updates_per_s"],
+                     "predicted_staleness_mean": predicted["staleness_mean"],
+                     "measured_staleness_mean": summary["staleness_mean"], "measured": summary})
+    return rows
+
+
 def run_experiment(experiment, net_by_rate: dict) -> dict:
     from experiments import measure
     started = time.monotonic()
     if experiment.name == "allreduce":
         rows = allreduce_rows(experiment, net_by_rate, measure.measure_allreduce)
         plot, draw = "allreduce.png", plot_allreduce
+    elif experiment.name == "async":
+        from experiments.sync_model import predict_async
+        rows = async_rows(experiment, net_by_rate, measure.measure_async, predict_async)
+        plot, draw = "async.png", plot_async
     else:
         from experiments.sync_model import predict_sync_s
         rows = sync_rows(experiment, net_by_rate, measure.measure_sync, predict_sync_s)

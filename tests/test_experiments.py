@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dsgd_sim.collectives import allreduce_time_s
-from experiments.configs import EXPERIMENTS, AllReduceConfig, SyncRunConfig, select
+from experiments.configs import EXPERIMENTS, AllReduceConfig, AsyncRunConfig, SyncRunConfig, select
 from experiments.fidelity import by_experiment, fidelity_row, summarise
 from experiments.model import NetworkInputs, predict_allreduce_s
 from experiments.report import results_markdown
@@ -55,6 +55,12 @@ def test_allreduce_config_rejects_bad_values_naming_them(kwargs, message):
 def test_sync_config_rejects_steps_not_exceeding_warmup():
     with pytest.raises(ValueError, match="warmup"):
         SyncRunConfig(hosts=2, bandwidth_bps=50e6, steps=5, warmup_steps=5)
+
+
+def test_async_config_puts_the_server_on_one_host_and_workers_on_the_rest():
+    assert AsyncRunConfig(hosts=5, bandwidth_bps=200e6).workers == 4
+    with pytest.raises(ValueError, match="at least 2 hosts"):
+        AsyncRunConfig(hosts=1, bandwidth_bps=200e6)
 
 
 def test_select_names_the_unknown_experiment():
