@@ -12,10 +12,12 @@ Two nodes (run on each; ``HOST0`` is node 0's address, any free port)::
         --rdzv-id sync1 real/sync.py --steps 500
 
 Surviving a killed worker (torchrun restarts every worker; the job resumes from the newest
-complete checkpoint, so the final weights equal those of an uninterrupted run)::
+complete checkpoint, so the final weights equal those of an uninterrupted run). The variable gives
+each restart a fresh rendezvous store; without it, restarted Gloo workers can find the previous
+attempt's addresses there and fail or hang (pytorch/pytorch#135712)::
 
-    torchrun --standalone --nproc-per-node 4 --max-restarts 3 real/sync.py \\
-        --checkpoint-dir ckpt --checkpoint-every 20
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 4 \\
+        --max-restarts 3 real/sync.py --checkpoint-dir ckpt --checkpoint-every 20
 
 Without torchrun (this script starts the N processes itself), over MPI, and on GPUs::
 
@@ -48,11 +50,12 @@ from real.data import ShardedBatches, load_dataset
 from real.emulate import EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
-from real.local_launch import env_rank, mpi_local_rank, placement_from_env, self_launch
+from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env,
+                               self_launch)
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
                                 write_checkpoint)
-from real.sync_config import SyncConfig, parse_args
+from real.sync_config import QUIET_EXIT_DELAY_S, SyncConfig, parse_args
 from real.sync_report import StepRecorder, write_json, write_trace
 
 
@@ -83,11 +86,11 @@ def run_worker(config: SyncConfig) -> int:
         local_rank, local_world_size = local_placement(config)
         device = pick_device(config, local_rank, local_world_size)
         torch.set_num_threads(config.threads or max(1, len(os.sched_getaffinity(0)) // local_world_size))
-        dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
     except (ValueError, CommError) as error:
         return report_error(rank == 0, error, 2 if isinstance(error, ValueError) else 1)
     try:
+        dataset = load_data_together(config, comm)
         train(config, comm, dataset, device)
         return 0
     except ValueError as error:  # bad input found on every rank alike: rank 0 says it once
@@ -98,9 +101,42 @@ def run_worker(config: SyncConfig) -> int:
         comm.close()
 
 
+class InputError(ValueError):
+    """Bad input already reported (by rank 0, or by the rank that found it)."""
+
+
+def load_data_together(config: SyncConfig, comm):
+    """Collective: every rank loads its data; if any rank fails, all exit with one report.
+
+    Rank 0 prints its own error before the ranks compare notes; another rank prints its error
+    only when rank 0 had none (a file missing on one node, say).
+    """
+    error = None
+    try:
+        dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
+        ShardedBatches(len(dataset), config.batch_size, comm.world_size, comm.rank, config.seed)
+    except ValueError as caught:
+        error = caught
+        if comm.rank == 0:
+            print(f"sync.py: error: {error}", file=sys.stderr, flush=True)
+    flags = torch.tensor([int(error is not None), int(error is not None and comm.rank == 0)],
+                         device=comm.device)
+    comm.all_reduce(flags, op="max")
+    any_failed, main_failed = (bool(v) for v in flags.tolist())
+    if error is not None and comm.rank != 0 and not main_failed:
+        print(f"sync.py: error: rank {comm.rank}: {error}", file=sys.stderr, flush=True)
+    if any_failed:
+        raise InputError(error or "another rank could not load its data")
+    return dataset
+
+
 def report_error(speak: bool, error: Exception, status: int) -> int:
-    if speak:
+    """Print ``error`` as one line if ``speak``; the exit status. Silent ranks wait a moment so
+    that a launcher which stops the job when one rank exits lets rank 0 finish speaking."""
+    if speak and not isinstance(error, InputError):
         print(f"sync.py: error: {error}", file=sys.stderr, flush=True)
+    elif status == 2:
+        time.sleep(QUIET_EXIT_DELAY_S)
     return status
 
 
@@ -244,4 +280,4 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    fast_exit(main())

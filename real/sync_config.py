@@ -7,6 +7,7 @@ Every default lives here with what it means. ``parse_args`` turns the command li
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import dataclass, fields
 
 from dsgd_sim.units import parse_time
@@ -17,6 +18,9 @@ from .models import MODELS
 
 ALLREDUCE_CHOICES = ("backend", "ring", "naive")
 BACKENDS = ("gloo", "nccl", "mpi")
+# A launcher such as torchrun stops every rank once one exits: ranks that stay quiet about a bad
+# input wait this long, so that rank 0 has surely printed its error line first.
+QUIET_EXIT_DELAY_S = 1.0
 
 
 @dataclass
@@ -111,6 +115,11 @@ class _Parser(argparse.ArgumentParser):
     def _print_message(self, message, file=None):
         if not self.quiet:
             super()._print_message(message, file)
+
+    def exit(self, status=0, message=None):
+        if self.quiet and status:
+            time.sleep(QUIET_EXIT_DELAY_S)
+        super().exit(status, message)
 
 
 def build_parser(quiet: bool = False) -> argparse.ArgumentParser:

@@ -1,0 +1,150 @@
+"""Samples per second of each gradient synchronisation of ``real/sync.py``, against DDP.
+
+For every model and number of ranks, one local job (Gloo, CPU) trains with each ``--sync`` mode in
+turn, in several rounds with the order shuffled per round, all inside the same process group: the
+modes share the same background load, and a ratio to ``ddp`` is taken within each round and its
+median reported. Each training run discards its warm-up steps and times the rest between two
+barriers (``real/sync_report.py``)::
+
+    python benchmarks/sync_throughput.py                       # lenet and mlp-large, 2 and 4 ranks
+    python benchmarks/sync_throughput.py --models mlp-large --ranks 4 --emulate-compute 80ms \\
+        --json sync_bench.json
+
+Rank 0 prints one row per (model, ranks, sync): median samples/s, the median ratio to DDP, and the
+median per-step compute, exposed communication and idle seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+
+if __package__ in (None, ""):
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import torch
+import torch.multiprocessing as mp
+
+from dsgd_sim.units import parse_time
+from real.comm import init
+from real.data import load_dataset
+from real.local_launch import free_port
+from real.sync import train
+from real.sync_config import SyncConfig
+
+MODES = ("ddp", "bucketed", "flat", "per-param")
+
+
+def worker(rank, world_size, port, jobs, out_dir, rounds, seed):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
+    comm = init("torch", "gloo", timeout_s=120, check_sizes=False)
+    try:
+        dataset = load_dataset(SyncConfig().dataset_spec, jobs[0]["num_samples"], seed)
+        order = random.Random(seed)
+        for round_index in range(rounds):
+            shuffled = list(jobs)
+            order.shuffle(shuffled)  # the same order on every rank: same seed
+            for job in shuffled:
+                name = f"{job['sync']}-{job['allreduce']}-{round_index}.json"
+                train(SyncConfig(**job, json=os.path.join(out_dir, name)), comm, dataset,
+                      torch.device("cpu"))
+    finally:
+        comm.close()
+
+
+def run_config(model, world_size, args) -> list[dict]:
+    jobs = [dict(model=model, sync=sync, allreduce=allreduce, steps=args.steps + args.warmup,
+                 warmup_steps=args.warmup, batch_size=args.batch_size,
+                 num_samples=args.num_samples, emulate_compute_s=args.emulate_compute_s,
+                 bucket_mb=args.bucket_mb, progress=False, seed=args.seed)
+            for sync in args.sync for allreduce in (["backend"] if sync == "ddp" else args.allreduce)]
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.start_processes(worker, args=(world_size, free_port("127.0.0.1"), jobs, out_dir,
+                                         args.rounds, args.seed),
+                           nprocs=world_size, start_method="spawn")
+        return [{**json.load(open(os.path.join(out_dir, name))), "round": int(name[-6])}
+                for name in sorted(os.listdir(out_dir))]
+
+
+def summarise(results: list[dict]) -> list[dict]:
+    ddp = {r["round"]: r["samples_per_s"] for r in results if r["sync"] == "ddp"}
+    rows = []
+    for key in dict.fromkeys((r["sync"], r["allreduce"]) for r in results):
+        runs = [r for r in results if (r["sync"], r["allreduce"]) == key]
+        def median(field):
+            values = [r[field] for r in runs if r[field] is not None]
+            return statistics.median(values) if values else None
+        ratios = [r["samples_per_s"] / ddp[r["round"]] for r in runs if r["round"] in ddp]
+        rows.append({"model": runs[0]["model"], "world_size": runs[0]["world_size"],
+                     "sync": key[0], "allreduce": key[1], "rounds": len(runs),
+                     "samples_per_s": median("samples_per_s"),
+                     "ratio_to_ddp": statistics.median(ratios) if ratios else None,
+                     "iteration_time_s": median("iteration_time_s"),
+                     "compute_time_s": median("compute_time_s"),
+                     "comm_time_s": median("comm_time_s"), "idle_time_s": median("idle_time_s")})
+    return rows
+
+
+def print_row(row: dict) -> None:
+    def ms(value):
+        return "     -" if value is None else f"{value * 1e3:6.1f}"
+    sync = row["sync"] if row["allreduce"] == "backend" else f"{row['sync']}/{row['allreduce']}"
+    print(f"{row['model']:>9} {row['world_size']:>5} {sync:>15} {row['samples_per_s']:>10.0f} "
+          f"{row['ratio_to_ddp']:>8.3f} {ms(row['iteration_time_s'])} {ms(row['compute_time_s'])} "
+          f"{ms(row['comm_time_s'])} {ms(row['idle_time_s'])}", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="lenet,mlp-large")
+    p.add_argument("--ranks", default="2,4")
+    p.add_argument("--sync", default=",".join(MODES))
+    p.add_argument("--allreduce", default="backend", help="e.g. backend,ring (not for ddp)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--num-samples", type=int, default=4096)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--emulate-compute", default="0")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    try:
+        args.emulate_compute_s = parse_time(args.emulate_compute)
+        args.sync = args.sync.split(",")
+        args.allreduce = args.allreduce.split(",")
+        ranks = [int(r) for r in args.ranks.split(",")]
+        SyncConfig(sync=args.sync[0], steps=args.steps, batch_size=args.batch_size)
+    except ValueError as error:
+        p.exit(2, f"sync_throughput.py: error: {error}\n")
+    print(f"# {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, Gloo; "
+          f"batch {args.batch_size}/rank, {args.steps} timed steps x {args.rounds} rounds, "
+          f"emulated compute {args.emulate_compute_s * 1e3:g} ms")
+    print(f"{'model':>9} {'ranks':>5} {'sync':>15} {'samples/s':>10} {'vs ddp':>8} "
+          f"{'it ms':>6} {'cmp ms':>6} {'comm ms':>6} {'idle ms':>6}")
+    rows = []
+    for model in args.models.split(","):
+        for world_size in ranks:
+            for row in summarise(run_config(model, world_size, args)):
+                print_row(row)
+                rows.append(row)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"machine": platform.node(), "cpus": os.cpu_count(),
+                       "torch": torch.__version__, "args": vars(args), "rows": rows}, handle,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

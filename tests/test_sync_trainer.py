@@ -1,0 +1,230 @@
+"""real/sync.py end to end on CPU with Gloo (2 ranks): equivalence with one process, identical
+replicas, restart after SIGKILL under torchrun, reports, and one clear line on bad input."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from real.checkpoint import load_latest_checkpoint
+from real.comm import init
+from real.data import load_dataset
+from real.local_launch import free_port
+from real.models import build_model
+from real.replica_state import weights_sha256
+from real.sync import pick_device, train
+from real.sync_config import SyncConfig, parse_args
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SYNC = os.path.join(REPO, "real", "sync.py")
+MODES = [("per-param", "backend"), ("flat", "backend"), ("bucketed", "backend"), ("ddp", "backend"),
+         ("bucketed", "ring"), ("per-param", "naive")]
+# torchrun's agent shares its rendezvous store with the workers by default, and restarted workers
+# then read the previous attempt's Gloo addresses from it (pytorch/pytorch#135712): connection
+# refused, or a hang in connectFullMesh. A store per worker group avoids it.
+RESTARTABLE_TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+SMALL = dict(model="lenet", num_samples=96, batch_size=4, steps=5, warmup_steps=0, progress=False,
+             bucket_mb=0.05)  # small buckets: lenet's 0.25 MB of gradients spread over several
+
+
+def run_cli(args, timeout=120, launcher=None):
+    """Run real/sync.py (through ``launcher`` if given); the finished process."""
+    command = (launcher or [sys.executable]) + [SYNC, *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=env)
+
+
+def torchrun(nproc, *extra):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(nproc), *extra]
+
+
+def error_lines(process):
+    return [line for line in process.stderr.splitlines() if line.startswith("sync.py: error")]
+
+
+def _modes_worker(rank, world_size, port, out_dir):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    comm = init("torch", "gloo", timeout_s=30, check_sizes=False)
+    try:
+        dataset = load_dataset(SyncConfig().dataset_spec, SMALL["num_samples"], 0)
+        for sync, allreduce in MODES:
+            config = SyncConfig(**SMALL, sync=sync, allreduce=allreduce, check_replicas=True,
+                                checkpoint_dir=os.path.join(out_dir, f"{sync}-{allreduce}"))
+            train(config, comm, dataset, torch.device("cpu"))
+        emulated = SyncConfig(**{**SMALL, "model": "mlp", "steps": 3}, emulate_compute_s=0.03,
+                              json=os.path.join(out_dir, "emulated.json"))
+        train(emulated, comm, dataset, torch.device("cpu"))
+        one = comm.new_group([0])
+        if one is not None:  # the same samples, one process, batch world_size × B
+            reference = {**SMALL, "batch_size": SMALL["batch_size"] * world_size}
+            config = SyncConfig(**reference, sync="flat",
+                                checkpoint_dir=os.path.join(out_dir, "one-process"))
+            train(config, one, dataset, torch.device("cpu"))
+    finally:
+        comm.close()
+
+
+@pytest.fixture(scope="module")
+def mode_runs(tmp_path_factory):
+    """Final weights of every --sync mode on 2 ranks (each checked for identical replicas after
+    every step), and of one process with the doubled batch."""
+    out_dir = tmp_path_factory.mktemp("modes")
+    mp.start_processes(_modes_worker, args=(2, free_port("127.0.0.1"), str(out_dir)), nprocs=2,
+                       start_method="spawn")
+    weights = {"emulated": json.load(open(out_dir / "emulated.json"))}
+    for name in os.listdir(out_dir):
+        if name.endswith(".json"):
+            continue
+        step, state = load_latest_checkpoint(str(out_dir / name))
+        assert step == SMALL["steps"]
+        weights[name] = torch.cat([t.flatten() for t in state["model"].values()])
+    return weights
+
+
+@pytest.mark.parametrize("sync, allreduce", MODES)
+def test_two_ranks_end_with_the_weights_of_one_process_with_the_global_batch(
+        mode_runs, sync, allreduce):
+    reference, weights = mode_runs["one-process"], mode_runs[f"{sync}-{allreduce}"]
+    initial = torch.cat([t.flatten() for t in build_model("lenet", 0).state_dict().values()])
+    assert not torch.equal(reference, initial)  # training moved the weights
+    assert (weights - reference).norm() / reference.norm() <= 1e-5
+
+
+def test_cli_run_writes_json_trace_and_profile(tmp_path):
+    files = {k: str(tmp_path / f"out.{k}") for k in ("json", "trace", "profile")}
+    run = run_cli(["--nproc-per-node", "2", "--steps", "6", "--warmup-steps", "2",
+                   "--num-samples", "256", "--batch-size", "8", "--bucket-mb", "0.1",
+                   "--json", files["json"], "--trace", files["trace"],
+                   "--profile-out", files["profile"], "--no-progress"])
+    assert run.returncode == 0, run.stderr
+    assert sorted(re.findall(r"^rank (\d) pid \d+ role worker$", run.stdout, re.M)) == ["0", "1"]
+    summary = json.load(open(files["json"]))
+    for key in ("world_size", "steps", "iteration_time_s", "samples_per_s", "final_loss",
+                "compute_time_s", "comm_time_s", "weights_sha256"):
+        assert summary[key] is not None, key
+    assert summary["world_size"] == 2 and summary["steps"] == 6 and summary["measured_steps"] == 4
+    events = json.load(open(files["trace"]))["traceEvents"]
+    comm_tracks = {e["tid"] for e in events if e.get("cat") == "communication"}
+    assert comm_tracks == {0, 1}
+    from dsgd_sim.workload import load_profile
+    profile = json.load(open(files["profile"]))
+    assert profile["format"] == "dsgd-profile/1" and profile["world_size"] == 2
+    assert [layer["name"] for layer in profile["layers"]][:2] == ["conv1.weight", "conv1.bias"]
+    assert sum(layer["grad_bytes"] for layer in profile["layers"]) == 246824
+    assert len(profile["compute_s"]) == 4
+    assert load_profile(files["profile"]).name == "lenet"
+
+
+def test_emulated_compute_sleeps_and_exchanges_full_gradients(mode_runs):
+    summary = mode_runs["emulated"]
+    assert summary["compute_time_s"] >= 0.03 and summary["final_loss"] is None
+    assert summary["weights_sha256"] == weights_sha256(build_model("mlp", 0))  # zero gradients
+
+
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec (pip install mpich) absent")
+def test_mpi_backend_reaches_the_same_weights_as_gloo(mode_runs, tmp_path):
+    args = ["--model", "lenet", "--num-samples", str(SMALL["num_samples"]), "--batch-size",
+            str(SMALL["batch_size"]), "--steps", str(SMALL["steps"]), "--sync", "flat",
+            "--bucket-mb", str(SMALL["bucket_mb"]), "--no-progress", "--backend", "mpi",
+            "--checkpoint-dir", str(tmp_path)]
+    run = run_cli(args, launcher=["mpiexec", "-n", "2", sys.executable])
+    assert run.returncode == 0, run.stderr
+    step, state = load_latest_checkpoint(str(tmp_path))
+    weights = torch.cat([t.flatten() for t in state["model"].values()])
+    assert step == SMALL["steps"] and torch.equal(weights, mode_runs["flat-backend"])
+
+
+class OutputWatcher:
+    """Reads a process's merged output on a thread; remembers each rank's newest pid."""
+
+    def __init__(self, process):
+        self.process, self.lines, self.pids = process, [], {}
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append(line)
+            match = re.match(r"rank (\d+) pid (\d+) role worker", line)
+            if match:
+                self.pids[int(match.group(1))] = int(match.group(2))
+
+
+def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
+    args = ["--steps", "30", "--batch-size", "16", "--num-samples", "2048", "--checkpoint-every",
+            "5", "--no-progress"]
+    reference = run_cli([*args, "--nproc-per-node", "2", "--json", str(tmp_path / "ref.json")])
+    assert reference.returncode == 0, reference.stderr
+    checkpoints, out = tmp_path / "faulty", str(tmp_path / "faulty.json")
+    process = subprocess.Popen(
+        torchrun(2, "--max-restarts", "3") + [SYNC, *args, "--checkpoint-dir", str(checkpoints),
+                                               "--json", out],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **RESTARTABLE_TORCHRUN_ENV})
+    watcher = OutputWatcher(process)
+    deadline = time.monotonic() + 90
+    while not (checkpoints.is_dir() and any(n >= "ckpt-000000010" for n in os.listdir(checkpoints))):
+        assert process.poll() is None and time.monotonic() < deadline, "".join(watcher.lines)
+        time.sleep(0.01)
+    os.kill(watcher.pids[1], signal.SIGKILL)
+    assert process.wait(timeout=120) == 0, "".join(watcher.lines)
+    watcher.thread.join(timeout=10)
+    output = "".join(watcher.lines)
+    assert re.search(r"resumed from the checkpoint of step (1\d|2\d)", output), output
+    assert json.load(open(out))["weights_sha256"] == json.load(open(tmp_path / "ref.json"))["weights_sha256"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["--model", "resnet"], "unknown model 'resnet'"),
+    (["--emulate-compute", "80"], "time '80' needs a unit"),
+    (["--sync", "ddp", "--allreduce", "ring"], "--sync ddp uses the backend's all-reduce"),
+])
+def test_bad_flag_gives_one_error_line_and_exit_status_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sync.py: error: ") and message in lines[0]
+
+
+def test_more_ranks_than_samples_is_refused_before_starting_ranks():
+    run = run_cli(["--nproc-per-node", "4", "--num-samples", "3"], timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert error_lines(run) == ["sync.py: error: 4 ranks but only 3 samples: every rank needs at least one"]
+
+
+def test_corrupt_mnist_file_is_reported_once_under_torchrun(tmp_path):
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03garbage")
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x01\x07")
+    run = run_cli(["--dataset", f"mnist:{tmp_path}"], launcher=torchrun(2), timeout=60)
+    assert run.returncode != 0
+    assert error_lines(run) == [f"sync.py: error: truncated IDX header in {tmp_path}/train-images-idx3-ubyte"]
+
+
+def test_missing_mnist_directory_is_one_clear_line():
+    with pytest.raises(ValueError, match="MNIST directory not found: /no/such/dir"):
+        load_dataset(SyncConfig(dataset="mnist:/no/such/dir").dataset_spec, 1, 0)
+    run = run_cli(["--dataset", "mnist:/no/such/dir", "--nproc-per-node", "2"], timeout=60)
+    assert run.returncode == 2
+    assert error_lines(run) == ["sync.py: error: MNIST directory not found: /no/such/dir"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_cuda_without_gpus_says_so():
+    with pytest.raises(ValueError, match="no usable CUDA GPU"):
+        pick_device(SyncConfig(device="cuda"), 0, 1)
