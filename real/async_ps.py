@@ -156,12 +156,7 @@ def launch(config: AsyncConfig) -> int:
 def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
-    status = run_process(config)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The communicator is closed and the output flushed: skip the interpreter's slow teardown of
-    # torch (seconds per process on a busy host); the launcher reads only the exit status.
-    os._exit(status)
+    sys.exit(run_process(config))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
-from dsgd_sim.compute import ComputeModel, parse_compute
+from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.units import parse_time
 
 from .data import DatasetSpec
@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drop gradients staler than this; the worker recomputes on fresh weights")
     p.add_argument("--staleness-lr", default=d.staleness_lr, help="none or inverse")
     p.add_argument("--emulate-compute", default=None,
-                   help="sleep instead of compute: 80ms, exp:80ms, shifted-exp:60ms,20ms, ...")
+                   help="sleep instead of compute: 80ms, exp:80ms, shifted-exp:60ms,20ms, ... "
+                   "or 0 (no compute: the server's ceiling)")
     p.add_argument("--backend", default=d.backend, help="gloo or mpi")
     p.add_argument("--timeout", default="30s", help="a silent peer counts as dead after this long")
     p.add_argument("--json", default=None, help="write the run summary (server) to FILE")
@@ -113,6 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--master-addr", default=None)
     return p
+
+
+def parse_emulate(spec: str) -> ComputeModel:
+    """A ``--emulate-compute`` value: a compute distribution, or zero (workers compute nothing,
+    which measures the server's own ceiling)."""
+    try:
+        if parse_time(spec) == 0:
+            return Constant(0.0)
+    except ValueError:
+        pass  # not a plain time: a distribution such as exp:80ms
+    return parse_compute(spec)
 
 
 def parse_args(argv: list[str] | None = None) -> AsyncConfig:
@@ -129,7 +141,7 @@ def parse_args(argv: list[str] | None = None) -> AsyncConfig:
         args["timeout_s"] = parse_time(args.pop("timeout"))
         spec = args.pop("emulate_compute")
         if spec is not None:
-            args["emulate_compute"], args["emulate_spec"] = parse_compute(spec), spec
+            args["emulate_compute"], args["emulate_spec"] = parse_emulate(spec), spec
         known = {f.name for f in fields(AsyncConfig)}
         return AsyncConfig(**{k: v for k, v in args.items() if k in known})
     except ValueError as exc:

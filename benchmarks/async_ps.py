@@ -1,0 +1,142 @@
+"""Benchmark: asynchronous parameter-server SGD against synchronous SGD, and the server's ceiling.
+
+1. With emulated compute (``exp:MEAN``: exponential noise, as in Dutta et al. 2018), for P = 2, 4
+   and 8 processes on this host: the parameter server's updates/s (1 server + P−1 workers,
+   ``real/async_ps.py``) against synchronous SGD's iterations/s × P replicas (P ranks, each sleeps
+   one draw, then all-reduces the full gradient). Theory: async (P−1)/mean, sync P/(mean·H_P).
+2. The server's own ceiling: updates/s when the workers compute nothing, for the small ``mlp``
+   (0.94 MB) and ``mlp-large`` (25 MB), with 3 workers.
+
+    python benchmarks/async_ps.py                       # about 4 minutes
+    python benchmarks/async_ps.py --procs 2 4 --seconds 5 --json bench.json
+
+Medians are not needed here: each figure is a rate over a whole timed window (async: updates
+after the first round of pushes; sync: iterations between two barriers after a warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from dsgd_sim.compute import parse_compute
+from dsgd_sim.units import parse_time
+from real.comm import init
+from real.flat_params import flatten_parameters
+from real.local_launch import free_port
+from real.models import build_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SYNC_WARMUP_ITERATIONS = 3
+
+
+def harmonic(n: int) -> float:
+    return sum(1 / k for k in range(1, n + 1))
+
+
+def async_rate(procs: int, compute: str, seconds: float, model: str) -> dict:
+    """``real/async_ps.py`` self-launched on ``procs`` processes; its summary."""
+    with tempfile.TemporaryDirectory() as workdir:
+        path = os.path.join(workdir, "summary.json")
+        subprocess.run([sys.executable, "real/async_ps.py", "--nproc-per-node", str(procs),
+                        "--emulate-compute", compute, "--time", f"{seconds}s", "--model", model,
+                        "--no-progress", "--json", path], cwd=REPO, check=True,
+                       stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        with open(path) as handle:
+            return json.load(handle)
+
+
+def _sync_rank(rank, procs, port, compute, iterations, model, results):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(procs), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    comm = init("torch", "gloo", timeout_s=60, check_sizes=False)
+    try:
+        _, grads = flatten_parameters(build_model(model, 0))
+        draw = parse_compute(compute)
+        rng = np.random.default_rng([0, rank])
+        for i in range(SYNC_WARMUP_ITERATIONS + iterations):
+            if i == SYNC_WARMUP_ITERATIONS:
+                comm.barrier()
+                start = time.perf_counter()
+            time.sleep(float(draw.sample(rng, 1)[0]))
+            comm.all_reduce(grads, op="avg")
+        comm.barrier()
+        if rank == 0:
+            results.put(iterations / (time.perf_counter() - start))
+    finally:
+        comm.close()
+
+
+def sync_rate(procs: int, compute: str, iterations: int, model: str) -> float:
+    """Iterations/s of barrier-synchronous SGD on ``procs`` ranks with the same emulated compute."""
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    port = free_port("127.0.0.1")
+    ranks = [context.Process(target=_sync_rank, args=(r, procs, port, compute, iterations, model,
+                                                      results)) for r in range(procs)]
+    for p in ranks:
+        p.start()
+    rate = results.get(timeout=600)
+    for p in ranks:
+        p.join()
+    return rate
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--procs", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--compute-mean", default="50ms", help="mean of the exponential compute")
+    parser.add_argument("--seconds", type=float, default=10.0, help="async timed window per run")
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    mean_s = parse_time(args.compute_mean)
+    compute = f"exp:{args.compute_mean}"
+    rows = []
+    print(f"host: {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}; "
+          f"compute {compute}, model {args.model}")
+    print(f"{'P':>3} {'async upd/s':>12} {'theory':>8} {'stale mean':>10} {'sync it/s':>10} "
+          f"{'x P':>8} {'theory':>8} {'async/sync':>10}")
+    for procs in args.procs:
+        summary = async_rate(procs, compute, args.seconds, args.model)
+        iterations = max(10, int(args.seconds / (mean_s * harmonic(procs))))
+        sync = sync_rate(procs, compute, iterations, args.model)
+        row = {"procs": procs, "async_updates_per_s": summary["updates_per_s"],
+               "async_theory": (procs - 1) / mean_s, "staleness_mean": summary["staleness_mean"],
+               "sync_iterations_per_s": sync, "sync_samples_rate": sync * procs,
+               "sync_theory": procs / (mean_s * harmonic(procs))}
+        row["ratio"] = row["async_updates_per_s"] / row["sync_samples_rate"]
+        rows.append(row)
+        print(f"{procs:>3} {row['async_updates_per_s']:>12.1f} {row['async_theory']:>8.1f} "
+              f"{row['staleness_mean']:>10.2f} {sync:>10.2f} {row['sync_samples_rate']:>8.1f} "
+              f"{row['sync_theory']:>8.1f} {row['ratio']:>10.2f}", flush=True)
+    ceiling = []
+    for model in ("mlp", "mlp-large"):
+        summary = async_rate(4, "0", args.seconds, model)
+        ceiling.append({"model": model, "grad_bytes": summary["grad_bytes"], "workers": 3,
+                        "updates_per_s": summary["updates_per_s"]})
+        print(f"server ceiling, {model} ({summary['grad_bytes'] / 1e6:.2f} MB), 3 workers, no "
+              f"compute: {summary['updates_per_s']:.1f} updates/s", flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"compute": compute, "model": args.model, "rows": rows, "ceiling": ceiling},
+                      handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
