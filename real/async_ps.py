@@ -126,7 +126,7 @@ def serve(config: AsyncConfig, comm) -> None:
     print(f"done: {summary['updates']} updates from {summary['workers']} workers, "
           f"{summary['updates_per_s'] or 0:.1f} updates/s, staleness mean "
           f"{summary['staleness_mean'] or 0:.2f} max {summary['staleness_max']}, dropped "
-          f"{summary['dropped']}, workers lost {summary['workers_lost']}, loss "
+          f"{summary['dropped_gradients']}, workers lost {summary['workers_lost']}, loss "
           f"{'-' if loss is None else f'{loss:.4f}'}", flush=True)
 
 

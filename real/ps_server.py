@@ -55,6 +55,7 @@ class UpdateLog:
     loss: list[float] = field(default_factory=list)
     applied_s: list[float] = field(default_factory=list)
     dropped: int = 0
+    dropped_compute_s: float = 0.0
     spans: list[tuple] = field(default_factory=list)  # (track, name, start_s, dur_s, cat, args)
 
 
@@ -136,6 +137,7 @@ class ParameterServer:
         bound = self.config.max_staleness
         if bound is not None and staleness > bound:
             self.log.dropped += 1
+            self.log.dropped_compute_s += header.compute_s
             self.reply(source, RETRY)
             return
         self.apply(staleness)
@@ -236,10 +238,13 @@ class ParameterServer:
             "elapsed_s": last, "stopped_by": "updates" if config.updates and
             n >= config.updates else "time",
             "staleness_mean": float(stale.mean()) if n else None,
+            "staleness_p50": float(np.percentile(stale, 50)) if n else None,
             "staleness_p99": float(np.percentile(stale, 99)) if n else None,
             "staleness_max": int(stale.max()) if n else None,
             "staleness_hist": np.bincount(stale).tolist() if n else [],
-            "dropped": log.dropped, "max_staleness": config.max_staleness,
+            "dropped_gradients": log.dropped, "dropped_compute_s": log.dropped_compute_s,
+            "wasted_fraction": log.dropped / (n + log.dropped) if n + log.dropped else 0.0,
+            "max_staleness": config.max_staleness,
             "staleness_lr": config.staleness_lr,
             "initial_loss": float(np.mean(losses[:tail])) if losses else None,
             "final_loss": float(np.mean(losses[-tail:])) if losses else None,
