@@ -37,13 +37,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def mpiexec_path() -> str | None:
+    """``mpiexec`` on the PATH, or next to this Python (where ``pip install mpich`` puts it)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return shutil.which("mpiexec") or (beside if os.access(beside, os.X_OK) else None)
+
+
 def have_mpiexec() -> bool:
-    """True when mpi4py imports and ``mpiexec`` is on the PATH (``./install.sh dev`` gives both)."""
+    """True when mpi4py imports and ``mpiexec`` is found (``./install.sh dev`` gives both).
+
+    With ``DSGD_REQUIRE_MPI=1`` in the environment this is always True, so that MPI tests fail
+    loudly instead of being skipped where MPI is supposed to be installed (CI)."""
+    if os.environ.get("DSGD_REQUIRE_MPI") == "1":
+        return True
     try:
         import mpi4py  # noqa: F401  (import only checks it is installed; MPI starts lazily)
     except ImportError:
         return False
-    return shutil.which("mpiexec") is not None
+    return mpiexec_path() is not None
 
 
 @dataclass
@@ -86,7 +97,7 @@ def run_script(argv: list[str], world_size: int, launcher: str = "gloo", timeout
     else:
         prefix = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={world_size}"] if launcher == "torchrun"
-                  else ["mpiexec", "-n", str(world_size), sys.executable])
+                  else [mpiexec_path() or "mpiexec", "-n", str(world_size), sys.executable])
         procs = [subprocess.Popen([*prefix, *argv], cwd=REPO, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True,
                                   env=base)]
