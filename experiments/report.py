@@ -54,6 +54,10 @@ def results_markdown(results: list[dict], fidelity_rows: list[dict], header: lis
     for result in results:
         rows = [r for r in fidelity_rows if r["experiment"] == result["name"]]
         lines += [f"## {result['name']}", "", result["question"], ""]
+        if result.get("command"):
+            lines += [f"Measured by `{result['command']}` ({result.get('wall_s', 0) / 60:.1f} min, "
+                      f"load average {result.get('load_average', '?')} at the end); the calibrated "
+                      f"inputs it was predicted from are in `results/{result['name']}.json`.", ""]
         if result.get("plot"):
             lines += [f"![{result['name']}](results/{result['plot']})", ""]
         lines += comparison_table(rows) + [""]
