@@ -11,7 +11,7 @@ NOTES: dict[str, list[str]] = {
         "calibration moved: the one-way TCP payload rate at 200 Mbit/s was 190.8, 173.6 and "
         "191.1 Mbit/s in three runs. A model cannot be held to 3% against a measurement that moves "
         "by 10%; the rows above are single quick runs, so their errors include that noise.",
-        "**The errors are one-sided: the model is fast.** 33 of 36 rows are predicted too short. "
+        "**The errors are one-sided: the model is fast.** 32 of 36 rows are predicted too short. "
         "Where the network should be the bottleneck, Gloo's own all-reduce of ≥ 1 MB at "
         "50 Mbit/s, the model is 2.6–16.5% fast in this run (5.4–9.8% in the previous one), and "
         "Gloo's 4 MB between 2 hosts at 200 Mbit/s 6.3% fast (2.3% before). The inputs that got "
@@ -67,7 +67,7 @@ NOTES: dict[str, list[str]] = {
         "model and batch, cores = 2 for real compute) is 7–19% fast; with 4 replicas at "
         "200 Mbit/s 27% fast (32–41% in the previous run), for the reason the all-reduce "
         "experiment shows: 4 hosts at 200 Mbit/s are CPU-bound on this machine (exposed "
-        "communication measured 94–121 ms against 60–65 ms on the network alone). Emulated compute is no help there: the "
+        "communication measured 96–121 ms in two runs against 60–65 ms on the network alone). Emulated compute is no help there: the "
         "sleep frees the CPU for the compute, not for the network.",
     ],
 }

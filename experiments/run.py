@@ -127,7 +127,7 @@ def header_lines(meta: dict) -> list[str]:
             f"average {meta['load_average']}) in {meta['wall_s'] / 60:.1f} min. Every measured "
             "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
             "sync: over steps after warm-up); the 2 CPU cores are shared by every host and by other "
-            "jobs, so repetitions spread by several percent.", "",
+            "jobs, so repeated runs differ by about 10% per row (see the Repeatability lines).", "",
             f"Calibration of the last run (network only, 2 hosts): {cal}. Each experiment below "
             "was predicted from the calibration made in its own run."]
 
