@@ -10,8 +10,8 @@ barriers (``real/sync_report.py``)::
     python benchmarks/sync_throughput.py --models mlp-large --ranks 4 --emulate-compute 80ms \\
         --json sync_bench.json
 
-Rank 0 prints one row per (model, ranks, sync): median samples/s, the median ratio to DDP, and the
-median per-step compute, exposed communication and idle seconds.
+Rank 0 prints one row per (model, ranks, sync): median samples/s, the median and the range of the
+per-round ratio to DDP, and the median per-step compute, exposed communication and idle times.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ def summarise(results: list[dict]) -> list[dict]:
                      "sync": key[0], "allreduce": key[1], "rounds": len(runs),
                      "samples_per_s": median("samples_per_s"),
                      "ratio_to_ddp": statistics.median(ratios) if ratios else None,
+                     "ratio_range": [min(ratios), max(ratios)] if ratios else None,
+                     "samples_per_s_runs": [r["samples_per_s"] for r in runs],
                      "iteration_time_s": median("iteration_time_s"),
                      "compute_time_s": median("compute_time_s"),
                      "comm_time_s": median("comm_time_s"), "idle_time_s": median("idle_time_s")})
@@ -98,9 +100,11 @@ def print_row(row: dict) -> None:
     def ms(value):
         return "     -" if value is None else f"{value * 1e3:6.1f}"
     sync = row["sync"] if row["allreduce"] == "backend" else f"{row['sync']}/{row['allreduce']}"
+    low, high = row["ratio_range"]
     print(f"{row['model']:>9} {row['world_size']:>5} {sync:>15} {row['samples_per_s']:>10.0f} "
-          f"{row['ratio_to_ddp']:>8.3f} {ms(row['iteration_time_s'])} {ms(row['compute_time_s'])} "
-          f"{ms(row['comm_time_s'])} {ms(row['idle_time_s'])}", flush=True)
+          f"{row['ratio_to_ddp']:>7.2f} {f'{low:.2f}-{high:.2f}':>10} {ms(row['iteration_time_s'])} "
+          f"{ms(row['compute_time_s'])} {ms(row['comm_time_s'])} {ms(row['idle_time_s'])}",
+          flush=True)
 
 
 def main(argv=None) -> int:
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
     print(f"# {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, Gloo; "
           f"batch {args.batch_size}/rank, {args.steps} timed steps x {args.rounds} rounds, "
           f"emulated compute {args.emulate_compute_s * 1e3:g} ms")
-    print(f"{'model':>9} {'ranks':>5} {'sync':>15} {'samples/s':>10} {'vs ddp':>8} "
+    print(f"{'model':>9} {'ranks':>5} {'sync':>15} {'samples/s':>10} {'vs ddp':>7} {'range':>10} "
           f"{'it ms':>6} {'cmp ms':>6} {'comm ms':>6} {'idle ms':>6}")
     rows = []
     for model in args.models.split(","):
