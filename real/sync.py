@@ -255,7 +255,7 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         write_trace(comm, recorder, config.trace, f"real/sync.py {config.sync} x{comm.world_size}")
     if comm.rank != 0:
         return
-    measured = config.steps - first_measured
+    measured = max(0, config.steps - first_measured)
     summary = {
         "world_size": comm.world_size, "steps": config.steps, "start_step": start_step,
         **recorder.summary(first_measured - start_step),

@@ -228,3 +228,18 @@ def test_missing_mnist_directory_is_one_clear_line():
 def test_cuda_without_gpus_says_so():
     with pytest.raises(ValueError, match="no usable CUDA GPU"):
         pick_device(SyncConfig(device="cuda"), 0, 1)
+
+
+def test_finished_run_resumes_at_its_end_and_refuses_another_runs_checkpoint(tmp_path):
+    args = ["--model", "mlp", "--steps", "4", "--num-samples", "64", "--batch-size", "8",
+            "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "2", "--no-progress"]
+    first = run_cli([*args, "--json", str(tmp_path / "first.json")])
+    again = run_cli([*args, "--json", str(tmp_path / "again.json")])
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    assert "resumed from the checkpoint of step 4" in again.stdout
+    assert (json.load(open(tmp_path / "again.json"))["weights_sha256"]
+            == json.load(open(tmp_path / "first.json"))["weights_sha256"])
+    other = run_cli([*args, "--seed", "1"])
+    assert other.returncode == 2
+    assert error_lines(other) == ["sync.py: error: checkpoint of step 4 belongs to another run: "
+                                  "seed 0 there, 1 here"]
