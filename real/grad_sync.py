@@ -60,9 +60,10 @@ class GradSync:
     def close(self) -> None:
         """Release background threads and hooks."""
 
-    def _reduce_now(self, label: str, tensor: torch.Tensor) -> tuple[str, float, float]:
+    def _reduce_now(self, label: str, tensor: torch.Tensor,
+                    op: str = "avg") -> tuple[str, float, float]:
         start = time.perf_counter()
-        self.all_reduce(self.comm, tensor, "avg")
+        self.all_reduce(self.comm, tensor, op)
         return label, start, time.perf_counter()
 
 
@@ -159,11 +160,15 @@ class BucketedSync(GradSync):
 
     def _launch(self, bucket: int):
         buffer, label, start = self.buffers[bucket], f"all-reduce bucket {bucket}", time.perf_counter()
+        # Divide before summing, as DDP does: the pass over the bucket happens while backward is
+        # still running instead of after it.
+        buffer.div_(self.comm.world_size)
         if self.executor is None:
-            work = self.comm.all_reduce(buffer, op="avg", async_op=True)
+            work = self.comm.all_reduce(buffer, op="sum", async_op=True)
             self.in_flight.append((label, start, work))
         else:
-            self.in_flight.append((label, start, self.executor.submit(self._reduce_now, label, buffer)))
+            self.in_flight.append((label, start, self.executor.submit(self._reduce_now, label,
+                                                                      buffer, "sum")))
 
     def zero_grad(self):
         for buffer in self.buffers:
