@@ -22,6 +22,7 @@ from dataclasses import replace
 from tqdm import tqdm
 
 from . import convergence
+from .argparse_oneline import OneLineArgumentParser
 from .cluster import ClusterConfig
 from .collectives import ALGORITHM_NAMES
 from .compute import parse_compute
@@ -39,13 +40,6 @@ from .workload import Workload, from_preset, load_profile
 MAX_REPLICAS = 65_536
 MAX_ITERATIONS = 10_000_000
 MODES = ("sync", "async", "both")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but every error is one line and exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _typed(parse, what: str):
@@ -134,7 +128,7 @@ def _positive_float(text: str, what: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dsgd_sim", description="Predict synchronous and asynchronous data-parallel "
+    p = OneLineArgumentParser(prog="dsgd_sim", description="Predict synchronous and asynchronous data-parallel "
                 "SGD on a modelled cluster: iteration time, where it goes, speedup, all-reduce "
                 "bandwidth, parameter-server throughput and staleness.")
     p.add_argument("--replicas", type=_typed(parse_replicas, "replicas"), default=[16],

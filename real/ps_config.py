@@ -11,6 +11,7 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser
 from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.units import parse_time
 
@@ -90,7 +91,7 @@ class AsyncConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     d = AsyncConfig()
-    p = argparse.ArgumentParser(prog="async_ps.py",
+    p = OneLineArgumentParser(prog="async_ps.py",
                                 description="Asynchronous SGD with a parameter server.")
     p.add_argument("--model", default=d.model, help="lenet, mlp or mlp-large")
     p.add_argument("--dataset", default=d.dataset, help="synthetic or mnist:DIR")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 
 from .data import ShardedBatches

@@ -3,11 +3,11 @@ rank holds, in rank order, from rank 0 (the tensors are gathered there, so lines
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser
 from real.comm_cli import add_comm_arguments, open_comm
 
 
@@ -30,7 +30,7 @@ def say(comm, text: str) -> None:
 
 def run_demo(description: str, body, add_arguments=None, argv=None) -> None:
     """Parse the common flags (and the demo's own), open the communicator, run ``body(comm, args)``."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = OneLineArgumentParser(description=description)
     add_comm_arguments(parser)
     if add_arguments is not None:
         add_arguments(parser)

@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
@@ -51,7 +52,7 @@ def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="python -m real.testbed", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="An emulated cluster on one machine: hosts in network namespaces on a bridge, "
                     "each link capped by tc tbf. Needs root and iproute2.")
