@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 MBIT = 1e6
 ALLREDUCE_ALGORITHMS = ("ring", "naive", "backend")  # real/allreduce.py's names
+LAUNCHERS = ("direct", "torchrun")  # how a sync run's ranks are started (experiments/measure.py)
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,12 @@ class SyncRunConfig:
     steps: int = 30
     warmup_steps: int = 5
     batch_size: int = 32
+    launcher: str = "direct"  # "direct": each rank started on its host; "torchrun": c10d rendezvous
     kind: str = field(default="sync", init=False)
 
     def __post_init__(self):
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"unknown launcher {self.launcher!r} (known: {', '.join(LAUNCHERS)})")
         if self.hosts < 1:
             raise ValueError(f"hosts must be >= 1, got {self.hosts}")
         if not self.bandwidth_bps > 0:
@@ -82,7 +86,8 @@ class SyncRunConfig:
     @property
     def label(self) -> str:
         compute = f"emulate {self.emulate_compute_s * 1e3:g}ms" if self.emulate_compute_s else "cpu"
-        return f"H={self.hosts} {self.bandwidth_bps / MBIT:g}Mbps {self.model} {compute}"
+        launcher = " torchrun c10d" if self.launcher == "torchrun" else ""
+        return f"H={self.hosts} {self.bandwidth_bps / MBIT:g}Mbps {self.model} {compute}{launcher}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -186,9 +191,19 @@ def async_parameter_server(quick: bool = False) -> Experiment:
                       points)
 
 
+def multinode_torchrun(quick: bool = False) -> Experiment:
+    """The multi-node path: one torchrun agent per host, joined by c10d rendezvous (host 0's
+    address as the endpoint), 4 hosts running sync SGD; its iteration time is predicted as any
+    sync run's. The same in quick and full runs (well under a minute)."""
+    point = SyncRunConfig(4, 200 * MBIT, emulate_compute_s=0.05, steps=20, launcher="torchrun")
+    return Experiment("multinode", "Does a 4-host sync run through torchrun's c10d rendezvous "
+                      "complete on the test bed, as fast as ranks started directly?", (point,))
+
+
 EXPERIMENTS = {
     "allreduce": allreduce_vs_size,
     "sync": sync_vs_replicas,
+    "multinode": multinode_torchrun,
     "async": async_parameter_server,
 }
 

@@ -3,7 +3,8 @@
 Every rank is started directly on its host (``RANK``/``WORLD_SIZE`` from the test bed's
 ``{rank}``/``{hosts}``, ``MASTER_ADDR``/``MASTER_PORT`` from its environment) rather than through
 torchrun: the process group is the same, and start-up on a busy 2-core machine is seconds shorter.
-(The torchrun c10d path across hosts is what the test bed's own tests check.)
+A sync run with ``launcher="torchrun"`` (the ``multinode`` experiment) starts one torchrun agent
+per host instead, joined by c10d rendezvous at host 0, exactly as on a real cluster.
 """
 
 from __future__ import annotations
@@ -58,13 +59,27 @@ def _rank_command(script: str, args: list[str]) -> str:
             + " ".join(shlex.quote(a) for a in args))
 
 
+def _torchrun_command(script: str, args: list[str], run_id: str) -> str:
+    python = shlex.quote(sys.executable)
+    return (f"{python} -m torch.distributed.run --nnodes {{hosts}} --nproc-per-node 1 "
+            f"--rdzv-backend c10d --rdzv-endpoint {{master}}:{{port}} --rdzv-id {run_id} "
+            f"--max-restarts 0 {shlex.quote(str(REPO / script))} "
+            + " ".join(shlex.quote(a) for a in args))
+
+
 def _run(config, command: str, json_name: str, timeout_s: float) -> dict:
+    """Run ``command`` on a fresh test bed; the ``json_name`` file of the host that wrote it
+    (rank 0's host: under torchrun the rendezvous, not the host, decides which rank is 0)."""
     with Testbed(TestbedConfig(hosts=config.hosts, bandwidth_bps=config.bandwidth_bps)) as bed:
         result = bed.run(command, timeout_s=timeout_s, echo=False)
     if not result.ok:
-        tail = (result.hosts[0].stderr().strip().splitlines() or ["(no output)"])[-1]
+        failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
+        tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
         raise TestbedError(f"{config.label}: exit {result.exit_status()}: {tail}")
-    return result.hosts[0].json[json_name]
+    written = [h.json[json_name] for h in result.hosts if json_name in h.json]
+    if len(written) != 1:
+        raise TestbedError(f"{config.label}: {len(written)} hosts wrote {json_name}, expected 1")
+    return written[0]
 
 
 def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0) -> list[dict]:
@@ -83,7 +98,10 @@ def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:
             str(config.warmup_steps), "--batch-size", str(config.batch_size), "--no-progress",
             "--threads", "1",
             "--emulate-compute", f"{config.emulate_compute_s}s"]
-    command = _rank_command("real/sync.py", args) + " --json {out}/sync.json"
+    if config.launcher == "torchrun":
+        command = _torchrun_command("real/sync.py", args, "multinode") + " --json {out}/sync.json"
+    else:
+        command = _rank_command("real/sync.py", args) + " --json {out}/sync.json"
     return _run(config, command, "sync.json", timeout_s)
 
 

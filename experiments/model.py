@@ -13,15 +13,23 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   the data in the shaper's queue, which slows the sender's ACK clock a little more. The runner
   therefore also measures the network with both directions busy (``duplex_probe.py``); that
   payload rate is used when present, the header arithmetic otherwise. ``duplex_payload_bps``.
-* **A call has a fixed cost** beyond the per-round latency: the 1-element all_reduce measured by the
-  calibration (a round trip through Gloo on this machine's busy CPUs). ``call_overhead_s``.
+* **The shaper's bucket lets a burst through at once.** tbf passes the first ``burst_bytes`` after
+  an idle moment without delay and refills at the rate whenever the link idles, so a gap between
+  two rounds (a message's latency, the rank's wake-up) costs nothing until the bucket is full
+  again: in a bandwidth-bound ring only the last round's latency shows, and a call that starts
+  with tokens in the bucket gets its first bytes through free. ``shaped_rounds_time_s`` walks the
+  rounds of an algorithm (the simulator's ``dsgd_sim.collectives`` round lists) through a token
+  bucket; the bucket holds what refilled during the barrier before the call (as long as a
+  1-element all_reduce, measured) and during each round's latency.
+* **A call has a fixed cost** beyond its rounds' latency: the calibration's 1-element all_reduce
+  (two rounds between two hosts) less two rounds of latency. ``call_overhead_s``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsgd_sim.collectives import allreduce_time_s
+from dsgd_sim.collectives import ALGORITHMS
 
 ACK_FRAME_BYTES = 66  # 14 Ethernet + 20 IP + 32 TCP (with timestamps), no payload
 SEGMENTS_PER_ACK = 2  # Linux delayed ACK: one ACK for every second full segment
@@ -40,6 +48,7 @@ class NetworkInputs:
     call_overhead_s: float   # a 1-element Gloo all_reduce between two hosts (median)
     frame_bytes: int = 1514  # a full frame at the MTU
     duplex_goodput_bps: float | None = None  # payload rate each way with both ways busy (measured)
+    burst_bytes: int = 0     # the shaper's bucket (tbf burst), in frame bytes
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -50,7 +59,8 @@ class NetworkInputs:
                    latency_s=gloo["latency_s"],
                    call_overhead_s=gloo["all_reduce_1_element_s"]["median"],
                    frame_bytes=record.get("frame_bytes", 1514),
-                   duplex_goodput_bps=(record.get("duplex") or {}).get("goodput_bps"))
+                   duplex_goodput_bps=(record.get("duplex") or {}).get("goodput_bps"),
+                   burst_bytes=record.get("burst_bytes", 0))
 
     @property
     def duplex_payload_bps(self) -> float:
@@ -61,16 +71,50 @@ class NetworkInputs:
         ack_share = ACK_FRAME_BYTES / SEGMENTS_PER_ACK / self.frame_bytes
         return self.goodput_bps / (1.0 + ack_share)
 
+    @property
+    def bucket_payload_bytes(self) -> float:
+        """The bucket in payload bytes: tbf counts frames, of which this share is payload."""
+        return self.burst_bytes * self.duplex_payload_bps / self.rate_bps
+
+    @property
+    def fixed_call_s(self) -> float:
+        """What a call costs beyond its rounds: the 1-element all_reduce less its two rounds."""
+        return max(0.0, self.call_overhead_s - 2 * self.latency_s)
+
     def as_dict(self) -> dict:
         return {"rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
                 "duplex_payload_bps": self.duplex_payload_bps, "latency_s": self.latency_s,
-                "call_overhead_s": self.call_overhead_s}
+                "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes}
+
+
+def shaped_rounds_time_s(messages_bytes: list[float], latency_s: float, payload_bps: float,
+                         bucket_bytes: float, idle_before_s: float) -> float:
+    """Seconds for rounds of messages sent one after another through a token bucket.
+
+    Each round's message leaves as fast as the bucket allows (its tokens at once, the rest at
+    ``payload_bps``) and arrives ``latency_s`` after its last byte left; the next round starts
+    then. The bucket refills at the rate while the link idles (``idle_before_s`` before the
+    first round, each round's latency after), up to ``bucket_bytes``."""
+    rate_Bps = payload_bps / 8.0
+    tokens, now = min(bucket_bytes, idle_before_s * rate_Bps), 0.0
+    for size in messages_bytes:
+        now += max(0.0, size - tokens) / rate_Bps + latency_s
+        tokens = min(bucket_bytes, max(0.0, tokens - size) + latency_s * rate_Bps)
+    return now
+
+
+def allreduce_messages(algorithm: str, hosts: int, n_bytes: float) -> list[float]:
+    """Each round's message size (bytes per rank), from the simulator's round list."""
+    rounds = ALGORITHMS[SIM_ALGORITHM[algorithm]](hosts, n_bytes)
+    return [size for count, size in rounds for _ in range(count)]
 
 
 def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs) -> float:
-    """Seconds for one all-reduce of ``n_bytes`` over ``hosts`` hosts (one rank each)."""
+    """Seconds for one all-reduce of ``n_bytes`` over ``hosts`` hosts (one rank each), started
+    after a barrier: the algorithm's rounds through the shaper, plus the fixed cost of a call."""
     if algorithm not in SIM_ALGORITHM:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
-    network_s = allreduce_time_s(SIM_ALGORITHM[algorithm], hosts, n_bytes, net.latency_s,
-                                 net.duplex_payload_bps)
-    return network_s + net.call_overhead_s
+    network_s = shaped_rounds_time_s(allreduce_messages(algorithm, hosts, n_bytes), net.latency_s,
+                                     net.duplex_payload_bps, net.bucket_payload_bytes,
+                                     idle_before_s=net.call_overhead_s)
+    return network_s + net.fixed_call_s

@@ -87,7 +87,7 @@ def run_experiment(experiment, net_by_rate: dict) -> dict:
         from experiments.sync_model import predict_async
         rows = async_rows(experiment, net_by_rate, measure.measure_async, predict_async)
         plot, draw = "async.png", plot_async
-    else:
+    else:  # sync and multinode: sync runs, started directly or through torchrun
         from experiments.sync_model import predict_sync_s
         rows = sync_rows(experiment, net_by_rate, measure.measure_sync, predict_sync_s)
         plot, draw = f"{experiment.name}.png", plot_sync

@@ -1,5 +1,6 @@
 """The experiment runner's pure parts: configs, predictions from a calibration record, fidelity
-rows and RESULTS.md. No test-bed measurement here (the test bed has its own tests)."""
+rows and RESULTS.md; and the multi-node path (4 torchrun agents joined by c10d rendezvous on the
+test bed, which needs root: skipped with the reason where namespaces cannot be made)."""
 
 import json
 import math
@@ -12,9 +13,12 @@ import pytest
 from dsgd_sim.collectives import allreduce_time_s
 from experiments.configs import EXPERIMENTS, AllReduceConfig, AsyncRunConfig, SyncRunConfig, select
 from experiments.fidelity import by_experiment, fidelity_row, summarise
-from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.model import (NetworkInputs, allreduce_messages, predict_allreduce_s,
+                               shaped_rounds_time_s)
 from experiments.report import results_markdown
+from real.testbed.network import unavailable_reason
 
+NAMESPACES_UNAVAILABLE = unavailable_reason()
 REPO = Path(__file__).resolve().parent.parent
 
 CALIBRATION = {"bandwidth_bps": 50e6, "goodput_bps": 47.8e6, "frame_bytes": 1514,
@@ -85,16 +89,42 @@ def test_network_inputs_need_the_gloo_section():
         NetworkInputs.from_calibration({k: v for k, v in CALIBRATION.items() if k != "gloo"})
 
 
-def test_allreduce_prediction_is_the_simulators_closed_form_plus_the_call_cost():
-    net = NetworkInputs.from_calibration(CALIBRATION)
+def test_shaped_rounds_without_a_bucket_are_the_simulators_alpha_beta_closed_form():
+    n, p, alpha, rate = 4_000_000, 4, 100e-6, 46.2e6
+    for algorithm, sim_name in (("ring", "ring"), ("naive", "naive-ring")):
+        rounds = allreduce_messages(algorithm, p, n)
+        assert shaped_rounds_time_s(rounds, alpha, rate, 0.0, 1.0) == pytest.approx(
+            allreduce_time_s(sim_name, p, n, alpha, rate))
+    assert allreduce_messages("backend", p, n) == allreduce_messages("ring", p, n)  # Gloo's: ring
+
+
+def test_a_bucket_hides_the_latency_between_bandwidth_bound_rounds():
+    alpha, rate_Bps = 100e-6, 6e6
+    rounds = [1e6] * 6  # each round far longer than the bucket; the bucket refills in each gap
+    t = shaped_rounds_time_s(rounds, alpha, rate_Bps * 8, 15_000, idle_before_s=0.0)
+    assert t == pytest.approx(6e6 / rate_Bps + alpha)  # only the last round's latency shows
+
+
+def test_a_full_bucket_lets_a_first_burst_through_at_once_and_small_rounds_cost_latency():
+    alpha, rate_Bps, bucket = 100e-6, 6e6, 15_000
+    full = shaped_rounds_time_s([1e6], alpha, rate_Bps * 8, bucket, idle_before_s=1.0)
+    assert full == pytest.approx((1e6 - bucket) / rate_Bps + alpha)
+    small = shaped_rounds_time_s([1000] * 4, alpha, rate_Bps * 8, bucket, idle_before_s=1.0)
+    assert small == pytest.approx(4 * alpha)
+
+
+def test_allreduce_prediction_walks_the_rounds_through_the_calibrated_bucket():
+    net = NetworkInputs.from_calibration({**CALIBRATION, "burst_bytes": 15_140})
+    assert net.fixed_call_s == pytest.approx(250e-6 - 2 * 100e-6)
+    assert net.bucket_payload_bytes == pytest.approx(15_140 * net.duplex_payload_bps / 50e6)
     n, p = 4_000_000, 4
-    ring = 2 * (p - 1) * (net.latency_s + 8 * n / p / net.duplex_payload_bps) + net.call_overhead_s
-    naive = (p - 1) * (net.latency_s + 8 * n / net.duplex_payload_bps) + net.call_overhead_s
-    assert predict_allreduce_s("ring", p, n, net) == pytest.approx(ring)
-    assert predict_allreduce_s("backend", p, n, net) == pytest.approx(ring)  # Gloo's is a ring
-    assert predict_allreduce_s("naive", p, n, net) == pytest.approx(naive)
-    assert predict_allreduce_s("ring", p, n, net) == pytest.approx(
-        allreduce_time_s("ring", p, n, net.latency_s, net.duplex_payload_bps) + net.call_overhead_s)
+    want = shaped_rounds_time_s(allreduce_messages("ring", p, n), net.latency_s,
+                                net.duplex_payload_bps, net.bucket_payload_bytes,
+                                net.call_overhead_s) + net.fixed_call_s
+    assert predict_allreduce_s("ring", p, n, net) == pytest.approx(want)
+    assert predict_allreduce_s("naive", p, n, net) > 1.9 * predict_allreduce_s("ring", p, n, net)
+    with pytest.raises(ValueError, match="'tree'"):
+        predict_allreduce_s("tree", p, n, net)
 
 
 def test_fidelity_row_error_is_relative_to_the_measurement():
@@ -135,3 +165,23 @@ def test_runner_rejects_an_unknown_experiment_with_one_line_and_status_2():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "'nope'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_multinode_experiment_is_four_hosts_through_torchrun_c10d():
+    (point,) = EXPERIMENTS["multinode"](True).points
+    assert point.hosts == 4 and point.launcher == "torchrun"
+    assert "torchrun c10d" in point.label
+    with pytest.raises(ValueError, match="'mpirun'"):
+        SyncRunConfig(hosts=4, bandwidth_bps=200e6, launcher="mpirun")
+
+
+@pytest.mark.skipif(NAMESPACES_UNAVAILABLE is not None,
+                    reason=f"cannot make namespaces: {NAMESPACES_UNAVAILABLE}")
+def test_four_host_sync_run_through_torchrun_c10d_rendezvous_completes_on_the_test_bed():
+    from experiments.measure import measure_sync
+    config = SyncRunConfig(hosts=4, bandwidth_bps=200e6, emulate_compute_s=0.02, steps=6,
+                           warmup_steps=2, launcher="torchrun")
+    summary = measure_sync(config, timeout_s=120)
+    assert summary["world_size"] == 4 and summary["measured_steps"] == 4
+    assert summary["iteration_time_s"] >= 0.02  # at least the emulated compute of every step
+    assert len(summary["weights_sha256"]) == 64 and summary["samples_per_s"] > 0
