@@ -3,8 +3,13 @@
 Two sources, named by ``--dataset``:
 
 ``synthetic`` (default)
-    ``num_samples`` Gaussian 1×28×28 images, labelled by a fixed random "teacher" network (the
-    arg-max of a small tanh MLP). Learnable, needs no download, and a pure function of the seed.
+    ``num_samples`` smooth Gaussian 1×28×28 images (a 7×7 field of independent normals, upsampled
+    bilinearly, each pixel scaled to unit variance), labelled by a fixed random "teacher" network
+    (the arg-max of a small tanh MLP on the image). Needs no download, is a pure function of the
+    seed, and every model in ``real/models.py`` learns it. The images must be smooth: with
+    independent pixels the teacher reads white-noise projections of the image, which an MLP
+    learns but LeNet's 5×5 convolutions and max-pooling cannot represent (it stays at the label
+    entropy, loss 2.27, at any learning rate).
 ``mnist:DIR``
     MNIST from the IDX files in ``DIR`` (``train-images-idx3-ubyte`` and
     ``train-labels-idx1-ubyte``, optionally ``.gz``). The images are memory-mapped, so a rank
@@ -33,6 +38,7 @@ MNIST_FILES = {"images": "train-images-idx3-ubyte", "labels": "train-labels-idx1
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 IDX_UBYTE = 0x08
 TEACHER_HIDDEN = 32
+SYNTHETIC_FIELD_SIDE = 7  # independent normals per image side before upsampling to 28
 
 
 class DataError(ValueError):
@@ -82,14 +88,41 @@ class Dataset:
 
 
 def synthetic_dataset(num_samples: int, seed: int) -> Dataset:
-    """``num_samples`` Gaussian images labelled by a random teacher MLP; a function of ``seed``."""
-    rng = np.random.default_rng([seed, 0x7EAC4E5])
+    """``num_samples`` smooth Gaussian images labelled by a random teacher MLP; a function of
+    ``seed``. The teacher does not depend on ``num_samples``: a smaller dataset is a prefix of a
+    larger one."""
     features = int(np.prod(INPUT_SHAPE))
-    images = rng.standard_normal((num_samples, features), dtype=np.float32)
-    w1 = rng.standard_normal((features, TEACHER_HIDDEN), dtype=np.float32) / np.sqrt(features)
-    w2 = rng.standard_normal((TEACHER_HIDDEN, NUM_CLASSES), dtype=np.float32)
+    teacher = np.random.default_rng([seed, 0x7EAC4E5, 1])
+    w1 = teacher.standard_normal((features, TEACHER_HIDDEN), dtype=np.float32) / np.sqrt(features)
+    w2 = teacher.standard_normal((TEACHER_HIDDEN, NUM_CLASSES), dtype=np.float32)
+    images = smooth_gaussian_images(np.random.default_rng([seed, 0x7EAC4E5, 2]), num_samples)
     labels = np.argmax(np.tanh(images @ w1) @ w2, axis=1).astype(np.int64)
     return Dataset(images, labels)
+
+
+def smooth_gaussian_images(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` flattened images whose pixels are each standard normal and correlated with their
+    neighbours: a ``SYNTHETIC_FIELD_SIDE``² field of normals upsampled bilinearly to 28×28."""
+    side = INPUT_SHAPE[1]
+    up = _bilinear_upsampling(SYNTHETIC_FIELD_SIDE, side)  # (side, field side)
+    fields = rng.standard_normal((count, SYNTHETIC_FIELD_SIDE, SYNTHETIC_FIELD_SIDE),
+                                 dtype=np.float32)
+    images = up @ fields @ up.T
+    pixel_std = np.sqrt(np.outer((up ** 2).sum(1), (up ** 2).sum(1)))  # exact, per pixel
+    return (images / pixel_std.astype(np.float32)).reshape(count, side * side)
+
+
+def _bilinear_upsampling(size_in: int, size_out: int) -> np.ndarray:
+    """The ``(size_out, size_in)`` matrix of 1-D linear interpolation with pixel centres aligned
+    (as ``torch.nn.functional.interpolate(mode="bilinear", align_corners=False)``)."""
+    matrix = np.zeros((size_out, size_in), dtype=np.float32)
+    centres = np.clip((np.arange(size_out) + 0.5) * size_in / size_out - 0.5, 0, size_in - 1)
+    low = np.floor(centres).astype(int)
+    high = np.minimum(low + 1, size_in - 1)
+    weight = (centres - low).astype(np.float32)
+    np.add.at(matrix, (np.arange(size_out), low), 1 - weight)
+    np.add.at(matrix, (np.arange(size_out), high), weight)
+    return matrix
 
 
 def read_idx(path: str) -> np.ndarray:

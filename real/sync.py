@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 
 if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
@@ -57,6 +58,9 @@ from real.replica_state import (replicas_agree, restore_or_start, weights_sha256
                                 write_checkpoint)
 from real.sync_config import QUIET_EXIT_DELAY_S, SyncConfig, parse_args
 from real.sync_report import StepRecorder, write_json, write_trace
+
+
+FINAL_LOSS_STEPS = 10  # final_loss: the mean training loss of this many last steps
 
 
 class ReplicaMismatch(RuntimeError):
@@ -193,8 +197,7 @@ def train(config: SyncConfig, comm, dataset, device: torch.device) -> None:
                             keep_spans=config.trace is not None)
     first_measured = start_step + min(config.warmup_steps, max(0, config.steps - start_step - 1))
     window_start_s = time.perf_counter()
-    bar = tqdm(total=config.steps, initial=start_step, unit="step", desc=f"sync x{comm.world_size}",
-               disable=not (is_main and config.progress), file=sys.stderr)
+    bar = progress_bar(config, comm, start_step)
     try:
         for step in range(start_step, config.steps):
             if step == first_measured:
@@ -219,6 +222,17 @@ def train(config: SyncConfig, comm, dataset, device: torch.device) -> None:
         if timer:
             timer.close()
     finish(config, comm, model, batches, recorder, timer, start_step, window_s, first_measured)
+
+
+def progress_bar(config: SyncConfig, comm, start_step: int) -> tqdm:
+    """The tqdm bar (drawn on rank 0 only). tqdm's default lock holds a multiprocessing semaphore
+    that only an interpreter's normal exit unlinks; workers leave by ``os._exit`` (``fast_exit``),
+    so the resource tracker would report it leaked. One process draws the bar: a thread lock
+    serves."""
+    tqdm.set_lock(threading.RLock())
+    return tqdm(total=config.steps, initial=start_step, unit="step",
+                desc=f"sync x{comm.world_size}", disable=not (comm.rank == 0 and config.progress),
+                file=sys.stderr)
 
 
 def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer, recorder,
@@ -249,7 +263,8 @@ def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
 def finish(config, comm, model, batches, recorder, timer, start_step, window_s, first_measured):
     """Collective: average the losses over ranks, hash the weights, write json/trace/profile."""
     losses = recorder.losses or [math.nan]
-    loss = torch.tensor([losses[0], losses[-1]], dtype=torch.float64, device=comm.device)
+    tail = losses[-FINAL_LOSS_STEPS:]  # one global batch's loss is too noisy to judge a run by
+    loss = torch.tensor([losses[0], sum(tail) / len(tail)], dtype=torch.float64, device=comm.device)
     comm.all_reduce(loss, op="avg")
     if config.trace:
         write_trace(comm, recorder, config.trace, f"real/sync.py {config.sync} x{comm.world_size}")

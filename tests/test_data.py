@@ -5,9 +5,11 @@ import struct
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
-from real.data import (DataError, DatasetSpec, ShardedBatches, load_dataset, mnist_dataset,
-                       read_idx, synthetic_dataset)
+from real.data import (DataError, DatasetSpec, ShardedBatches, _bilinear_upsampling, load_dataset,
+                       mnist_dataset, read_idx, synthetic_dataset)
 
 
 def write_idx(path, array: np.ndarray, gz: bool = False) -> None:
@@ -31,6 +33,26 @@ def test_synthetic_dataset_is_a_function_of_the_seed():
     a, b, c = synthetic_dataset(64, 3), synthetic_dataset(64, 3), synthetic_dataset(64, 4)
     assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
     assert not np.array_equal(a.images, c.images)
+
+
+def test_smaller_synthetic_dataset_is_a_prefix_of_a_larger_one():
+    small, large = synthetic_dataset(50, 2), synthetic_dataset(300, 2)
+    assert np.array_equal(small.images, large.images[:50])
+    assert np.array_equal(small.labels, large.labels[:50])  # the same teacher
+
+
+def test_synthetic_pixels_are_unit_variance_and_correlated_with_neighbours():
+    images = synthetic_dataset(4000, 0).images.reshape(-1, 28, 28)
+    assert np.allclose(images.std(axis=0), 1, atol=0.06) and abs(images.mean()) < 0.01
+    right_neighbour = np.mean(images[:, :, :-1] * images[:, :, 1:])
+    assert right_neighbour > 0.8  # smooth: what LeNet's convolutions and pooling can read
+
+
+def test_bilinear_upsampling_matrix_matches_torch_interpolate():
+    field = torch.randn(2, 1, 7, 7)
+    up = _bilinear_upsampling(7, 28)
+    expected = F.interpolate(field, size=(28, 28), mode="bilinear", align_corners=False)
+    assert np.allclose(up @ field[:, 0].numpy() @ up.T, expected[:, 0].numpy(), atol=1e-5)
 
 
 def test_synthetic_labels_use_several_classes():
