@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import replace
 
@@ -38,6 +39,9 @@ from .units import parse_bandwidth, parse_count, parse_size, parse_time
 from .workload import Workload, from_preset, load_profile
 
 MAX_REPLICAS = 65_536
+MAX_SECONDS = 1e6  # a compute step or a latency longer than 11 days is a typo, not a workload
+MAX_BYTES = 10**15  # 1 PB of gradients
+MAX_SLOWDOWN = 1e3
 MAX_ITERATIONS = 10_000_000
 MODES = ("sync", "async", "both")
 
@@ -92,6 +96,23 @@ def _expand_series(parts: list[str], text: str) -> list[int]:
     return values
 
 
+def _at_most(parse, maximum: float, unit: str):
+    """A unit parser that also rejects values above ``maximum`` (in SI units)."""
+    def parse_bounded(text: str):
+        value = parse(text)
+        if value > maximum:
+            raise ValueError(f"{text!r} is too large (at most {maximum:g} {unit})")
+        return value
+    return parse_bounded
+
+
+def _bounded_compute(text: str):
+    model = parse_compute(text)
+    if model.mean_s > MAX_SECONDS:
+        raise ValueError(f"compute {text!r} is too long (mean at most {MAX_SECONDS:g} s)")
+    return model
+
+
 def parse_stragglers(text: str) -> tuple[float, float]:
     """``0.1:3``: a tenth of the replicas compute three times slower."""
     fraction_text, sep, factor_text = text.partition(":")
@@ -102,8 +123,9 @@ def parse_stragglers(text: str) -> tuple[float, float]:
         raise ValueError(f"stragglers {text!r} must be FRACTION:FACTOR, e.g. 0.1:3") from None
     if not (math.isfinite(fraction) and 0 <= fraction <= 1):
         raise ValueError(f"stragglers {text!r}: the fraction must be between 0 and 1")
-    if not (math.isfinite(factor) and factor >= 1):
-        raise ValueError(f"stragglers {text!r}: the slowdown factor must be >= 1")
+    if not (math.isfinite(factor) and 1 <= factor <= MAX_SLOWDOWN):
+        raise ValueError(f"stragglers {text!r}: the slowdown factor must be from 1 to "
+                         f"{MAX_SLOWDOWN:g}")
     return fraction, factor
 
 
@@ -135,18 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replica count (async: workers), or a sweep: 1,2,4,...,1024 (default 16)")
     p.add_argument("--bandwidth", type=_typed(parse_bandwidth, "bandwidth"), default=10e9,
                    help="each replica's NIC, each direction: 10Gbps, 100Mbit/s, 1.25GB/s (default 10Gbps)")
-    p.add_argument("--latency", type=_typed(parse_time, "latency"), default=10e-6,
+    p.add_argument("--latency", type=_typed(_at_most(parse_time, MAX_SECONDS, "s"), "latency"), default=10e-6,
                    help="per-message latency α: 5us, 0.5ms (default 10us)")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--grad-bytes", type=_typed(parse_size, "size"),
+    size.add_argument("--grad-bytes", type=_typed(_at_most(parse_size, MAX_BYTES, "bytes"), "size"),
                       help="gradient size: 25MB, 100MiB (0: free communication)")
-    size.add_argument("--params", type=_typed(parse_count, "count"),
+    size.add_argument("--params", type=_typed(_at_most(parse_count, MAX_BYTES // 4, "parameters"),
+                                              "count"),
                       help="parameter count, fp32 gradients: 25M")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--preset", help=f"model preset: {', '.join(PRESETS)} "
                         f"(default {DEFAULT_PRESET})")
     source.add_argument("--profile", help="profile JSON written by real/sync.py --profile-out")
-    p.add_argument("--compute", type=_typed(parse_compute, "compute"),
+    p.add_argument("--compute", type=_typed(_bounded_compute, "compute"),
                    help="per-step compute: 80ms, exp:80ms, shifted-exp:60ms,20ms, normal:80ms,5ms, "
                         "lognormal:80ms,0.2 (default: the preset's or profile's)")
     p.add_argument("--batch-size", type=_typed(lambda t: _positive_int(t, "batch size", 10**9),
@@ -158,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         lambda t: _positive_int(t, "iterations", MAX_ITERATIONS), "iterations"), default=100,
         help="sync iterations; in --mode async, the server's updates summed over workers "
              "(default 100)")
-    p.add_argument("--seed", type=_typed(lambda t: _positive_int(str(int(t) + 1), "seed",
-                                                                 2**63) - 1, "seed"), default=0)
+    p.add_argument("--seed", type=_typed(lambda t: _whole_number(t, "seed", 0, 2**63 - 1), "seed"),
+                   default=0)
     p.add_argument("--k-sync", type=_typed(lambda t: _positive_int(t, "K", MAX_REPLICAS), "K"),
                    help="update with the first K of R gradients (backup workers)")
     p.add_argument("--ps-bandwidth", type=_typed(parse_bandwidth, "bandwidth"),
@@ -204,10 +227,10 @@ def _add_async_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_workload(args) -> Workload:
-    if args.profile:
+    if args.profile is not None:
         workload = load_profile(args.profile)
     else:
-        workload = from_preset(args.preset or DEFAULT_PRESET)
+        workload = from_preset(DEFAULT_PRESET if args.preset is None else args.preset)
     if args.grad_bytes is not None:
         workload = workload.with_grad_bytes(args.grad_bytes)
     if args.params is not None:
@@ -378,19 +401,42 @@ def _attach_negative_values(parser: argparse.ArgumentParser, argv: list[str]) ->
     return out
 
 
+def check_output_paths(args) -> None:
+    """Refuse unusable output files before simulating, not after (``ValueError`` names them)."""
+    for flag, path in (("--json", args.json), ("--trace", args.trace), ("--plot", args.plot)):
+        if path is None or (flag == "--json" and path == "-"):
+            continue
+        parent = os.path.dirname(os.path.abspath(path)) if path else ""
+        if not path or os.path.isdir(path):
+            raise ValueError(f"{flag} {path!r} is not a file name")
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise ValueError(f"{flag} {path!r}: cannot write into {parent}")
+    if args.plot:
+        from .plot import supported_formats
+        extension = os.path.splitext(args.plot)[1].lstrip(".").lower()
+        if extension not in supported_formats():
+            raise ValueError(f"--plot {args.plot!r}: unknown image format {extension!r} "
+                             f"(use .png, .svg or .pdf)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(_attach_negative_values(parser, argv))
     try:
+        check_output_paths(args)
         configs = build_configs(args)
         runs = Runs(configs, build_async_configs(args, configs))
     except ValueError as error:
         parser.error(str(error))
     run_all(args, runs)
-    print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)
     try:
+        print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)
         write_outputs(args, runs)
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into head: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as error:
         print(f"dsgd_sim: error: cannot write {error.filename}: {error.strerror}", file=sys.stderr)
         return 1

@@ -30,9 +30,11 @@ def _timeline(ax, config: SyncConfig) -> None:
             lane = -0.4 if event["cat"] == "compute" else 0.0
             ax.broken_barh([(event["ts"] / 1e3, event["dur"] / 1e3)], (event["tid"] + lane, 0.4),
                            color=COLORS.get(event["cat"], "grey"))
+    rows = min(config.cluster.replicas, TIMELINE_REPLICAS)
+    ax.set_yticks(range(rows))
+    ax.set_ylim(rows - 0.5, -0.5)  # replica 0 on top, one row per replica
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("replica")
-    ax.invert_yaxis()
     ax.set_title(f"first {shown.iterations} iterations, {config.cluster.replicas} replicas "
                  f"({config.algorithm})")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
@@ -87,6 +89,11 @@ def _convergence(ax, curves: dict) -> None:
     ax.set_ylabel("training loss (replay)")
     ax.set_title("error against runtime")
     ax.legend()
+
+
+def supported_formats() -> set[str]:
+    """Image file extensions matplotlib can write here (png, pdf, svg, ...)."""
+    return set(plt.figure().canvas.get_supported_filetypes()) | {"jpg"}
 
 
 def plot_run(path: str, runs) -> None:

@@ -122,7 +122,7 @@ def load_profile(path: str) -> Workload:
         with open(path) as handle:
             data = json.load(handle)
     except OSError as error:
-        raise ValueError(f"cannot read profile {path}: {error.strerror}") from None
+        raise ValueError(f"cannot read profile {path!r}: {error.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"profile {path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):

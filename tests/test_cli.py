@@ -44,6 +44,13 @@ def test_json_has_the_documented_schema(tmp_path):
     assert sync["busbw_Bps"] == pytest.approx(3.125e9, rel=0.01)
 
 
+def test_output_piped_into_a_closed_pipe_ends_quietly():
+    done = subprocess.run(f"{sys.executable} -m dsgd_sim --mode sync --iterations 3 | head -1",
+                          shell=True, capture_output=True, text=True, timeout=120)
+    assert done.stdout.count("\n") == 1
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr
+
+
 def test_json_to_stdout_is_pure_json():
     done = run_cli("--replicas", "2", "--iterations", "3", "--json", "-")
     assert done.returncode == 0
@@ -92,6 +99,12 @@ BAD_INPUTS = [
     (["--stragglers", "2:3"], "'2:3'"), (["--stragglers", "0.1:0.5"], "'0.1:0.5'"),
     (["--cores", "0"], "'0'"), (["--bucket-size", "0"], "0"), (["--seed", "x"], "'x'"),
     (["--profile", "/nonexistent/profile.json"], "/nonexistent/profile.json"),
+    (["--preset", ""], "''"), (["--profile", ""], "''"), (["--seed", "-1"], "'-1'"),
+    (["--seed", "1.5"], "'1.5'"), (["--json", ""], "''"), (["--trace", ""], "''"),
+    (["--json", "."], "'.'"), (["--plot", "timeline.xyz"], "'xyz'"),
+    (["--plot", "/nonexistent/dir/p.png"], "/nonexistent/dir"),
+    (["--stragglers", "1:1e308"], "'1:1e308'"), (["--grad-bytes", "1e30B"], "'1e30B'"),
+    (["--compute", "1e300s"], "'1e300s'"), (["--latency", "1e9s"], "'1e9s'"),
 ]
 
 
