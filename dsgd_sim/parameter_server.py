@@ -9,7 +9,8 @@ Model (``docs/async.md`` has the derivations and the rule a real trainer follows
 * **Versions and staleness.** The server's weights carry a version: the number of gradients it has
   applied. Every reply is stamped with the version it was copied at. A gradient computed on
   version v and applied when the server is at version u has staleness u − v: the number of other
-  workers' updates applied between this worker's pull (its last reply) and its push. Every worker
+  workers' updates applied between this worker's pull (its last reply) and the application of
+  its gradient (compute, the push and any wait in the server's queue). Every worker
   starts from version 0 (the initial weights, as in sync SGD) without a pull.
 * **Server.** Gradients are served first come, first served, one at a time; applying one takes
   ``service_s`` (by default ``3 · shard bytes / server memory bandwidth``: read the gradient, read

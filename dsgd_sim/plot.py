@@ -76,7 +76,7 @@ def _staleness(ax, summary: dict) -> None:
     ax.bar(range(len(counts)), counts, width=1.0, color="#6acc64")
     ax.axvline(summary["staleness_mean"], color="black", ls="--",
                label=f"mean {summary['staleness_mean']:.3g}")
-    ax.set_xlabel("staleness (updates applied between pull and push)")
+    ax.set_xlabel("staleness (updates applied between pull and apply)")
     ax.set_ylabel("updates")
     ax.set_title(f"async staleness, {summary['workers']} workers")
     ax.legend()

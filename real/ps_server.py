@@ -6,8 +6,8 @@ The loop, one message at a time:
 2. check it (``ps_protocol.check_push``: ours, a push, from that rank, on the version that rank
    was sent, its next step, full size), then receive the payload from that rank only;
 3. staleness = server version − pushed version (the updates applied between the worker's pull
-   and its push). With ``max_staleness`` s and staleness > s the gradient is dropped and the
-   worker is sent the current weights to compute again (``RETRY``): drop and recompute, the
+   and this gradient's application). With ``max_staleness`` s and staleness > s the gradient is
+   dropped and the worker is sent the current weights to compute again (``RETRY``): drop and recompute, the
    simulator's rule (``dsgd_sim/parameter_server.py``). Otherwise SGD applies it (learning rate
    divided by 1 + staleness with ``staleness_lr="inverse"``) and the reply carries the new weights
    and version;

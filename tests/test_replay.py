@@ -35,19 +35,30 @@ def test_one_worker_async_and_one_replica_sync_give_the_same_loss_curve():
     assert sync_curve.loss[-1] < 0.65 * sync_curve.loss[0]  # it did learn something
 
 
+def updates_to_target(lr, workers, seed, staleness_lr=False, target=0.38, updates=2000):
+    config = ReplayConfig(lr=lr, seed=seed, staleness_lr=staleness_lr)
+    curve = async_curve(LogisticTask(config), config, async_run(workers, updates, seed))
+    return curve.updates_to_reach(target)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_stale_gradients_cost_updates_and_a_staleness_aware_rate_narrows_the_gap(seed):
-    config = ReplayConfig(lr=4.0, seed=seed)  # about the fastest rate one worker tolerates
-    task = LogisticTask(config)
-    target = 0.38
-    one = async_curve(task, config, async_run(1, 2000, seed)).updates_to_reach(target)
-    many = async_run(16, 2000, seed)
-    plain = async_curve(task, config, many).updates_to_reach(target)
-    aware = async_curve(task, replace(config, staleness_lr=True), many).updates_to_reach(target)
-    never = float("inf")
-    assert one is not None and aware is not None
-    assert one < (plain or never)
-    assert aware - one < (plain or never) - one
+def test_sixteen_stale_workers_need_more_updates_than_one_to_reach_a_target_loss(seed):
+    one, many = updates_to_target(2.0, 1, seed), updates_to_target(2.0, 16, seed)
+    assert one is not None and many is not None  # at this rate both get there
+    assert one < many
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_where_stale_async_diverges_the_staleness_aware_rate_still_reaches_the_target(seed):
+    # lr 4 is about the fastest rate one worker tolerates; with 16 workers (mean staleness 15)
+    # plain async never reaches the target (it diverges), and dividing the step by 1 + staleness
+    # closes that infinite gap to a finite one. At lr 2, where plain async converges, the
+    # staleness-aware rate is slower than plain async: docs/async.md reports both.
+    one = updates_to_target(4.0, 1, seed)
+    plain = updates_to_target(4.0, 16, seed)
+    aware = updates_to_target(4.0, 16, seed, staleness_lr=True)
+    assert one is not None and plain is None and aware is not None
+    assert one < aware
 
 
 def test_staleness_aware_rate_divides_the_step_by_one_plus_the_staleness():
