@@ -12,8 +12,9 @@ naive-ring          p−1 rounds of n (whole buffer passed on, as the tutorial c
 tree                binomial-tree reduce, then broadcast: 2⌈lg p⌉ rounds of n: 2⌈lg p⌉(α + n/B)
 halving-doubling    Rabenseifner: recursive-halving reduce-scatter (n/2, n/4, …, n/p) then
                     recursive-doubling all-gather; p a power of two: 2 lg p·α + 2(p−1)/p · n/B.
-                    Otherwise the r = p − 2^⌊lg p⌋ extra ranks first fold their whole vector into a
-                    partner and get the result back at the end: + 2(α + n/B) (MPICH's scheme).
+                    Otherwise, with p′ = 2^⌊lg p⌋, the p − p′ extra ranks first fold their whole
+                    vector into a partner and get the result back at the end:
+                    2 lg p′·α + 2(p′−1)/p′ · n/B + 2(α + n/B) (MPICH's scheme).
 ==================  ==========================================================================
 
 ``ps`` (parameter server) is not a round-based collective: its pushes contend at the server's NIC
