@@ -159,7 +159,7 @@ def allreduce_vs_size(quick: bool = False) -> Experiment:
             # at 50 Mbit/s a 16 MB naive ring on 8 hosts takes 20 s an iteration: cap the size
             cap = 4_000_000 if rate == 50 and h == 8 else None
             points.append(AllReduceConfig(h, rate * MBIT, tuple(s for s in sizes if not cap or s <= cap),
-                                          iters=5 if quick else 7))
+                                          iters=9))  # median of 9: runs repeat to ~9% per row with 5
     return Experiment("allreduce", "How long does an all-reduce take against message size, hosts "
                       "and link rate, for ring, naive ring and Gloo's own?", tuple(points))
 

@@ -127,7 +127,8 @@ def header_lines(meta: dict) -> list[str]:
             f"average {meta['load_average']}) in {meta['wall_s'] / 60:.1f} min. Every measured "
             "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
             "sync: over steps after warm-up); the 2 CPU cores are shared by every host and by other "
-            "jobs, so repeated runs differ by about 10% per row (see the Repeatability lines).", "",
+            "jobs (the load averages are the machine's, those jobs included), so repeated runs "
+            "differ per row by the Repeatability figure under each table.", "",
             f"Calibration of the last run (network only, 2 hosts): {cal}. Each experiment below "
             "was predicted from the calibration made in its own run."]
 
