@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -11,3 +12,15 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def check_output_file(flag: str, path: str | None) -> None:
+    """Refuse an output file that cannot be written, before any work is done: ``ValueError``
+    naming the flag and the path. ``None`` (not asked for) passes."""
+    if path is None:
+        return
+    if not path or os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is not a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise ValueError(f"{flag} {path!r}: cannot write into {parent}")

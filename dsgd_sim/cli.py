@@ -23,7 +23,7 @@ from dataclasses import replace
 from tqdm import tqdm
 
 from . import convergence
-from .argparse_oneline import OneLineArgumentParser
+from .argparse_oneline import OneLineArgumentParser, check_output_file
 from .cluster import ClusterConfig
 from .collectives import ALGORITHM_NAMES
 from .compute import parse_compute
@@ -404,13 +404,8 @@ def _attach_negative_values(parser: argparse.ArgumentParser, argv: list[str]) ->
 def check_output_paths(args) -> None:
     """Refuse unusable output files before simulating, not after (``ValueError`` names them)."""
     for flag, path in (("--json", args.json), ("--trace", args.trace), ("--plot", args.plot)):
-        if path is None or (flag == "--json" and path == "-"):
-            continue
-        parent = os.path.dirname(os.path.abspath(path)) if path else ""
-        if not path or os.path.isdir(path):
-            raise ValueError(f"{flag} {path!r} is not a file name")
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise ValueError(f"{flag} {path!r}: cannot write into {parent}")
+        if not (flag == "--json" and path == "-"):
+            check_output_file(flag, path)
     if args.plot:
         from .plot import supported_formats
         extension = os.path.splitext(args.plot)[1].lstrip(".").lower()

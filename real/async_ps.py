@@ -101,7 +101,9 @@ def run_process(config: AsyncConfig) -> int:
 
 
 def fail(error, status: int) -> int:
-    print(f"{PROG}: error: {error}", file=sys.stderr, flush=True)
+    # One write call per line, so that lines from several ranks sharing stderr never interleave.
+    message = " ".join(str(error).split())  # the engines' messages can span lines
+    os.write(sys.stderr.fileno(), f"{PROG}: error: {message}\n".encode())
     return status
 
 

@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.units import parse_time
 
@@ -19,15 +19,15 @@ from .data import DatasetSpec
 from .models import MODELS
 
 BACKENDS = ("gloo", "mpi")
-STALENESS_LR = ("none", "inverse")  # inverse: lr / (1 + staleness)
+STALENESS_LR = ("none", "inverse")
+MAX_LOCAL_PROCESSES = 1024  # inverse: lr / (1 + staleness)
 
 
 @dataclass
 class AsyncConfig:
     """One asynchronous SGD run: rank 0 serves the parameters, ranks 1..N-1 compute gradients."""
 
-    model: str = "mlp"               # lenet | mlp | mlp-large (~25 MB); lenet does not learn the
-                                     # synthetic task with plain SGD, so the default is mlp
+    model: str = "mlp"               # lenet | mlp | mlp-large (~25 MB); see docs/async_ps.md
     dataset: str = "synthetic"       # synthetic | mnist:DIR
     num_samples: int = 16384         # size of the synthetic dataset
     batch_size: int = 32             # samples per gradient (per worker)
@@ -79,6 +79,15 @@ class AsyncConfig:
             raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
         if not self.timeout_s > 0:
             raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"--seed must be a whole number from 0 to 2**63-1, got {self.seed}")
+        if self.master_port > 65535:
+            raise ValueError(f"--master-port must be a TCP port (0 to 65535), got {self.master_port}")
+        if self.nproc_per_node > MAX_LOCAL_PROCESSES:
+            raise ValueError(f"--nproc-per-node must be at most {MAX_LOCAL_PROCESSES}, "
+                             f"got {self.nproc_per_node}")
+        check_output_file("--json", self.json)
+        check_output_file("--trace", self.trace)
 
     @property
     def engine(self) -> str:
