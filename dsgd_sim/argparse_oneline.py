@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -12,6 +13,23 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(self._attach_negative_values(args), namespace)
+
+    def _attach_negative_values(self, argv: list[str]) -> list[str]:
+        """Turn ``--latency -1ms`` into ``--latency=-1ms``, so that the bad value is reported
+        (argparse alone takes ``-1ms`` for an unknown option and names no value)."""
+        takes_value = {opt for action in self._actions if action.nargs is None
+                       for opt in action.option_strings}
+        out: list[str] = []
+        for token in argv:
+            if out and out[-1] in takes_value and token[:1] == "-" and token[1:2] in "0123456789.in":
+                out[-1] = f"{out[-1]}={token}"
+            else:
+                out.append(token)
+        return out
 
 
 def check_output_file(flag: str, path: str | None) -> None:

@@ -387,20 +387,6 @@ def _write_traces(path: str, traces: list[Trace]) -> None:
                    "otherData": {"dropped_events": dropped}}, handle)
 
 
-def _attach_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """Turn ``--latency -1ms`` into ``--latency=-1ms`` so that the value, not the option, is
-    reported as bad (argparse would take ``-1ms`` for an unknown option)."""
-    takes_value = {opt for action in parser._actions if action.nargs is None and action.option_strings
-                   for opt in action.option_strings}
-    out: list[str] = []
-    for token in argv:
-        if out and out[-1] in takes_value and token[:1] == "-" and token[1:2] in "0123456789.in":
-            out[-1] = f"{out[-1]}={token}"
-        else:
-            out.append(token)
-    return out
-
-
 def check_output_paths(args) -> None:
     """Refuse unusable output files before simulating, not after (``ValueError`` names them)."""
     for flag, path in (("--json", args.json), ("--trace", args.trace), ("--plot", args.plot)):
@@ -416,8 +402,7 @@ def check_output_paths(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(_attach_negative_values(parser, argv))
+    args = parser.parse_args(argv)
     try:
         check_output_paths(args)
         configs = build_configs(args)

@@ -40,11 +40,13 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
 from real.comm import check_op, combine_into, divide_for_avg
 
 DEFAULT_SEGMENT_BYTES = 4 << 20  # fewest wake-ups on a busy 2-core host; see docs/communication.md
 NAIVE_TAG, SCATTER_TAG, GATHER_TAG = 401, 402, 403  # tags of this module's messages
+MAX_BUFFER_BYTES = 4 * 10**9  # the benchmark holds a few buffers of each size in memory
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -209,8 +211,8 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int
 
 def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     from real.comm_cli import add_comm_arguments
-    parser = argparse.ArgumentParser(description="Time all-reduce algorithms (nccl-tests' algbw "
-                                                 "and busbw).")
+    parser = OneLineArgumentParser(description="Time all-reduce algorithms (nccl-tests' algbw "
+                                               "and busbw).")
     parser.add_argument("--sizes", default="64KB,1MB,16MB", help="buffer sizes, comma-separated")
     parser.add_argument("--algorithms", default="ring,naive,backend",
                         help=f"comma-separated, from {', '.join(ALGORITHMS)} (ring@256KB: ring "
@@ -242,6 +244,9 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     bad = [s for s in args.size_bytes if s <= 0 or s % itemsize]
     if bad:
         parser.error(f"--sizes: {bad[0]} bytes is not a positive multiple of {itemsize} ({args.dtype})")
+    if max(args.size_bytes) > MAX_BUFFER_BYTES:
+        parser.error(f"--sizes: {max(args.size_bytes)} bytes is more than this benchmark allocates "
+                     f"({format_bytes(MAX_BUFFER_BYTES)} per buffer)")
     if args.segment_bytes < itemsize:
         parser.error(f"--segment: {args.segment!r} is smaller than one {args.dtype} element")
     if args.iters < 1 or args.warmup < 0:
@@ -305,7 +310,8 @@ def print_table(rows: list[dict]) -> None:
     print(f"{'algorithm':>12} {'size':>8} {'ranks':>5} {'time':>10} {'algbw':>11} {'busbw':>11}"
           f" {'busbw/backend':>13}")
     for r in rows:
-        ratio = f"{r['busbw_Bps'] / backend[r['bytes']]:.2f}" if r["bytes"] in backend else "-"
+        reference = backend.get(r["bytes"], 0.0)  # 0 with one rank: nothing crosses a link
+        ratio = f"{r['busbw_Bps'] / reference:.2f}" if reference > 0 else "-"
         print(f"{r['algorithm']:>12} {format_bytes(r['bytes']):>8} {r['world_size']:>5} "
               f"{format_time(r['time_s']):>10} {format_rate_Bps(r['algbw_Bps']):>11} "
               f"{format_rate_Bps(r['busbw_Bps']):>11} {ratio:>13}")
