@@ -7,14 +7,18 @@ Every default lives here with what it means. ``parse_args`` turns the command li
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import dataclass, fields
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.units import parse_time
 
 from .data import DatasetSpec
 from .grad_sync import STRATEGIES
 from .models import MODELS
+
+MAX_LOCAL_PROCESSES = 1024  # --nproc-per-node beyond this is a typo
 
 ALLREDUCE_CHOICES = ("backend", "ring", "naive")
 BACKENDS = ("gloo", "nccl", "mpi")
@@ -74,8 +78,16 @@ class SyncConfig:
             raise ValueError(f"--sync ddp uses the backend's all-reduce, not {self.allreduce!r}")
         if not self.bucket_mb > 0:
             raise ValueError(f"--bucket-mb must be positive, got {self.bucket_mb}")
-        if not self.lr > 0 or not 0 <= self.momentum < 1:
-            raise ValueError(f"need lr > 0 and 0 <= momentum < 1, got {self.lr}, {self.momentum}")
+        if not (0 < self.lr < math.inf) or not 0 <= self.momentum < 1:
+            raise ValueError(f"need a finite lr > 0 and 0 <= momentum < 1, got {self.lr}, "
+                             f"{self.momentum}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"--seed must be a whole number from 0 to 2**63-1, got {self.seed}")
+        if self.master_port > 65535:
+            raise ValueError(f"--master-port must be a TCP port (0 to 65535), got {self.master_port}")
+        if self.nproc_per_node > MAX_LOCAL_PROCESSES:
+            raise ValueError(f"--nproc-per-node must be at most {MAX_LOCAL_PROCESSES}, "
+                             f"got {self.nproc_per_node}")
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"unknown --device {self.device!r} (cpu or cuda)")
         if self.backend is None:
@@ -107,7 +119,7 @@ class SyncConfig:
         return DatasetSpec.parse(self.dataset)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineArgumentParser):
     """An ``ArgumentParser`` that stays silent on ranks other than 0 (one error line per job)."""
 
     quiet = False
@@ -159,6 +171,10 @@ def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig
         args["emulate_compute_s"] = parse_time(args.pop("emulate_compute"))
         args["timeout_s"] = parse_time(args.pop("timeout"))
         known = {f.name for f in fields(SyncConfig)}
-        return SyncConfig(**{k: v for k, v in args.items() if k in known})
+        config = SyncConfig(**{k: v for k, v in args.items() if k in known})
+        if not quiet:  # rank 0 writes the outputs; other nodes need not have its folders
+            for flag in ("--json", "--trace", "--profile-out"):
+                check_output_file(flag, args[flag[2:].replace("-", "_")])
+        return config
     except ValueError as exc:
         parser.exit(2, f"sync.py: error: {exc}\n")

@@ -4,7 +4,6 @@ replicas, restart after SIGKILL under torchrun, reports, and one clear line on b
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from real.models import build_model
 from real.replica_state import weights_sha256
 from real.sync import pick_device, train
 from real.sync_config import SyncConfig, parse_args
+from tests.dist_helpers import have_mpiexec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNC = os.path.join(REPO, "real", "sync.py")
@@ -148,7 +148,7 @@ def test_emulated_compute_sleeps_and_exchanges_full_gradients(mode_runs):
     assert summary["weights_sha256"] == weights_sha256(build_model("mlp", 0))  # zero gradients
 
 
-@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec (pip install mpich) absent")
+@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
 def test_mpi_backend_reaches_the_same_weights_as_gloo(mode_runs, tmp_path):
     args = ["--model", "lenet", "--num-samples", str(SMALL["num_samples"]), "--batch-size",
             str(SMALL["batch_size"]), "--steps", str(SMALL["steps"]), "--sync", "flat",

@@ -28,13 +28,19 @@ def say(comm, text: str) -> None:
         print(text, flush=True)
 
 
-def run_demo(description: str, body, add_arguments=None, argv=None) -> None:
-    """Parse the common flags (and the demo's own), open the communicator, run ``body(comm, args)``."""
+def run_demo(description: str, body, add_arguments=None, argv=None, min_ranks: int = 1) -> None:
+    """Parse the common flags (and the demo's own), open the communicator, run ``body(comm, args)``.
+    With fewer than ``min_ranks`` ranks, rank 0 says so in one line and every rank exits with 2."""
     parser = OneLineArgumentParser(description=description)
     add_comm_arguments(parser)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     with open_comm(parser, args) as comm:
+        if comm.world_size < min_ranks:
+            if comm.rank == 0:
+                print(f"{parser.prog}: error: this demo needs at least {min_ranks} ranks, got "
+                      f"{comm.world_size}", file=sys.stderr, flush=True)
+            raise SystemExit(2)
         say(comm, f"{comm.world_size} ranks, {comm.engine} engine, backend {comm.backend}")
         body(comm, args)

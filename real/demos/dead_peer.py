@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
 
 def demo(comm, args) -> None:
     say(comm, f"the last rank will {args.fail}; the others wait at most {comm.timeout_s:g} s")
-    if comm.rank == comm.world_size - 1 and comm.world_size > 1:
+    if comm.rank == comm.world_size - 1:
         if args.fail == "die":
             os._exit(3)
         time.sleep(comm.timeout_s + 30)
@@ -42,4 +42,4 @@ def demo(comm, args) -> None:
 
 
 if __name__ == "__main__":
-    run_demo("A peer that dies or hangs.", demo, add_arguments)
+    run_demo("A peer that dies or hangs.", demo, add_arguments, min_ranks=2)

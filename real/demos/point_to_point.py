@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import torch  # noqa: E402
 
-from real.demos._common import run_demo, say, show  # noqa: E402
+from real.demos._common import run_demo, show  # noqa: E402
 
 
 def blocking(comm) -> None:
@@ -57,13 +57,10 @@ def any_source(comm) -> None:
 
 
 def demo(comm, args) -> None:
-    if comm.world_size < 2:
-        say(comm, "point-to-point needs at least 2 ranks")
-        return
     blocking(comm)
     non_blocking_ring(comm)
     any_source(comm)
 
 
 if __name__ == "__main__":
-    run_demo("Point-to-point messages between ranks.", demo)
+    run_demo("Point-to-point messages between ranks.", demo, min_ranks=2)
