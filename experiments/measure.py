@@ -21,6 +21,9 @@ from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
+# duplex exchanges at the sizes of the experiments' all-reduce rounds (ring: n / hosts; naive: n)
+# and two large ones for the rate; the model interpolates the start-up cost between them
+DUPLEX_SIZES = [16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 16_000_000]
 
 
 def calibrate_rate(bandwidth_bps: float, quick: bool) -> dict:
@@ -32,10 +35,10 @@ def calibrate_rate(bandwidth_bps: float, quick: bool) -> dict:
     return record
 
 
-def measure_duplex(config: TestbedConfig, repeats: int = 3) -> dict:
+def measure_duplex(config: TestbedConfig, repeats: int = 5, sizes: list[int] = DUPLEX_SIZES) -> dict:
     """``duplex_probe.py`` on both hosts: per size the median (over repeats) of the slower host's
-    time, and the incremental payload rate (n2 - n1) / (t2 - t1) each way."""
-    sizes = CALIBRATION_SIZES
+    time, and the incremental payload rate (n2 - n1) / (t2 - t1) each way between the two
+    largest sizes (the start-up is over by then; what remains of it cancels)."""
     idle_s = 2 * config.burst_for(config.bandwidth_bps) * 8 / config.bandwidth_bps + 0.02
     command = (f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'experiments/duplex_probe.py'))} "
                f"--peer host$((1 - {{rank}})) --sizes {','.join(map(str, sizes))} "
@@ -48,7 +51,7 @@ def measure_duplex(config: TestbedConfig, repeats: int = 3) -> dict:
     per_host = [h.json["duplex.json"]["bulk"] for h in result.hosts]
     medians = [statistics.median(max(times) for times in zip(*(host[i]["seconds"] for host in per_host)))
                for i in range(len(sizes))]
-    goodput_bps = (sizes[-1] - sizes[0]) * 8 / (medians[-1] - medians[0])
+    goodput_bps = (sizes[-1] - sizes[-2]) * 8 / (medians[-1] - medians[-2])
     return {"goodput_bps": goodput_bps, "payload_efficiency": goodput_bps / config.bandwidth_bps,
             "transfers": [{"bytes": n, "median_s": t} for n, t in zip(sizes, medians)]}
 

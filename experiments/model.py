@@ -21,12 +21,20 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   rounds of an algorithm (the simulator's ``dsgd_sim.collectives`` round lists) through a token
   bucket; the bucket holds what refilled during the barrier before the call (as long as a
   1-element all_reduce, measured) and during each round's latency.
+* **A duplex exchange starts slowly.** With both directions busy, an exchange of n bytes each way
+  takes longer than the bucket and the duplex rate give (a ramp: each sender's pacing and
+  round-trip estimate start off every exchange while its ACKs queue behind its own data), by an
+  amount that grows with n and levels off after a few MB. The calibration times the duplex
+  exchange at the rounds' own sizes (``duplex_probe.py``, 16 kB ... 16 MB, network only);
+  ``startup_excess_s`` is the measured time less that ideal, interpolated, and every round pays
+  it: a round of a measured size then costs what that exchange measured.
 * **A call has a fixed cost** beyond its rounds' latency: the calibration's 1-element all_reduce
   (two rounds between two hosts) less two rounds of latency. ``call_overhead_s``.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from dsgd_sim.collectives import ALGORITHMS
@@ -49,6 +57,9 @@ class NetworkInputs:
     frame_bytes: int = 1514  # a full frame at the MTU
     duplex_goodput_bps: float | None = None  # payload rate each way with both ways busy (measured)
     burst_bytes: int = 0     # the shaper's bucket (tbf burst), in frame bytes
+    # (bytes each way, median seconds) of duplex exchanges started with full buckets (measured)
+    duplex_transfers: tuple[tuple[int, float], ...] = ()
+    tcp_latency_s: float = 0.0  # one-way latency of a raw TCP message (the duplex probe's transport)
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -60,7 +71,10 @@ class NetworkInputs:
                    call_overhead_s=gloo["all_reduce_1_element_s"]["median"],
                    frame_bytes=record.get("frame_bytes", 1514),
                    duplex_goodput_bps=(record.get("duplex") or {}).get("goodput_bps"),
-                   burst_bytes=record.get("burst_bytes", 0))
+                   burst_bytes=record.get("burst_bytes", 0),
+                   duplex_transfers=tuple((int(t["bytes"]), float(t["median_s"]))
+                                          for t in (record.get("duplex") or {}).get("transfers", [])),
+                   tcp_latency_s=record.get("latency_s", 0.0))
 
     @property
     def duplex_payload_bps(self) -> float:
@@ -77,6 +91,24 @@ class NetworkInputs:
         return self.burst_bytes * self.duplex_payload_bps / self.rate_bps
 
     @property
+    def startup_table(self) -> list[tuple[int, float]]:
+        """Per measured duplex size: the exchange's time beyond the ideal (its bytes less a full
+        bucket at the duplex rate, plus one TCP latency). Not clipped at zero: with it, a round of
+        a measured size costs exactly the measured exchange (plus what its bucket lacks, and Gloo's
+        latency for TCP's), whatever the rate, so a size whose exchange ran faster than the slope
+        keeps its (negative) excess. Empty without a table of at least three sizes (two only give
+        the rate, whose slope cancels the excess)."""
+        if len(self.duplex_transfers) < 3:
+            return []
+        rate_Bps = self.duplex_payload_bps / 8.0
+        return [(n, t - max(0.0, n - self.bucket_payload_bytes) / rate_Bps - self.tcp_latency_s)
+                for n, t in sorted(self.duplex_transfers)]
+
+    def startup_excess_s(self, size_bytes: float) -> float:
+        """What a round of ``size_bytes`` each way pays beyond the bucket and the duplex rate."""
+        return interpolate_excess(self.startup_table, size_bytes)
+
+    @property
     def fixed_call_s(self) -> float:
         """What a call costs beyond its rounds: the 1-element all_reduce less its two rounds."""
         return max(0.0, self.call_overhead_s - 2 * self.latency_s)
@@ -84,21 +116,41 @@ class NetworkInputs:
     def as_dict(self) -> dict:
         return {"rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
                 "duplex_payload_bps": self.duplex_payload_bps, "latency_s": self.latency_s,
-                "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes}
+                "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes,
+                "startup_excess_s": [[n, e] for n, e in self.startup_table]}
+
+
+def interpolate_excess(table: list[tuple[int, float]], size_bytes: float) -> float:
+    """Piecewise-linear interpolation of ``table`` ((bytes, seconds), sizes increasing) at
+    ``size_bytes``: from (0, 0) to the first point, between points, and the last point's value
+    beyond it (past the largest sizes the exchange runs at the rate: its excess no longer grows).
+    An empty table gives 0."""
+    if not table or size_bytes <= 0:
+        return 0.0
+    sizes = [n for n, _ in table]
+    i = bisect.bisect_left(sizes, size_bytes)
+    if i == len(table):
+        return table[-1][1]
+    (n1, e1) = table[i]
+    (n0, e0) = table[i - 1] if i else (0, 0.0)
+    return e0 + (e1 - e0) * (size_bytes - n0) / (n1 - n0)
 
 
 def shaped_rounds_time_s(messages_bytes: list[float], latency_s: float, payload_bps: float,
-                         bucket_bytes: float, idle_before_s: float) -> float:
+                         bucket_bytes: float, idle_before_s: float, startup_s=None) -> float:
     """Seconds for rounds of messages sent one after another through a token bucket.
 
     Each round's message leaves as fast as the bucket allows (its tokens at once, the rest at
     ``payload_bps``) and arrives ``latency_s`` after its last byte left; the next round starts
     then. The bucket refills at the rate while the link idles (``idle_before_s`` before the
-    first round, each round's latency after), up to ``bucket_bytes``."""
+    first round, each round's latency after), up to ``bucket_bytes``. ``startup_s(size)``, when
+    given, is added to every round (the duplex start-up; the link is busy, so no refill)."""
     rate_Bps = payload_bps / 8.0
     tokens, now = min(bucket_bytes, idle_before_s * rate_Bps), 0.0
     for size in messages_bytes:
         now += max(0.0, size - tokens) / rate_Bps + latency_s
+        if startup_s is not None:
+            now += startup_s(size)
         tokens = min(bucket_bytes, max(0.0, tokens - size) + latency_s * rate_Bps)
     return now
 
@@ -111,10 +163,12 @@ def allreduce_messages(algorithm: str, hosts: int, n_bytes: float) -> list[float
 
 def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs) -> float:
     """Seconds for one all-reduce of ``n_bytes`` over ``hosts`` hosts (one rank each), started
-    after a barrier: the algorithm's rounds through the shaper, plus the fixed cost of a call."""
+    after a barrier: the algorithm's rounds through the shaper, each with the duplex start-up
+    measured at its size, plus the fixed cost of a call."""
     if algorithm not in SIM_ALGORITHM:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
     network_s = shaped_rounds_time_s(allreduce_messages(algorithm, hosts, n_bytes), net.latency_s,
                                      net.duplex_payload_bps, net.bucket_payload_bytes,
-                                     idle_before_s=net.call_overhead_s)
+                                     idle_before_s=net.call_overhead_s,
+                                     startup_s=net.startup_excess_s)
     return network_s + net.fixed_call_s

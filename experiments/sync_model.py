@@ -3,7 +3,8 @@
 Inputs, none taken from the run being predicted:
 
 * the network: ``NetworkInputs`` from the calibration (payload rate with ACKs sharing the link,
-  Gloo's per-message latency, the fixed cost of one all_reduce call);
+  Gloo's per-message latency, the fixed cost of one all_reduce call, and the duplex start-up of
+  each ring round, added to the simulator's iteration);
 * the replica's step: a profile written by one process of ``real/sync.py`` run alone (no network)
   with the same model, batch and thread count (``--profile-out``): per-layer gradient sizes and
   the compute-time samples, plus the rest of its step (data, optimizer: ``idle_time_s``) as a
@@ -28,7 +29,7 @@ from dsgd_sim.sync import SyncConfig, SyncSimulation
 from dsgd_sim.workload import load_profile
 
 from .configs import SyncRunConfig
-from .model import NetworkInputs
+from .model import NetworkInputs, allreduce_messages
 
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 1  # torch threads per replica, in the profile and on the test bed alike
@@ -73,7 +74,11 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
                                        seed=0)).run()
     overhead_s = reference["summary"].get("idle_time_s") or 0.0
     call_s = net.call_overhead_s if config.hosts > 1 else 0.0
-    return float(result.iteration_s.mean()) + overhead_s + call_s
+    # the duplex start-up of every ring round (the simulator's all-reduce has none): Gloo's ring
+    # over the whole gradient, one bucket for these models
+    startup_s = sum(net.startup_excess_s(size)
+                    for size in allreduce_messages("backend", config.hosts, workload.grad_bytes))
+    return float(result.iteration_s.mean()) + overhead_s + call_s + startup_s
 
 
 def predict_async(config, net: NetworkInputs, reference: dict | None = None) -> dict:

@@ -13,7 +13,7 @@ import pytest
 from dsgd_sim.collectives import allreduce_time_s
 from experiments.configs import EXPERIMENTS, AllReduceConfig, AsyncRunConfig, SyncRunConfig, select
 from experiments.fidelity import by_experiment, fidelity_row, summarise
-from experiments.model import (NetworkInputs, allreduce_messages, predict_allreduce_s,
+from experiments.model import (NetworkInputs, allreduce_messages, interpolate_excess, predict_allreduce_s,
                                shaped_rounds_time_s)
 from experiments.report import results_markdown
 from real.testbed.network import unavailable_reason
@@ -125,6 +125,39 @@ def test_allreduce_prediction_walks_the_rounds_through_the_calibrated_bucket():
     assert predict_allreduce_s("naive", p, n, net) > 1.9 * predict_allreduce_s("ring", p, n, net)
     with pytest.raises(ValueError, match="'tree'"):
         predict_allreduce_s("tree", p, n, net)
+
+
+def test_startup_excess_interpolates_between_measured_sizes_from_zero_and_levels_off_past_the_last():
+    table = [(16_000, 0.001), (64_000, 0.004), (1_000_000, 0.010)]
+    assert interpolate_excess(table, 0) == 0.0
+    assert interpolate_excess(table, 8_000) == pytest.approx(0.0005)  # from (0, 0) to the first
+    assert interpolate_excess(table, 64_000) == pytest.approx(0.004)  # a measured size exactly
+    assert interpolate_excess(table, 40_000) == pytest.approx(0.0025)  # halfway between two
+    assert interpolate_excess(table, 532_000) == pytest.approx(0.007)
+    assert interpolate_excess(table, 16_000_000) == pytest.approx(0.010)  # past the last: level
+    assert interpolate_excess([], 1_000_000) == 0.0
+
+
+def test_startup_table_is_the_duplex_time_beyond_bucket_and_rate_and_every_round_pays_it():
+    rate_bps, tcp_latency = 46.0e6, 30e-6
+    ideal = {n: n * 8 / rate_bps + tcp_latency for n in (32_000, 2_000_000, 4_000_000)}
+    duplex = {"goodput_bps": rate_bps, "transfers": [
+        {"bytes": 32_000, "median_s": ideal[32_000] + 0.002},
+        {"bytes": 2_000_000, "median_s": ideal[2_000_000] + 0.015},
+        {"bytes": 4_000_000, "median_s": ideal[4_000_000] + 0.015}]}
+    net = NetworkInputs.from_calibration({**CALIBRATION, "duplex": duplex, "latency_s": tcp_latency})
+    assert net.bucket_payload_bytes == 0
+    assert [n for n, _ in net.startup_table] == [32_000, 2_000_000, 4_000_000]
+    assert [e for _, e in net.startup_table] == pytest.approx([0.002, 0.015, 0.015])
+    without = NetworkInputs.from_calibration({**CALIBRATION, "duplex": {"goodput_bps": rate_bps}})
+    assert without.startup_table == []  # two sizes or none: a rate only, no start-up
+    faster = {**duplex, "transfers": [*duplex["transfers"][:1], {"bytes": 2_000_000,
+              "median_s": ideal[2_000_000] - 0.001}, *duplex["transfers"][2:]]}
+    assert NetworkInputs.from_calibration({**CALIBRATION, "duplex": faster, "latency_s": tcp_latency}) \
+        .startup_table[1][1] == pytest.approx(-0.001)  # faster than the slope: kept, not clipped
+    n, p = 4_000_000, 2  # two rounds of 2 MB, each paying 15 ms
+    assert predict_allreduce_s("ring", p, n, net) - predict_allreduce_s("ring", p, n, without) \
+        == pytest.approx(2 * 0.015)
 
 
 def test_fidelity_row_error_is_relative_to_the_measurement():
