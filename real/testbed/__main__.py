@@ -7,7 +7,7 @@ import json
 import shlex
 import sys
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TestbedConfig:
     try:
+        check_output_file("--json", args.json)  # before the test bed is built, not after the run
         return TestbedConfig(hosts=getattr(args, "hosts", 2), bandwidth_bps=args.bandwidth, slow_host_bps=args.slow_host,
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
                              mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port)
