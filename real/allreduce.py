@@ -40,7 +40,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
 from real.comm import check_op, combine_into, divide_for_avg
 
@@ -224,9 +225,13 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
                         help="ring's segment size (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the buffers' contents")
     parser.add_argument("--json", help="write the results to this file (rank 0)")
+    parser.add_argument("--trace", help="write a Chrome trace of every timed call, one track per "
+                                        "rank (rank 0 writes it)")
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
     try:
+        check_output_file("--json", args.json)
+        check_output_file("--trace", args.trace)
         args.size_bytes = [parse_size(s) for s in args.sizes.split(",")]
         args.segment_bytes = parse_size(args.segment)
     except ValueError as error:
@@ -279,8 +284,10 @@ def check_against_backend(comm, runners, source: torch.Tensor) -> None:
             raise RuntimeError(f"{name} all-reduce disagrees with the backend's")
 
 
-def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int) -> dict[str, float]:
-    """Median over iterations of the slowest rank's time, per algorithm (interleaved)."""
+def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int,
+              spans: list | None = None, t0: float = 0.0) -> dict[str, float]:
+    """Median over iterations of the slowest rank's time, per algorithm (interleaved). With
+    ``spans``, each timed call of this rank is appended as (algorithm, start - t0, seconds)."""
     names = list(runners)
     times = torch.zeros(len(names), iters, dtype=torch.float64)
     work = source.clone()
@@ -295,8 +302,28 @@ def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int) -> d
                 torch.cuda.synchronize()
             if it >= warmup:
                 times[i, it - warmup] = time.perf_counter() - start
+                if spans is not None:
+                    spans.append((names[i], start - t0, float(times[i, it - warmup])))
     comm.all_reduce(times, op="max")
     return {name: statistics.median(times[i].tolist()) for i, name in enumerate(names)}
+
+
+def write_trace(path: str, comm, spans: list[tuple[str, int, float, float]]) -> None:
+    """Gather every rank's (algorithm, bytes, start, seconds) spans; rank 0 writes the trace.
+    Each rank's clock starts after a common barrier, so the tracks line up to within it."""
+    names = sorted({name for name, _, _, _ in spans})
+    packed = torch.tensor([[names.index(n), b, s, d] for n, b, s, d in spans], dtype=torch.float64)
+    gathered = [torch.empty_like(packed) for _ in range(comm.world_size)] if comm.rank == 0 else None
+    comm.gather(packed, gathered, dst=0)
+    if comm.rank != 0:
+        return
+    trace = Trace(process_name=f"all_reduce benchmark ({comm.backend})")
+    for rank, rows in enumerate(gathered):
+        trace.name_track(rank, f"rank {rank}")
+        for index, n_bytes, start_s, dur_s in rows.tolist():
+            trace.span(rank, names[int(index)], start_s, dur_s, "communication",
+                       bytes=int(n_bytes))
+    trace.write(path)
 
 
 def result_row(name: str, size_bytes: int, p: int, time_s: float) -> dict:
@@ -324,13 +351,17 @@ def main(argv=None) -> None:
         dtype = DTYPES[args.dtype]
         runners = {name: make_runner(name, args.segment_bytes) for name in args.algorithm_names}
         generator = torch.Generator().manual_seed(args.seed * 1000 + comm.rank)
-        rows = []
+        rows, spans = [], []
+        comm.barrier()
+        t0 = time.perf_counter()
         for size_bytes in args.size_bytes:
             numel = size_bytes // torch.empty(0, dtype=dtype).element_size()
             source = torch.randint(-100, 100, (numel,), generator=generator).to(dtype).to(comm.device)
             check_against_backend(comm, runners, source)  # with the size check still on
             comm.check_sizes = False  # time the algorithms, not our safety net
-            medians = time_size(comm, runners, source, args.iters, args.warmup)
+            sized: list = []
+            medians = time_size(comm, runners, source, args.iters, args.warmup, sized, t0)
+            spans += [(name, size_bytes, start, dur) for name, start, dur in sized]
             comm.check_sizes = True
             rows += [result_row(name, size_bytes, comm.world_size, t) for name, t in medians.items()]
         if comm.rank == 0:
@@ -340,6 +371,8 @@ def main(argv=None) -> None:
             print_table(rows)
             if args.json:
                 write_json(args, comm, rows)
+        if args.trace:
+            write_trace(args.trace, comm, spans)
 
 
 def write_json(args, comm, rows) -> None:

@@ -159,9 +159,10 @@ def test_benchmark_rejects_bad_flags_with_one_line_and_status_2(argv, named, cap
 
 @pytest.mark.parametrize("launcher", ["gloo", pytest.param("mpi", marks=needs_mpi)])
 def test_benchmark_writes_nccl_tests_rows(launcher, tmp_path):
-    out = tmp_path / "bench.json"
+    out, trace = tmp_path / "bench.json", tmp_path / "trace.json"
     run = run_script(["real/allreduce.py", "--sizes", "4KB,40KB", "--iters", "2", "--warmup", "1",
-                      "--json", str(out)], 2, launcher=launcher, timeout_s=120)
+                      "--json", str(out), "--trace", str(trace)], 2, launcher=launcher,
+                     timeout_s=120)
     assert run.returncode == 0, run.stderr
     rows = json.loads(out.read_text())["results"]
     assert {(r["algorithm"], r["bytes"]) for r in rows} == {
@@ -171,3 +172,14 @@ def test_benchmark_writes_nccl_tests_rows(launcher, tmp_path):
         assert r["algbw_Bps"] == pytest.approx(r["bytes"] / r["time_s"])
         assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * (2 - 1) / 2)
     assert "busbw" in run.stdout and "ring" in run.stdout
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    # one span per timed call: 2 ranks x 3 algorithms x 2 sizes x 2 iterations
+    assert len(spans) == 24 and {e["tid"] for e in spans} == {0, 1}
+    assert {e["args"]["bytes"] for e in spans} == {4000, 40000}
+
+
+def test_benchmark_on_one_rank_prints_its_table(tmp_path):
+    run = run_script(["real/allreduce.py", "--sizes", "4KB", "--iters", "2"], 1,
+                     launcher="gloo", timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    assert "busbw/backend" in run.stdout and "Traceback" not in run.stderr
