@@ -11,6 +11,7 @@ buffers around the ring p-1 times. All three must print the same sums.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -22,13 +23,25 @@ from real.allreduce import ALGORITHMS, chunk_bounds  # noqa: E402
 from real.demos._common import run_demo, say, show  # noqa: E402
 
 
+MAX_LENGTH = 10_000  # the demo prints every element
+
+
+def _length(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_LENGTH:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 0 to {MAX_LENGTH}")
+    return value
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--length", type=int, default=7, help="elements per rank (default: 7)")
+    parser.add_argument("--length", type=_length, default=7,
+                        help=f"elements per rank, at most {MAX_LENGTH} (default: 7)")
 
 
 def demo(comm, args) -> None:
-    if args.length < 0:
-        raise SystemExit(f"error: --length must be >= 0, got {args.length}")
     start = torch.arange(args.length, dtype=torch.int64) + 100 * comm.rank
     show(comm, "start:", start)
     say(comm, f"ring's chunks [start, stop): {chunk_bounds(args.length, comm.world_size)}")
