@@ -57,20 +57,19 @@ def main() -> None:
     listener = socket.create_server(("0.0.0.0", args.port), reuse_port=True)
     outgoing = connect(args.peer, args.port)
     incoming, _ = listener.accept()
-    rows = []
-    for n in (int(s) for s in args.sizes.split(",")):
-        payload, seconds = b"\0" * n, []
-        for _ in range(args.repeats):
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = [{"bytes": n, "seconds": []} for n in sizes]
+    for _ in range(args.repeats):  # sizes interleaved: a burst of other load spreads over all sizes
+        for n, row in zip(sizes, rows):
             outgoing.sendall(b"s")  # both ready, then both pause so every bucket refills
             receive(incoming, 1)
             time.sleep(args.idle)
             start = time.perf_counter()
-            sender = threading.Thread(target=outgoing.sendall, args=(payload,))
+            sender = threading.Thread(target=outgoing.sendall, args=(b"\0" * n,))
             sender.start()
             receive(incoming, n)
             sender.join()
-            seconds.append(time.perf_counter() - start)
-        rows.append({"bytes": n, "seconds": seconds})
+            row["seconds"].append(time.perf_counter() - start)
     with open(args.json, "w") as handle:
         json.dump({"host_rank": int(os.environ.get("HOST_RANK", -1)), "bulk": rows}, handle)
     outgoing.close()

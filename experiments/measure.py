@@ -22,8 +22,9 @@ from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
 # duplex exchanges at the sizes of the experiments' all-reduce rounds (ring: n / hosts; naive: n)
-# and two large ones for the rate; the model interpolates the start-up cost between them
-DUPLEX_SIZES = [16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 16_000_000]
+# and two large ones for the rate; the model interpolates the start-up cost between them. The
+# 1-byte exchange is the probe's own fixed cost (TCP latency, a thread start), taken off the rest.
+DUPLEX_SIZES = [1, 16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 16_000_000]
 
 
 def calibrate_rate(bandwidth_bps: float, quick: bool) -> dict:
@@ -35,7 +36,7 @@ def calibrate_rate(bandwidth_bps: float, quick: bool) -> dict:
     return record
 
 
-def measure_duplex(config: TestbedConfig, repeats: int = 5, sizes: list[int] = DUPLEX_SIZES) -> dict:
+def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = DUPLEX_SIZES) -> dict:
     """``duplex_probe.py`` on both hosts: per size the median (over repeats) of the slower host's
     time, and the incremental payload rate (n2 - n1) / (t2 - t1) each way between the two
     largest sizes (the start-up is over by then; what remains of it cancels)."""

@@ -93,16 +93,21 @@ class NetworkInputs:
     @property
     def startup_table(self) -> list[tuple[int, float]]:
         """Per measured duplex size: the exchange's time beyond the ideal (its bytes less a full
-        bucket at the duplex rate, plus one TCP latency). Not clipped at zero: with it, a round of
-        a measured size costs exactly the measured exchange (plus what its bucket lacks, and Gloo's
-        latency for TCP's), whatever the rate, so a size whose exchange ran faster than the slope
-        keeps its (negative) excess. Empty without a table of at least three sizes (two only give
-        the rate, whose slope cancels the excess)."""
-        if len(self.duplex_transfers) < 3:
+        bucket at the duplex rate, plus the probe's own fixed cost: its exchange of at most one
+        segment when measured, else one TCP latency). Not clipped at zero: with it, a round of a
+        measured size costs exactly the measured exchange (plus what its bucket lacks, and Gloo's
+        latency for the probe's), whatever the rate, so a size whose exchange ran faster than
+        the slope keeps its (negative) excess. Empty without a table of at least three sizes
+        above one segment (two only give the rate, whose slope cancels the excess)."""
+        measured = sorted(self.duplex_transfers)
+        base_s = self.tcp_latency_s
+        if measured and measured[0][0] <= self.frame_bytes - 66:  # one segment: the fixed cost
+            base_s = measured.pop(0)[1]
+        if len(measured) < 3:
             return []
         rate_Bps = self.duplex_payload_bps / 8.0
-        return [(n, t - max(0.0, n - self.bucket_payload_bytes) / rate_Bps - self.tcp_latency_s)
-                for n, t in sorted(self.duplex_transfers)]
+        return [(n, t - max(0.0, n - self.bucket_payload_bytes) / rate_Bps - base_s)
+                for n, t in measured]
 
     def startup_excess_s(self, size_bytes: float) -> float:
         """What a round of ``size_bytes`` each way pays beyond the bucket and the duplex rate."""

@@ -155,6 +155,11 @@ def test_startup_table_is_the_duplex_time_beyond_bucket_and_rate_and_every_round
               "median_s": ideal[2_000_000] - 0.001}, *duplex["transfers"][2:]]}
     assert NetworkInputs.from_calibration({**CALIBRATION, "duplex": faster, "latency_s": tcp_latency}) \
         .startup_table[1][1] == pytest.approx(-0.001)  # faster than the slope: kept, not clipped
+    with_base = {**duplex, "transfers": [{"bytes": 1, "median_s": 0.0005}, *duplex["transfers"]]}
+    based = NetworkInputs.from_calibration({**CALIBRATION, "duplex": with_base, "latency_s": tcp_latency})
+    assert [n for n, _ in based.startup_table] == [32_000, 2_000_000, 4_000_000]  # 1 B: the base
+    assert [e for _, e in based.startup_table] == pytest.approx(  # the probe's fixed cost taken off
+        [0.002 + tcp_latency - 0.0005, 0.015 + tcp_latency - 0.0005, 0.015 + tcp_latency - 0.0005])
     n, p = 4_000_000, 2  # two rounds of 2 MB, each paying 15 ms
     assert predict_allreduce_s("ring", p, n, net) - predict_allreduce_s("ring", p, n, without) \
         == pytest.approx(2 * 0.015)
