@@ -57,6 +57,8 @@ def main() -> None:
     listener = socket.create_server(("0.0.0.0", args.port), reuse_port=True)
     outgoing = connect(args.peer, args.port)
     incoming, _ = listener.accept()
+    for sock in (outgoing, incoming):  # no Nagle: a small payload right after the sync byte must
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # not wait for that byte's ACK
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = [{"bytes": n, "seconds": []} for n in sizes]
     for _ in range(args.repeats):  # sizes interleaved: a burst of other load spreads over all sizes
