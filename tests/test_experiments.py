@@ -223,3 +223,16 @@ def test_four_host_sync_run_through_torchrun_c10d_rendezvous_completes_on_the_te
     assert summary["world_size"] == 4 and summary["measured_steps"] == 4
     assert summary["iteration_time_s"] >= 0.02  # at least the emulated compute of every step
     assert len(summary["weights_sha256"]) == 64 and summary["samples_per_s"] > 0
+
+
+def test_ablation_compares_the_same_rows_with_and_without_the_startup_table():
+    from experiments.ablation import ablation
+    duplex = {"goodput_bps": 46e6, "transfers": [
+        {"bytes": n, "median_s": n * 8 / 46e6 + extra}
+        for n, extra in ((16_000, 0.0), (2_000_000, 0.015), (4_000_000, 0.015))]}
+    calibration = [{**CALIBRATION, "duplex": duplex, "latency_s": 0.0}]
+    rows = [{"algorithm": "ring", "hosts": 2, "bytes": 4_000_000, "bandwidth_bps": 50e6,
+             "measured_s": 0.73}]
+    result = ablation(calibration, rows)["all"]
+    assert result["with"][0] == result["without"][0] == 1
+    assert result["with"][1] < result["without"][1]  # the measured 2 x 15 ms start-up closes the gap
