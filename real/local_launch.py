@@ -96,3 +96,17 @@ def fast_exit(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+MAX_LOCAL_PROCESSES = 1024  # --nproc-per-node beyond this is a typo, not a machine
+
+
+def check_launch_settings(seed: int, master_port: int, nproc_per_node: int) -> None:
+    """The launch settings sync.py and async_ps.py share; ``ValueError`` names the bad one."""
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"--seed must be a whole number from 0 to 2**63-1, got {seed}")
+    if master_port > 65535:
+        raise ValueError(f"--master-port must be a TCP port (0 to 65535), got {master_port}")
+    if nproc_per_node > MAX_LOCAL_PROCESSES:
+        raise ValueError(f"--nproc-per-node must be at most {MAX_LOCAL_PROCESSES}, "
+                         f"got {nproc_per_node}")

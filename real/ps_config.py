@@ -16,11 +16,11 @@ from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.units import parse_time
 
 from .data import DatasetSpec
+from .local_launch import check_launch_settings
 from .models import MODELS
 
 BACKENDS = ("gloo", "mpi")
-STALENESS_LR = ("none", "inverse")
-MAX_LOCAL_PROCESSES = 1024  # inverse: lr / (1 + staleness)
+STALENESS_LR = ("none", "inverse")  # inverse: lr / (1 + staleness)
 
 
 @dataclass
@@ -79,13 +79,7 @@ class AsyncConfig:
             raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
         if not self.timeout_s > 0:
             raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
-        if not 0 <= self.seed < 2**63:
-            raise ValueError(f"--seed must be a whole number from 0 to 2**63-1, got {self.seed}")
-        if self.master_port > 65535:
-            raise ValueError(f"--master-port must be a TCP port (0 to 65535), got {self.master_port}")
-        if self.nproc_per_node > MAX_LOCAL_PROCESSES:
-            raise ValueError(f"--nproc-per-node must be at most {MAX_LOCAL_PROCESSES}, "
-                             f"got {self.nproc_per_node}")
+        check_launch_settings(self.seed, self.master_port, self.nproc_per_node)
         check_output_file("--json", self.json)
         check_output_file("--trace", self.trace)
 

@@ -15,10 +15,9 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.units import parse_time
 
 from .data import DatasetSpec
+from .local_launch import check_launch_settings
 from .grad_sync import STRATEGIES
 from .models import MODELS
-
-MAX_LOCAL_PROCESSES = 1024  # --nproc-per-node beyond this is a typo
 
 ALLREDUCE_CHOICES = ("backend", "ring", "naive")
 BACKENDS = ("gloo", "nccl", "mpi")
@@ -81,13 +80,7 @@ class SyncConfig:
         if not (0 < self.lr < math.inf) or not 0 <= self.momentum < 1:
             raise ValueError(f"need a finite lr > 0 and 0 <= momentum < 1, got {self.lr}, "
                              f"{self.momentum}")
-        if not 0 <= self.seed < 2**63:
-            raise ValueError(f"--seed must be a whole number from 0 to 2**63-1, got {self.seed}")
-        if self.master_port > 65535:
-            raise ValueError(f"--master-port must be a TCP port (0 to 65535), got {self.master_port}")
-        if self.nproc_per_node > MAX_LOCAL_PROCESSES:
-            raise ValueError(f"--nproc-per-node must be at most {MAX_LOCAL_PROCESSES}, "
-                             f"got {self.nproc_per_node}")
+        check_launch_settings(self.seed, self.master_port, self.nproc_per_node)
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"unknown --device {self.device!r} (cpu or cuda)")
         if self.backend is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pytest
 from real.testbed import Testbed, TestbedConfig, bed as bed_module, network
 from real.testbed.calibrate import measure, shaper_time_s, summarise
 from real.testbed.launch import substitute
+from tests.dist_helpers import have_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
 REASON = network.unavailable_reason()
@@ -295,8 +295,8 @@ print(comm.rank, comm.size, socket.gethostname(), total[0], flush=True)
 @needs_namespaces
 def test_mpi_allreduce_runs_one_rank_per_host_over_the_shaped_links(tmp_path):
     pytest.importorskip("mpi4py", reason="MPI test needs mpi4py (pip install mpi4py mpich)")
-    if shutil.which("mpiexec") is None:
-        pytest.skip("MPI test needs mpiexec on PATH (pip install mpich)")
+    if not have_mpiexec():
+        pytest.skip("MPI test needs mpiexec (pip install mpich)")
     script = tmp_path / "allreduce.py"
     script.write_text(MPI_SCRIPT)
     with Testbed(TestbedConfig(hosts=3, bandwidth_bps=100e6), tmp_path / "out") as bed:
