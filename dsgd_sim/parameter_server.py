@@ -226,8 +226,8 @@ class AsyncSimulation:
             self.totals.reply += env.now - reply_start + self.latency_s
             self.totals.replies += 1
             if self.trace is not None and len(self.ends) <= self.trace_updates:
-                self.trace.span(worker, "reply", reply_start, env.now + self.latency_s - reply_start,
-                                "communication")
+                self.trace.span(worker + 1, "reply", reply_start,
+                                env.now + self.latency_s - reply_start, "communication")
             delay_s = self.latency_s
 
     def _serve(self, worker: int, version: int, arrival: float, compute_s: float):
@@ -267,20 +267,20 @@ class AsyncSimulation:
         totals.apply += end - head
 
     def _trace_cycle(self, worker, compute_start, computed, arrival, head, end, staleness):
-        trace = self.trace
-        trace.span(worker, "compute", compute_start, computed - compute_start, "compute")
-        trace.span(worker, "push", computed, arrival - computed, "communication")
-        trace.span(worker, "wait for server", arrival, end - arrival, "idle")
+        """Tracks are numbered as the ranks of a real job: the server 0, worker w on w + 1."""
+        trace, track = self.trace, worker + 1
+        trace.span(track, "compute", compute_start, computed - compute_start, "compute")
+        trace.span(track, "push", computed, arrival - computed, "communication")
+        trace.span(track, "wait for server", arrival, end - arrival, "idle")
         name = "apply" if staleness is not None else "drop (too stale)"
-        trace.span(self.workers, name, head, end - head, "server", worker=worker,
-                   staleness=staleness)
+        trace.span(0, name, head, end - head, "server", worker=worker, staleness=staleness)
 
     def run(self) -> AsyncResult:
         """Run until ``updates`` gradients have been applied."""
         if self.trace is not None:
+            self.trace.name_track(0, "parameter server (rank 0)")
             for worker in range(self.workers):
-                self.trace.name_track(worker, f"worker {worker}")
-            self.trace.name_track(self.workers, "parameter server")
+                self.trace.name_track(worker + 1, f"worker {worker} (rank {worker + 1})")
         for worker in range(self.workers):
             self.env.process(self._worker(worker))
         self.env.run(until=self.finished)
