@@ -27,7 +27,7 @@ STALENESS_LR = ("none", "inverse")  # inverse: lr / (1 + staleness)
 class AsyncConfig:
     """One asynchronous SGD run: rank 0 serves the parameters, ranks 1..N-1 compute gradients."""
 
-    model: str = "mlp"               # lenet | mlp | mlp-large (~25 MB); see docs/async_ps.md
+    model: str = "lenet"             # lenet | mlp | mlp-large (~25 MB), as real/sync.py
     dataset: str = "synthetic"       # synthetic | mnist:DIR
     num_samples: int = 16384         # size of the synthetic dataset
     batch_size: int = 32             # samples per gradient (per worker)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from real import ps_protocol as proto
 from real.data import ShardedBatches, synthetic_dataset
 from real.models import build_model
+from real.ps_config import AsyncConfig
 from real.replica_state import weights_sha256
 from tests.dist_helpers import REPO, child_env, have_mpiexec, run_function, run_script
 
@@ -76,7 +77,6 @@ def test_check_push_accepts_the_expected_push():
 def rogue_worker_sends_wrong_length():
     """Rank 0 serves; rank 1 pushes a gradient header of the wrong length."""
     from real.comm import init
-    from real.ps_config import AsyncConfig
     from real.ps_server import ParameterServer
     comm = init("torch", timeout_s=20)
     try:
@@ -99,7 +99,9 @@ def rogue_worker_sends_wrong_length():
 
 def test_server_refuses_a_bad_header_with_one_clear_error():
     server_said, worker_got = run_function(rogue_worker_sends_wrong_length, 2, timeout_s=90)
-    assert server_said == "rank 1 pushed a gradient of 12 elements; the model has 235146 parameters"
+    parameters = sum(p.numel() for p in build_model(AsyncConfig().model, 0).parameters())
+    assert server_said == (f"rank 1 pushed a gradient of 12 elements; the model has {parameters} "
+                           f"parameters")
     assert worker_got == proto.ERROR
 
 
@@ -113,8 +115,8 @@ def test_one_worker_run_is_plain_sgd_bit_for_bit(tmp_path):
     torch.set_num_threads(1)
     dataset = synthetic_dataset(16384, 0)
     batches = ShardedBatches(len(dataset), 32, 1, 0, 0)
-    model = build_model("mlp", 0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = build_model(AsyncConfig().model, 0)  # the default model, as the run used
+    optimizer = torch.optim.SGD(model.parameters(), lr=AsyncConfig().lr)
     for step in range(15):
         images, labels = dataset.batch(batches.indices(step))
         optimizer.zero_grad()
