@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
+
+from sim_sync import pin_to_one_core, time_default_command  # this folder
 
 from dsgd_sim import ClusterConfig, from_preset
 from dsgd_sim.compute import Exponential
@@ -38,29 +37,12 @@ CASES = {
 }
 
 
-def pin_to_one_core() -> None:
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-
-
 def time_run(cluster: ClusterConfig, workload) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, simulated updates per second) of one run."""
     config = AsyncConfig(cluster, workload, UPDATES)
     start, start_cpu = time.perf_counter(), time.process_time()
     result = AsyncSimulation(config).run()
     return time.perf_counter() - start, time.process_time() - start_cpu, result.updates_per_s
-
-
-def time_default_command() -> tuple[float, float]:
-    """(wall, CPU of the child) seconds of the default command, start-up included."""
-    before = os.times()
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dsgd_sim", "--replicas", "16", "--bandwidth", "10Gbps"],
-                   check=True, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    after = os.times()
-    return wall, (after.children_user - before.children_user) + \
-        (after.children_system - before.children_system)
 
 
 def main() -> None:

@@ -35,11 +35,16 @@ def time_large_run(replicas: int, iterations: int) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - start_cpu
 
 
-def time_default_command() -> float:
+def time_default_command() -> tuple[float, float]:
+    """(wall, CPU of the child) seconds of the default command, start-up included."""
+    before = os.times()
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "dsgd_sim", "--replicas", "16", "--bandwidth", "10Gbps"],
                    check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = os.times()
+    return wall, (after.children_user - before.children_user) + \
+        (after.children_system - before.children_system)
 
 
 def main() -> None:
@@ -56,7 +61,7 @@ def main() -> None:
         "ring_1024x1000_s": wall,
         "ring_1024x1000_cpu_s": cpu,
         "ring_1024x1000_iterations_per_s": 1000 / wall,
-        "default_command_s": statistics.median(default),
+        "default_command_s": statistics.median(w for w, _ in default),
     }
     print(f"1024 replicas x 1000 iterations (ring): {wall:.2f} s wall, {cpu:.2f} s CPU, median "
           f"({1000 / cpu:.0f} simulated iterations per CPU-second; target <= 10 s)")

@@ -32,6 +32,18 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         return out
 
 
+def argparse_type(parse, what: str):
+    """An argparse ``type`` from a parser that raises ``ValueError`` (units, counts, ...): its
+    message, which names the bad text, becomes argparse's one-line error."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    convert.__name__ = what
+    return convert
+
+
 def check_output_file(flag: str, path: str | None) -> None:
     """Refuse an output file that cannot be written, before any work is done: ``ValueError``
     naming the flag and the path. ``None`` (not asked for) passes."""

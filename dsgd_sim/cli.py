@@ -23,7 +23,7 @@ from dataclasses import replace
 from tqdm import tqdm
 
 from . import convergence
-from .argparse_oneline import OneLineArgumentParser, check_output_file
+from .argparse_oneline import OneLineArgumentParser, argparse_type as _typed, check_output_file
 from .cluster import ClusterConfig
 from .collectives import ALGORITHM_NAMES
 from .compute import parse_compute
@@ -44,17 +44,6 @@ MAX_BYTES = 10**15  # 1 PB of gradients
 MAX_SLOWDOWN = 1e3
 MAX_ITERATIONS = 10_000_000
 MODES = ("sync", "async", "both")
-
-
-def _typed(parse, what: str):
-    """Wrap a unit parser so that argparse reports ``ValueError`` text as the error."""
-    def convert(text: str):
-        try:
-            return parse(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-    convert.__name__ = what
-    return convert
 
 
 def _positive_int(text: str, what: str, maximum: int) -> int:

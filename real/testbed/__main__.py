@@ -7,7 +7,7 @@ import json
 import shlex
 import sys
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type as _units, check_output_file
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
@@ -21,17 +21,6 @@ EXAMPLES = """examples:
   python -m real.testbed calibrate --bandwidth 100Mbps --json calibration.json
   python -m real.testbed cleanup
 """
-
-
-def _units(parse, what: str):
-    """An argparse ``type`` from a units parser; its ValueError becomes argparse's one-line error."""
-    def convert(text: str):
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    convert.__name__ = what
-    return convert
 
 
 def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> None:
