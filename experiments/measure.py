@@ -3,6 +3,10 @@
 Every rank is started directly on its host (``RANK``/``WORLD_SIZE`` from the test bed's
 ``{rank}``/``{hosts}``, ``MASTER_ADDR``/``MASTER_PORT`` from its environment) rather than through
 torchrun: the process group is the same, and start-up on a busy 2-core machine is seconds shorter.
+Every rank runs one torch thread (``--threads 1``), as torchrun would set for several ranks on a
+node: the hosts share the machine's cores, and a rank's spare OpenMP threads spinning after an
+addition took the cores the other ranks needed (the hand-written rings on 4 hosts at 200 Mbit/s
+ran 1.5-1.9x slower with torch's default of a thread per core).
 A sync run with ``launcher="torchrun"`` (the ``multinode`` experiment) starts one torchrun agent
 per host instead, joined by c10d rendezvous at host 0, exactly as on a real cluster.
 """
@@ -91,7 +95,7 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0) -> list
     algorithm and size, slowest rank's time)."""
     args = ["--sizes", ",".join(f"{s}B" for s in config.sizes_bytes),
             "--algorithms", ",".join(config.algorithms), "--iters", str(config.iters),
-            "--warmup", str(config.warmup), "--timeout", "120s"]
+            "--warmup", str(config.warmup), "--timeout", "120s", "--threads", "1"]
     command = _rank_command("real/allreduce.py", args) + " --json {out}/allreduce.json"
     return _run(config, command, "allreduce.json", timeout_s)["results"]
 
@@ -114,6 +118,6 @@ def measure_async(config: AsyncRunConfig, timeout_s: float = 900.0) -> dict:
     server's summary (updates/s after the first round, staleness)."""
     args = ["--model", config.model, "--updates", str(config.updates), "--batch-size",
             str(config.batch_size), "--emulate-compute", f"{config.emulate_compute_s}s",
-            "--no-progress"]
+            "--threads", "1", "--no-progress"]
     command = _rank_command("real/async_ps.py", args) + " --json {out}/async.json"
     return _run(config, command, "async.json", timeout_s)

@@ -379,6 +379,7 @@ def write_json(args, comm, rows) -> None:
     meta = {"benchmark": "all_reduce", "engine": comm.engine, "backend": comm.backend,
             "world_size": comm.world_size, "dtype": args.dtype, "iterations": args.iters,
             "warmup": args.warmup, "segment_bytes": args.segment_bytes, "seed": args.seed,
+            "threads_per_rank": torch.get_num_threads(),
             "machine": {"node": platform.node(), "cpus": os.cpu_count(),
                         "processor": platform.processor() or platform.machine()},
             "results": rows}

@@ -9,14 +9,19 @@ communicator they describe, and turning communication failures into one clear li
 
 ``--backend auto`` (the default) picks MPI when started by ``mpiexec`` and torch.distributed
 otherwise (NCCL if CUDA is available, else Gloo); ``--timeout`` bounds how long any operation
-waits for a peer before the job fails with a message instead of hanging.
+waits for a peer before the job fails with a message instead of hanging; ``--threads`` sets
+torch's CPU threads per rank (by default ``OMP_NUM_THREADS``, else this machine's cores shared
+among its ranks), so that ranks sharing a machine do not oversubscribe its cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import contextmanager
+
+import torch
 
 from dsgd_sim.units import parse_time
 
@@ -33,6 +38,28 @@ def add_comm_arguments(parser: argparse.ArgumentParser, timeout: str = DEFAULT_T
     parser.add_argument("--timeout", default=timeout,
                         help="how long an operation may wait for its peers before the job "
                              "fails, e.g. 20s (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads per rank; 0: OMP_NUM_THREADS if set, else this "
+                             "machine's cores / its ranks (default: 0)")
+
+
+def default_threads() -> int:
+    """torch threads for one rank: ``OMP_NUM_THREADS`` when set (torchrun sets it to 1 for several
+    ranks per node; the test bed to the cores per host), else the cores this process may use
+    divided among the ranks on this machine (``LOCAL_WORLD_SIZE``, 1 when unset). Spare threads
+    matter: an idle OpenMP thread spins for a while before it sleeps, and on shared cores that
+    spinning takes the time another rank needs to move its data."""
+    try:
+        threads = int(os.environ.get("OMP_NUM_THREADS", "0"))
+    except ValueError:
+        threads = 0
+    if threads > 0:
+        return threads
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, len(os.sched_getaffinity(0)) // local)
 
 
 def timeout_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
@@ -53,6 +80,10 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
     A :class:`CommError` raised inside the block is printed as one line and the process exits
     with status 1, so a dead peer reads as a message, not a traceback."""
     timeout_s = timeout_from_args(parser, args)
+    threads = getattr(args, "threads", 0)
+    if threads < 0:
+        parser.error(f"--threads must be >= 0, got {threads}")
+    torch.set_num_threads(threads or default_threads())
     backend = None if args.backend == "auto" else args.backend
     comm: Communicator | None = None
     try:

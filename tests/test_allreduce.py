@@ -7,6 +7,7 @@ exactly for integers and to rounding for floats, for odd lengths, lengths below 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -148,6 +149,7 @@ def test_ring_rejects_unknown_op_and_bad_segment_size():
     (["--algorithms", "ring,tree"], "'tree'"),
     (["--sizes", "3B"], "3 bytes"),
     (["--timeout", "soon"], "'soon'"),
+    (["--threads", "-1"], "-1"),
 ])
 def test_benchmark_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -172,6 +174,7 @@ def test_benchmark_writes_nccl_tests_rows(launcher, tmp_path):
         assert r["algbw_Bps"] == pytest.approx(r["bytes"] / r["time_s"])
         assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * (2 - 1) / 2)
     assert "busbw" in run.stdout and "ring" in run.stdout
+    assert json.loads(out.read_text())["threads_per_rank"] >= 1
     spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
     # one span per timed call: 2 ranks x 3 algorithms x 2 sizes x 2 iterations
     assert len(spans) == 24 and {e["tid"] for e in spans} == {0, 1}
@@ -183,3 +186,15 @@ def test_benchmark_on_one_rank_prints_its_table(tmp_path):
                      launcher="gloo", timeout_s=120)
     assert run.returncode == 0, run.stderr
     assert "busbw/backend" in run.stdout and "Traceback" not in run.stderr
+
+
+def test_default_threads_follow_omp_num_threads_else_share_the_cores_among_local_ranks(monkeypatch):
+    from real.comm_cli import default_threads
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert default_threads() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert default_threads() == max(1, cores // 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert default_threads() == cores

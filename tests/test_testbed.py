@@ -106,7 +106,7 @@ def test_cli_without_ip_or_root_says_so_in_one_line(tmp_path):
 @needs_namespaces
 def test_run_gives_every_host_its_identity_and_collects_output_and_json(tmp_path):
     command = ('echo "$HOST_RANK $NUM_HOSTS $(hostname) $MASTER_ADDR:$MASTER_PORT $GLOO_SOCKET_IFNAME"; '
-               'getent hosts host0 | cut -d" " -f1; '
+               'getent hosts host0 | cut -d" " -f1; echo "$OMP_NUM_THREADS"; '
                'echo "{\\"rank\\": {rank}, \\"addr\\": \\"{addr}\\"}" > {out}/result.json')
     with Testbed(TestbedConfig(hosts=3, bandwidth_bps=100e6), tmp_path) as bed:
         result = bed.run(command, timeout_s=30)
@@ -115,6 +115,9 @@ def test_run_gives_every_host_its_identity_and_collects_output_and_json(tmp_path
         lines = host.stdout().split("\n")
         assert lines[0] == f"{rank} 3 host{rank} 10.77.0.1:29500 eth0"
         assert lines[1].strip() == "10.77.0.1"
+        # the hosts share this machine's cores: torch in each gets its share, not all of them
+        assert lines[2] == os.environ.get("OMP_NUM_THREADS",
+                                          str(max(1, len(os.sched_getaffinity(0)) // 3)))
         assert host.json == {"result.json": {"rank": rank, "addr": f"10.77.0.{rank + 1}"}}
     assert_nothing_left(bed.run_id)
 

@@ -115,8 +115,16 @@ class Testbed:
             "UCX_TLS": "tcp", "UCX_NET_DEVICES": network.HOST_IFNAME,
             "TESTBED_RUN_ID": self.run_id,
         })
+        # every host runs on this machine's cores: without this, each host's torch would start a
+        # thread per core and the hosts' spinning OpenMP threads would slow one another
+        env.setdefault("OMP_NUM_THREADS", str(self.threads_per_host))
         env.update(extra or {})
         return env
+
+    @property
+    def threads_per_host(self) -> int:
+        """This machine's cores shared among the hosts (at least 1): each host's OMP_NUM_THREADS."""
+        return max(1, len(os.sched_getaffinity(0)) // self.config.hosts)
 
     def host_dir(self, rank: int) -> Path:
         """Folder for host ``rank``'s output files (``{out}`` in a command)."""
