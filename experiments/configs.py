@@ -200,11 +200,26 @@ def multinode_torchrun(quick: bool = False) -> Experiment:
                       "complete on the test bed, as fast as ranks started directly?", (point,))
 
 
+def ps_vs_ring(quick: bool = False) -> Experiment:
+    """Parameter server against ring all-reduce (``experiments/ps_vs_ring.py``, which imports
+    this module's types: imported when called)."""
+    from .ps_vs_ring import ps_vs_ring as grid
+    return grid(quick)
+
+
+def async_vs_sync(quick: bool = False) -> Experiment:
+    """Async against sync SGD (``experiments/async_vs_sync.py``, imported when called)."""
+    from .async_vs_sync import async_vs_sync as grid
+    return grid(quick)
+
+
 EXPERIMENTS = {
     "allreduce": allreduce_vs_size,
     "sync": sync_vs_replicas,
     "multinode": multinode_torchrun,
     "async": async_parameter_server,
+    "ps_vs_ring": ps_vs_ring,
+    "async_vs_sync": async_vs_sync,
 }
 
 

@@ -87,6 +87,11 @@ def run_experiment(experiment, net_by_rate: dict) -> dict:
         from experiments.sync_model import predict_async
         rows = async_rows(experiment, net_by_rate, measure.measure_async, predict_async)
         plot, draw = "async.png", plot_async
+    elif experiment.name in ("ps_vs_ring", "async_vs_sync"):  # modules of their own
+        import importlib
+        module = importlib.import_module(f"experiments.{experiment.name}")
+        rows = module.rows(experiment, net_by_rate)
+        plot, draw = f"{experiment.name}.png", module.plot
     else:  # sync and multinode: sync runs, started directly or through torchrun
         from experiments.sync_model import predict_sync_s
         rows = sync_rows(experiment, net_by_rate, measure.measure_sync, predict_sync_s)

@@ -54,3 +54,23 @@ class EmulatedModel(nn.Module):
         for p, seconds in zip(params, self.backward_s):
             chain = _SleepInBackward.apply(chain + (p * 0).sum(), seconds)
         return chain
+
+
+class ComputeFloor:
+    """Real forward and backward padded to about ``step_s`` seconds together (``--emulate-compute
+    T --real-gradients``): ``pad`` sleeps, between forward and backward, what is left of ``step_s``
+    after the forward so far and the previous step's backward (the estimate of this one's, so a
+    step is off by the difference between the two; none when the real compute exceeds ``step_s``). Sleeping before backward, not
+    after, keeps the gradient exchange (started by backward's hooks) after the whole step's
+    compute, as with ``EmulatedModel``."""
+
+    def __init__(self, step_s: float):
+        self.step_s = step_s
+        self.backward_s = 0.0  # the last step's backward, the estimate of this one's
+
+    def pad(self, started_s: float) -> None:
+        """Sleep the rest of the step; ``started_s``: ``perf_counter`` when the forward began."""
+        time.sleep(max(0.0, self.step_s - (time.perf_counter() - started_s) - self.backward_s))
+
+    def backward_done(self, backward_s: float) -> None:
+        self.backward_s = backward_s

@@ -40,6 +40,7 @@ class AsyncConfig:
     seed: int = 0                    # model init, data, data order, emulated compute draws
     emulate_compute: ComputeModel | None = None  # sleep a draw of this instead of computing
     emulate_spec: str = ""           # the text --emulate-compute was given
+    real_gradients: bool = False     # with emulate_compute: real gradient and loss, padded to the draw
     backend: str = "gloo"            # gloo (torch.distributed) | mpi (mpi4py, under mpiexec)
     timeout_s: float = 30.0          # a silent peer is declared dead after this long
     threads: int = 0                 # torch threads per process; 0: cores / processes
@@ -73,6 +74,9 @@ class AsyncConfig:
         if self.staleness_lr not in STALENESS_LR:
             raise ValueError(f"unknown --staleness-lr {self.staleness_lr!r} "
                              f"(choose from {', '.join(STALENESS_LR)})")
+        if self.real_gradients and self.emulate_compute is None:
+            raise ValueError("--real-gradients pads real compute to --emulate-compute's draw; "
+                             "give --emulate-compute too")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown --backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
         if self.backend == "mpi" and self.nproc_per_node:
@@ -111,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate-compute", default=None,
                    help="sleep instead of compute: 80ms, exp:80ms, shifted-exp:60ms,20ms, ... "
                    "or 0 (no compute: the server's ceiling)")
+    p.add_argument("--real-gradients", action="store_true",
+                   help="with --emulate-compute: compute the real gradient and loss too and sleep "
+                   "only the rest of the draw (the run learns; a step takes max(draw, compute))")
     p.add_argument("--backend", default=d.backend, help="gloo or mpi")
     p.add_argument("--timeout", default="30s", help="a silent peer counts as dead after this long")
     p.add_argument("--json", default=None, help="write the run summary (server) to FILE")

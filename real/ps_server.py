@@ -59,6 +59,13 @@ class UpdateLog:
     spans: list[tuple] = field(default_factory=list)  # (track, name, start_s, dur_s, cat, args)
 
 
+def loss_curve(log: UpdateLog) -> list[list]:
+    """``[applied_s, loss]`` per applied update (server seconds since the start; the pushing
+    worker's batch loss, null when compute is emulated), the first ``UPDATE_LOG_LIMIT``."""
+    return [[t, None if math.isnan(x) else x]
+            for t, x in zip(log.applied_s[:UPDATE_LOG_LIMIT], log.loss[:UPDATE_LOG_LIMIT])]
+
+
 class ParameterServer:
     """Holds the weights (rank 0 of ``comm``) and serves the other ranks until the run is over."""
 
@@ -257,6 +264,8 @@ class ParameterServer:
             "emulate_compute": config.emulate_spec or None,
             "update_log": [list(t) for t in zip(log.worker, log.step, log.staleness)]
             [:UPDATE_LOG_LIMIT],
+            "real_gradients": config.real_gradients,
+            "loss_curve": loss_curve(log),
         }
 
     def write_trace(self, path: str) -> None:

@@ -75,12 +75,24 @@ def compute_gradient(config, model, grads, dataset, batches, step, rng) -> float
     """Fill ``grads`` with the gradient of this worker's batch ``step``; the batch loss.
 
     With ``--emulate-compute`` sleep one draw of that distribution instead and leave a zero
-    gradient of full size (as ``real/emulate.py`` does for sync SGD); the loss is then NaN.
+    gradient of full size (as ``real/emulate.py`` does for sync SGD); the loss is then NaN. With
+    ``--real-gradients`` as well, compute the real gradient and sleep what is left of the draw.
     """
     grads.zero_()
-    if config.emulate_compute is not None:
-        time.sleep(float(config.emulate_compute.sample(rng, 1)[0]))
+    if config.emulate_compute is None:
+        return real_gradient(model, dataset, batches, step)
+    draw_s = float(config.emulate_compute.sample(rng, 1)[0])
+    if not config.real_gradients:
+        time.sleep(draw_s)
         return float("nan")
+    start_s = time.perf_counter()
+    loss = real_gradient(model, dataset, batches, step)
+    time.sleep(max(0.0, draw_s - (time.perf_counter() - start_s)))
+    return loss
+
+
+def real_gradient(model, dataset, batches, step) -> float:
+    """Forward and backward on batch ``step`` (gradients land in the flat buffer); the loss."""
     images, labels = dataset.batch(batches.indices(step))
     loss = F.cross_entropy(model(images), labels)
     loss.backward()

@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from real.comm import CommError, init
 from real.data import ShardedBatches, load_dataset
-from real.emulate import EmulatedModel
+from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
 from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env,
@@ -61,6 +61,7 @@ from real.sync_report import StepRecorder, write_json, write_trace
 
 
 FINAL_LOSS_STEPS = 10  # final_loss: the mean training loss of this many last steps
+LOSS_CURVE_LIMIT = 100_000  # steps listed one by one in the summary's loss_curve
 
 
 class ReplicaMismatch(RuntimeError):
@@ -186,8 +187,9 @@ def train(config: SyncConfig, comm, dataset, device: torch.device) -> None:
     if is_main and start_step:
         print(f"resumed from the checkpoint of step {start_step} in {config.checkpoint_dir}",
               flush=True)
-    emulated = config.emulate_compute_s > 0
+    emulated = config.emulate_compute_s > 0 and not config.real_gradients
     step_model = EmulatedModel(model, config.emulate_compute_s) if emulated else model
+    floor = ComputeFloor(config.emulate_compute_s) if config.real_gradients else None
     extra = {"device_ids": [device.index]} if config.sync == "ddp" and device.type == "cuda" else {}
     sync = make_grad_sync(config.sync, comm, step_model, config.allreduce,
                           int(config.bucket_mb * MiB), **extra)
@@ -204,7 +206,7 @@ def train(config: SyncConfig, comm, dataset, device: torch.device) -> None:
                 comm.barrier()
                 window_start_s = time.perf_counter()
             loss = train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
-                              recorder, first_measured)
+                              recorder, first_measured, floor)
             if config.check_replicas and not replicas_agree(comm, model):
                 raise ReplicaMismatch(f"ranks hold different weights after step {step}")
             if config.checkpoint_dir and ((step + 1) % config.checkpoint_every == 0
@@ -236,8 +238,9 @@ def progress_bar(config: SyncConfig, comm, start_step: int) -> tqdm:
 
 
 def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer, recorder,
-               first_measured) -> float:
-    """One SGD step of this rank; records its timings; returns this rank's loss (NaN if emulated)."""
+               first_measured, floor=None) -> float:
+    """One SGD step of this rank; records its timings; returns this rank's loss (NaN if emulated).
+    ``floor`` (a ``ComputeFloor``): pad the real forward and backward to the emulated time."""
     marks = [time.perf_counter()]
     images, labels = dataset.batch(batches.indices(step))
     images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
@@ -247,8 +250,13 @@ def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
     loss = output if emulated else F.cross_entropy(output, labels)
     if timer:
         timer.backward_started()
+    if floor:
+        floor.pad(marks[1])
+    backward_start_s = time.perf_counter()
     loss.backward()
     marks.append(clock(device))
+    if floor:
+        floor.backward_done(marks[2] - backward_start_s)
     comm_spans = sync.finish()
     marks.append(clock(device))
     optimizer.step()
@@ -266,6 +274,7 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
     tail = losses[-FINAL_LOSS_STEPS:]  # one global batch's loss is too noisy to judge a run by
     loss = torch.tensor([losses[0], sum(tail) / len(tail)], dtype=torch.float64, device=comm.device)
     comm.all_reduce(loss, op="avg")
+    curve = loss_curve(comm, recorder, start_step)
     if config.trace:
         write_trace(comm, recorder, config.trace, f"real/sync.py {config.sync} x{comm.world_size}")
     if comm.rank != 0:
@@ -283,6 +292,7 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         "grad_bytes": grad_bytes(model), "seed": config.seed, "backend": config.backend,
         "device": config.device, "emulate_compute_s": config.emulate_compute_s,
         "threads_per_rank": torch.get_num_threads(),
+        "real_gradients": config.real_gradients, "loss_curve": curve,
     }
     if config.json:
         write_json(config.json, summary)
@@ -292,6 +302,19 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
     print(f"done: {config.steps} steps on {comm.world_size} ranks, "
           f"{'-' if rate is None else f'{rate:.0f}'} samples/s, loss {summary['final_loss']:.4f}, "
           f"weights sha256 {summary['weights_sha256'][:16]}", flush=True)
+
+
+def loss_curve(comm, recorder, start_step: int) -> list[list]:
+    """Collective: ``[step, end_s, loss]`` per step of this run (rank 0's seconds since the
+    barrier before the first step; the loss averaged over ranks, null when emulated), the first
+    ``LOSS_CURVE_LIMIT`` steps. One all-reduce after training, none during it."""
+    losses = recorder.losses[:LOSS_CURVE_LIMIT]
+    if not losses:
+        return []
+    mean = torch.tensor(losses, dtype=torch.float64, device=comm.device)
+    comm.all_reduce(mean, op="avg")
+    return [[start_step + i, end_s, None if math.isnan(x) else x]
+            for i, (end_s, x) in enumerate(zip(recorder.ends_s, mean.tolist()))]
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ class SyncConfig:
     seed: int = 0                    # model init, synthetic data and the data order
     warmup_steps: int = 5            # steps left out of the timing statistics
     emulate_compute_s: float = 0.0   # >0: sleep this long instead of forward+backward
+    real_gradients: bool = False     # with emulate_compute_s: real forward+backward, padded to it
     checkpoint_dir: str | None = None
     checkpoint_every: int = 50       # steps between checkpoints (with --checkpoint-dir)
     keep_checkpoints: int = 2        # complete checkpoints kept on disk
@@ -86,6 +87,9 @@ class SyncConfig:
         if self.backend is None:
             self.backend = "nccl" if self.device == "cuda" else "gloo"
         self._check_backend()
+        if self.real_gradients and not self.emulate_compute_s:
+            raise ValueError("--real-gradients pads real compute to --emulate-compute; "
+                             "give --emulate-compute too")
         if self.emulate_compute_s and self.profile_out:
             raise ValueError("--profile-out measures real compute; drop --emulate-compute")
         if not self.timeout_s > 0:
@@ -141,6 +145,9 @@ def build_parser(quiet: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--sync", default=defaults.sync, help="per-param, flat, bucketed or ddp")
     p.add_argument("--allreduce", default=defaults.allreduce, help="backend, ring or naive")
     p.add_argument("--emulate-compute", default="0", help="e.g. 80ms: sleep instead of compute")
+    p.add_argument("--real-gradients", action="store_true",
+                   help="with --emulate-compute: real forward and backward, padded with a sleep "
+                   "to the emulated time (the run learns; a step takes max(emulated, real))")
     p.add_argument("--timeout", default="30s", help="process-group timeout, e.g. 30s")
     p.add_argument("--device", default=defaults.device, help="cpu or cuda")
     p.add_argument("--backend", default=None, help="gloo, nccl or mpi")

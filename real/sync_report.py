@@ -35,6 +35,7 @@ class StepRecorder:
     compute_s: list[float] = field(default_factory=list)
     comm_s: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    ends_s: list[float] = field(default_factory=list)  # each step's end, seconds since origin_s
     spans: list[tuple[str, str, float, float, int]] = field(default_factory=list)
 
     def add(self, step: int, marks: list[float], comm_spans, loss: float) -> None:
@@ -43,6 +44,7 @@ class StepRecorder:
         self.compute_s.append(t2 - t1)
         self.comm_s.append(t3 - t2)
         self.losses.append(loss)
+        self.ends_s.append(t4 - self.origin_s)
         if self.keep_spans:
             self._span("compute", "forward+backward", t1, t2, step)
             for label, start, end in comm_spans:

@@ -1,0 +1,92 @@
+"""The parameter server on the test bed, as the simulator sees it, and one run on a test bed.
+
+``simulate_async`` is ``experiments.sync_model.predict_async`` opened up: the same inputs (the
+calibrated network, the single-process profile's gradient size and data/optimizer time as the
+server's apply time, the first round dropped as the real server drops it) with two more knobs,
+the server's link rate (``ps_bandwidth_bps``: a server host faster than the workers') and the
+compute time (0: workers only exchange, the server's ceiling), and the whole staleness
+histogram in the result. With the defaults it gives what ``predict_async`` gives (a test checks).
+
+``run_on_testbed`` runs one command on a fresh test bed (any ``TestbedConfig``, a faster or slower
+host included) and returns the JSON file the one host that wrote it left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from dsgd_sim.cluster import ClusterConfig
+from dsgd_sim.compute import Constant
+from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
+from dsgd_sim.workload import load_profile
+
+from .configs import SyncRunConfig
+from .model import NetworkInputs
+from .sync_model import single_process_profile
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def reference_run(model: str, batch_size: int) -> dict:
+    """The single-process profile and summary of ``model`` (no network), as the other
+    predictions use it: gradient sizes and the data/optimizer time of a step."""
+    return single_process_profile(SyncRunConfig(hosts=1, bandwidth_bps=1.0, model=model,
+                                                batch_size=batch_size))
+
+
+def profile_workload(reference: dict, compute_s: float):
+    """The profile's workload with a constant compute time of ``compute_s`` per gradient."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(reference["profile"], handle)
+    try:
+        return load_profile(handle.name).with_compute(Constant(compute_s))
+    finally:
+        os.unlink(handle.name)
+
+
+def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInputs,
+                   reference: dict, ps_bandwidth_bps: float | None = None) -> dict:
+    """The simulator's async run: ``per_update_s`` (after the first round, as the real server
+    counts), ``staleness_mean`` and ``staleness_hist`` (counts indexed by staleness, as the real
+    server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's link is a worker's."""
+    workload = profile_workload(reference, compute_s)
+    cluster = ClusterConfig(replicas=workers, bandwidth_bps=net.duplex_payload_bps,
+                            latency_s=net.latency_s, ps_bandwidth_bps=ps_bandwidth_bps)
+    service_s = reference["summary"].get("idle_time_s") or 0.0
+    result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, seed=0,
+                                         service_time_s=service_s)).run()
+    ends, skip = result.update_end_s, workers
+    return {"per_update_s": float((ends[-1] - ends[skip - 1]) / (len(ends) - skip)),
+            "staleness_mean": float(result.staleness.mean()),
+            "staleness_hist": np.bincount(result.staleness).tolist()}
+
+
+def rank_command(script: str, args: list[str], json_name: str) -> str:
+    """``script`` on every host as rank ``{rank}`` of ``{hosts}``, writing ``{out}/json_name``."""
+    return (f"RANK={{rank}} WORLD_SIZE={{hosts}} {shlex.quote(sys.executable)} "
+            f"{shlex.quote(str(REPO / script))} " + " ".join(shlex.quote(a) for a in args)
+            + f" --json {{out}}/{json_name}")
+
+
+def run_on_testbed(bed_config, command: str, json_name: str, label: str,
+                   timeout_s: float = 600.0) -> dict:
+    """Run ``command`` on a fresh test bed of ``bed_config``; the ``json_name`` file of the one
+    host that wrote it. ``TestbedError`` naming ``label`` and the failing host's last line."""
+    from real.testbed import Testbed, TestbedError
+    with Testbed(bed_config) as bed:
+        result = bed.run(command, timeout_s=timeout_s, echo=False)
+    if not result.ok:
+        failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
+        tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
+        raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
+    written = [h.json[json_name] for h in result.hosts if json_name in h.json]
+    if len(written) != 1:
+        raise TestbedError(f"{label}: {len(written)} hosts wrote {json_name}, expected 1")
+    return written[0]

@@ -1,0 +1,217 @@
+"""The two parameter-server experiments (``experiments/ps_vs_ring.py``, ``experiments/async_vs_sync.py``):
+config validation, grid shapes, predictions and rows from a hand-made calibration and reference,
+the alpha-beta crossover, the plots; and the loss curves ``real/async_ps.py`` and ``real/sync.py``
+write (small real runs on loopback, 2-3 ranks)."""
+
+import json
+import math
+
+import pytest
+
+from experiments import async_vs_sync as avs
+from experiments import ps_vs_ring as pvr
+from experiments.configs import EXPERIMENTS, select
+from experiments.fidelity import fidelity_row
+from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.ps_model import simulate_async
+from experiments.sync_model import predict_async, predict_sync_s
+from tests.dist_helpers import run_script
+
+CALIBRATION = {"bandwidth_bps": 200e6, "goodput_bps": 191e6, "frame_bytes": 1514,
+               "gloo": {"latency_s": 100e-6, "all_reduce_1_element_s": {"median": 300e-6}}}
+GRAD_BYTES = 940_000
+# What sync_model.single_process_profile returns, made by hand: one layer, 2 ms of compute,
+# 1 ms of data and optimizer per step (the server's apply time in the async model).
+REFERENCE = {"profile": {"model": "hand-made", "batch_size": 32,
+                         "layers": [{"name": "w", "grad_bytes": GRAD_BYTES, "backward_s": 0.001}],
+                         "compute_s": [0.002] * 5},
+             "summary": {"idle_time_s": 0.001}}
+
+
+@pytest.fixture
+def net():
+    return NetworkInputs.from_calibration(CALIBRATION)
+
+
+# -- configs and grids --------------------------------------------------------------------
+def test_both_experiments_are_registered_and_selectable_by_name():
+    assert {"ps_vs_ring", "async_vs_sync"} <= set(EXPERIMENTS)
+    assert [e.name for e in select(["ps_vs_ring", "async_vs_sync"], quick=True)] == \
+        ["ps_vs_ring", "async_vs_sync"]
+
+
+def test_quick_grids_are_three_and_two_test_beds_and_the_full_ones_larger():
+    (ring_point,) = pvr.ps_vs_ring(True).points
+    assert 1 + len(ring_point.server_factors) == 3  # one ring bed, one PS bed per factor
+    (point,) = avs.async_vs_sync(True).points
+    full_ring, full_avs = pvr.ps_vs_ring(False).points, avs.async_vs_sync(False).points
+    assert sum(1 + len(p.server_factors) for p in full_ring) == 15
+    assert {p.server_factors for p in full_ring} == {(1, 2, 4, 8)}
+    assert sorted(p.workers for p in full_avs) == [2, 4, 8] and point.workers == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(workers=1, bandwidth_bps=200e6), "at least 2 workers"),
+    (dict(workers=4, bandwidth_bps=0), "bandwidth"),
+    (dict(workers=4, bandwidth_bps=200e6, server_factors=()), "factors"),
+    (dict(workers=4, bandwidth_bps=200e6, server_factors=(1, -2)), "factors"),
+    (dict(workers=4, bandwidth_bps=200e6, updates=10), "updates \\(10\\)"),
+    (dict(workers=4, bandwidth_bps=200e6, iters=0), "iters"),
+])
+def test_ps_vs_ring_config_rejects_bad_values_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        pvr.PsVsRingConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(workers=1, bandwidth_bps=200e6), "at least 2 workers"),
+    (dict(workers=4, bandwidth_bps=-1), "bandwidth"),
+    (dict(workers=4, bandwidth_bps=200e6, emulate_compute_s=0), "emulated compute"),
+    (dict(workers=4, bandwidth_bps=200e6, updates=30), "updates \\(30\\)"),
+])
+def test_async_vs_sync_config_rejects_bad_values_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        avs.AsyncVsSyncConfig(**kwargs)
+
+
+def test_async_vs_sync_runs_the_same_samples_on_one_more_host_for_the_server():
+    point = avs.AsyncVsSyncConfig(4, 200e6, updates=320)
+    assert point.async_run.hosts == 5 and point.async_run.workers == 4
+    assert point.sync_run.hosts == 4 and point.sync_run.steps == 80
+    assert point.async_run.updates * 32 == point.sync_run.steps * 4 * 32
+    assert point.sync_run.emulate_compute_s == point.async_run.emulate_compute_s == 0.05
+
+
+# -- alpha-beta forms and the crossover -----------------------------------------------------
+def test_alpha_beta_ring_is_the_reference_formula():
+    w, n, rate, alpha = 4, 1e6, 100e6, 1e-4
+    assert pvr.alpha_beta_s("ring", w, n, rate, alpha) == pytest.approx(
+        2 * 3 * alpha + 2 * 3 / 4 * 8e6 / rate)
+    with pytest.raises(ValueError, match="'tree'"):
+        pvr.alpha_beta_s("tree", w, n, rate, alpha)
+
+
+def test_push_then_pull_ps_never_catches_the_ring_and_the_pipelined_one_does_at_w2_over_2w_minus_2():
+    n, rate = 1e6, 100e6
+    for w in (3, 4, 8):
+        assert pvr.crossover_k("ps", w, n, rate, 0.0) is None
+        assert pvr.alpha_beta_s("ps", w, n, rate, 0.0, server_factor=1e6) > \
+            pvr.alpha_beta_s("ring", w, n, rate, 0.0)
+        k = pvr.crossover_k("ps-pipelined", w, n, rate, 0.0)
+        assert k == pytest.approx(w * w / (2 * (w - 1)))
+        assert pvr.alpha_beta_s("ps-pipelined", w, n, rate, 0.0, server_factor=k) == \
+            pytest.approx(pvr.alpha_beta_s("ring", w, n, rate, 0.0))
+    assert pvr.crossover_k("ps-pipelined", 2, n, rate, 0.0) is None  # W = 2: n/B = ring's n/B
+
+
+# -- predictions from a hand-made calibration -----------------------------------------------
+def test_simulate_async_with_a_workers_link_at_the_server_is_predict_async(net):
+    config = avs.AsyncVsSyncConfig(4, 200e6, updates=80).async_run
+    ours = simulate_async(4, 80, 0.05, net, REFERENCE)
+    theirs = predict_async(config, net, REFERENCE)
+    assert ours["per_update_s"] == pytest.approx(theirs["per_update_s"])
+    assert ours["staleness_mean"] == pytest.approx(theirs["staleness_mean"])
+    assert sum(ours["staleness_hist"]) == 80
+
+
+def test_ps_ceiling_with_a_slow_server_link_is_w_gradients_through_it(net):
+    """Zero compute, server link at the workers' rate: the server's link carries W pushes per
+    round back to back (each apply overlaps the next push), so a round takes W n/B."""
+    sim = simulate_async(4, 120, 0.0, net, REFERENCE)
+    n_over_b = 8 * GRAD_BYTES / net.duplex_payload_bps
+    assert 4 * sim["per_update_s"] == pytest.approx(4 * n_over_b, rel=0.01)
+
+
+def test_ps_vs_ring_prediction_is_faster_with_a_faster_server_down_to_the_workers_floor(net):
+    point = pvr.PsVsRingConfig(4, 200e6, server_factors=(1, 2, 4, 8), updates=120)
+    predicted = pvr.predict(point, net, REFERENCE)
+    ps = [predicted["ps_s"][k] for k in (1, 2, 4, 8)]
+    assert all(later <= earlier * (1 + 1e-9) for earlier, later in zip(ps, ps[1:]))
+    assert ps[0] > 1.8 * ps[2]
+    assert predicted["one_push_s"] == pytest.approx(predicted["ps_s"][1])
+    assert ps[-1] >= 2 * 8 * GRAD_BYTES / net.duplex_payload_bps  # push then pull: 2n/B at least
+    assert predicted["ring_s"] == predict_allreduce_s("backend", 4, GRAD_BYTES, net)
+    assert predicted["ring_s"] < ps[-1]
+
+
+def test_ps_vs_ring_rows_are_one_ring_and_one_per_factor_all_fidelity_rows(net):
+    point = pvr.PsVsRingConfig(4, 200e6, server_factors=(1, 4), updates=40)
+    experiment = pvr.Experiment("ps_vs_ring", "?", (point,))
+    measured = {"grad_bytes": GRAD_BYTES, "ring_s": 0.07, "ring": {"time_s": 0.07},
+                "ps": [{"server_factor": k, "round_s": r, "summary": {}}
+                       for k, r in ((1, 0.2), (4, 0.17))]}
+    rows = pvr.rows(experiment, {200e6: net}, lambda p: measured,
+                    lambda p, n: pvr.predict(p, n, REFERENCE))
+    assert [r["scheme"] for r in rows] == ["ring", "ps", "ps"]
+    assert [r["measured_s"] for r in rows] == [0.07, 0.2, 0.17]
+    assert len({r["config"] for r in rows}) == 3
+    for r in rows:
+        fidelity_row("ps_vs_ring", r["config"], r["predicted_s"], r["measured_s"])
+
+
+def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
+    point = avs.AsyncVsSyncConfig(4, 200e6, updates=80)
+    predicted = avs.predict(point, net, REFERENCE)
+    assert predicted["per_update_s"] == predict_async(point.async_run, net, REFERENCE)["per_update_s"]
+    assert predicted["step_s"] == predict_sync_s(point.sync_run, net, REFERENCE)
+    assert predicted["step_s"] > 0.05  # the emulated compute, then the all-reduce
+    assert predicted["sync_samples_per_s"] == pytest.approx(4 * 32 / predicted["step_s"])
+    assert sum(predicted["staleness_hist"]) == 80
+
+
+def test_smoothing_averages_windows_of_w_losses_and_skips_nulls():
+    curve = [[0.1, 2.0], [0.2, None], [0.3, 1.0], [0.4, 3.0], [0.5, 1.0]]
+    assert avs.smoothed(curve, 2) == ([0.3, 0.5], [1.5, 2.0])
+
+
+def test_both_plots_are_written(tmp_path, net):
+    point = pvr.PsVsRingConfig(4, 200e6, server_factors=(1, 4), updates=40)
+    measured = {"grad_bytes": GRAD_BYTES, "ring_s": 0.07, "ring": {},
+                "ps": [{"server_factor": k, "round_s": 0.2, "summary": {}} for k in (1, 4)]}
+    rows = pvr.rows(pvr.Experiment("ps_vs_ring", "?", (point,)), {200e6: net},
+                    lambda p: measured, lambda p, n: pvr.predict(p, n, REFERENCE))
+    pvr.plot(rows, tmp_path / "ring.png")
+    curve = [[0.05 * i, 2.3 - 0.01 * i] for i in range(40)]
+    rows = [{"workers": 4, "mode": "async", "loss_curve": curve, "measured_staleness_hist": [1, 1, 1, 37],
+             "predicted_staleness_hist": [1, 1, 1, 37]},
+            {"workers": 4, "mode": "sync", "loss_curve": curve[:10]}]
+    avs.plot(rows, tmp_path / "avs.png")
+    assert (tmp_path / "ring.png").stat().st_size > 10_000 and (tmp_path / "avs.png").stat().st_size > 10_000
+
+
+# -- the loss curves the scripts write -------------------------------------------------------
+def test_async_ps_json_has_a_loss_curve_per_applied_update_with_real_gradients(tmp_path):
+    out = tmp_path / "ps.json"
+    run = run_script(["real/async_ps.py", "--model", "mlp", "--updates", "12", "--threads", "1",
+                      "--emulate-compute", "5ms", "--real-gradients", "--no-progress", "--json",
+                      str(out)], 2, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(out.read_text())
+    curve = summary["loss_curve"]
+    assert len(curve) == summary["updates"] == 12 and summary["real_gradients"] is True
+    times = [t for t, _ in curve]
+    assert times == sorted(times) and times[-1] == pytest.approx(summary["elapsed_s"])
+    assert all(0 < loss < 10 for _, loss in curve)  # real losses, not the emulated null
+    assert summary["final_loss"] == pytest.approx(curve[-1][1])  # one worker: its last loss
+
+
+def test_sync_json_has_a_loss_curve_per_step_averaged_over_ranks(tmp_path):
+    out = tmp_path / "sync.json"
+    run = run_script(["real/sync.py", "--model", "mlp", "--steps", "6", "--warmup-steps", "1",
+                      "--threads", "1", "--emulate-compute", "20ms", "--real-gradients",
+                      "--no-progress", "--json", str(out)], 2, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(out.read_text())
+    curve = summary["loss_curve"]
+    assert [step for step, _, _ in curve] == list(range(6)) and summary["real_gradients"] is True
+    assert all(b[1] - a[1] >= 0.016 for a, b in zip(curve, curve[1:]))  # padded to about 20 ms
+    assert curve[0][2] == pytest.approx(summary["initial_loss"])
+    assert summary["compute_time_s"] == pytest.approx(0.020, abs=0.004)
+    assert all(math.isfinite(loss) for _, _, loss in curve)
+
+
+@pytest.mark.parametrize("script", ["real/async_ps.py", "real/sync.py"])
+def test_real_gradients_without_emulated_compute_is_one_line_and_status_2(script):
+    run = run_script([script, "--real-gradients", "--no-progress"], 1, timeout_s=60)
+    assert run.returncode == 2
+    assert "--real-gradients" in run.stderr and "Traceback" not in run.stderr
