@@ -71,7 +71,7 @@ def ps_vs_ring(quick: bool = False) -> Experiment:
     """Quick: 4 workers at 200 Mbit/s, server link 1x and 4x (3 test beds). Full: 4 workers at
     50 and 200 Mbit/s and 8 workers at 200 Mbit/s, server link 1x, 2x, 4x, 8x (15 test beds)."""
     if quick:
-        points = (PsVsRingConfig(4, 200 * MBIT, server_factors=(1, 4), updates=100, iters=7),)
+        points = (PsVsRingConfig(4, 200 * MBIT, server_factors=(1, 4), updates=100, iters=9),)
     else:
         points = tuple(PsVsRingConfig(w, rate * MBIT, updates=30 * w)
                        for w, rate in ((4, 50), (4, 200), (8, 200)))
