@@ -60,9 +60,9 @@ class ComputeFloor:
     """Real forward and backward padded to about ``step_s`` seconds together (``--emulate-compute
     T --real-gradients``): ``pad`` sleeps, between forward and backward, what is left of ``step_s``
     after the forward so far and the previous step's backward (the estimate of this one's, so a
-    step is off by the difference between the two; none when the real compute exceeds ``step_s``). Sleeping before backward, not
-    after, keeps the gradient exchange (started by backward's hooks) after the whole step's
-    compute, as with ``EmulatedModel``."""
+    step is off by the difference between the two; no sleep when the real compute exceeds
+    ``step_s``). Sleeping before backward, not after, keeps the gradient exchange (started by
+    backward's hooks) after the whole step's compute, as with ``EmulatedModel``."""
 
     def __init__(self, step_s: float):
         self.step_s = step_s
