@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .collectives import RoundCosts
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -27,6 +29,8 @@ class ClusterConfig:
     straggler_fraction: float = 0.0
     straggler_factor: float = 1.0
     cores: int | None = None  # None: one core (or accelerator) per replica
+    # measured all-reduce rounds (collectives.RoundCosts); None: alpha-beta from the two above
+    round_costs: RoundCosts | None = None
 
     def __post_init__(self):
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) \

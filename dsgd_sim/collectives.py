@@ -22,11 +22,22 @@ and are simulated flow by flow in ``sync.py`` (through ``fairshare.py``).
 
 Reduction arithmetic (γ in the papers) is not modelled: on a CPU it hides behind the network,
 on GPUs it runs at memory bandwidth, both far faster than the links considered here.
+
+**Measured rounds instead of α and B.** Where a cluster's rounds have been timed (every rank
+sending one message to its right neighbour and receiving one from its left, chains of rounds
+back to back, at a grid of sizes: ``experiments/ring_probe.py``), :class:`RoundCosts` replaces
+α + 8n/B: a collective's first round costs what a first round of its size measured (it starts
+after the others' barrier, with the network idle), every later round what a round measured back
+to back, both interpolated between the measured sizes. What the table holds that α-β lacks is
+whatever a real round pays: a transport's start-up, a shaper's bucket, several ranks' wake-ups
+on shared cores.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+from dataclasses import dataclass
 
 Rounds = list[tuple[int, float]]
 
@@ -62,16 +73,78 @@ PARAMETER_SERVER = "ps"
 ALGORITHM_NAMES = (*ALGORITHMS, PARAMETER_SERVER)
 
 
+@dataclass(frozen=True)
+class RoundCosts:
+    """Measured seconds of one round (each rank sends ``bytes`` to one peer and receives as much)
+    at increasing sizes: ``first_s`` for a round started on an idle network, ``next_s`` for one
+    that follows another back to back. Between sizes the cost is interpolated linearly; below
+    the smallest it is the smallest's; above the largest it grows along the last two points."""
+
+    sizes_bytes: tuple[float, ...]
+    first_s: tuple[float, ...]
+    next_s: tuple[float, ...]
+
+    def __post_init__(self):
+        n = len(self.sizes_bytes)
+        if n < 2 or len(self.first_s) != n or len(self.next_s) != n:
+            raise ValueError(f"round costs need at least 2 sizes, each with a first and a next "
+                             f"time; got {n} sizes, {len(self.first_s)} and {len(self.next_s)} times")
+        if any(b <= a for a, b in zip(self.sizes_bytes, self.sizes_bytes[1:])) \
+                or self.sizes_bytes[0] <= 0:
+            raise ValueError(f"round-cost sizes must be positive and increasing, got {self.sizes_bytes}")
+        if not all(math.isfinite(t) and t > 0 for t in (*self.first_s, *self.next_s)):
+            raise ValueError("round-cost times must be positive seconds")
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> "RoundCosts":
+        """From ``[{"bytes": n, "first_s": t1, "next_s": t2}, ...]`` (any order)."""
+        try:
+            rows = sorted(rows, key=lambda r: float(r["bytes"]))
+            return cls(tuple(float(r["bytes"]) for r in rows), tuple(float(r["first_s"]) for r in rows),
+                       tuple(float(r["next_s"]) for r in rows))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"bad round-cost rows ({error}): each needs bytes, first_s and next_s") \
+                from None
+
+    def as_rows(self) -> list[dict]:
+        return [{"bytes": n, "first_s": a, "next_s": b}
+                for n, a, b in zip(self.sizes_bytes, self.first_s, self.next_s)]
+
+    def _at(self, times: tuple[float, ...], size: float) -> float:
+        sizes = self.sizes_bytes
+        i = min(max(bisect.bisect_left(sizes, size), 1), len(sizes) - 1)
+        if size <= sizes[0]:
+            return times[0]
+        slope = (times[i] - times[i - 1]) / (sizes[i] - sizes[i - 1])
+        return max(times[0], times[i - 1] + slope * (size - sizes[i - 1]))
+
+    def first_round_s(self, size_bytes: float) -> float:
+        return self._at(self.first_s, size_bytes)
+
+    def next_round_s(self, size_bytes: float) -> float:
+        return self._at(self.next_s, size_bytes)
+
+    def rounds_time_s(self, rounds: Rounds) -> float:
+        """Seconds for ``rounds`` run back to back, the first on an idle network."""
+        messages = [size for count, size in rounds for _ in range(count)]
+        if not messages:
+            return 0.0
+        return self.first_round_s(messages[0]) + sum(self.next_round_s(m) for m in messages[1:])
+
+
 def allreduce_time_s(algorithm: str, p: int, n_bytes: float, latency_s: float,
-                     bandwidth_bps: float) -> float:
-    """Seconds for an all-reduce of ``n_bytes`` over ``p`` ranks; 0 when there is nothing to send."""
+                     bandwidth_bps: float, round_costs: RoundCosts | None = None) -> float:
+    """Seconds for an all-reduce of ``n_bytes`` over ``p`` ranks; 0 when there is nothing to send.
+    With ``round_costs``, the rounds cost what they measured instead of α + 8n/B."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r} "
                          f"(known: {', '.join(ALGORITHM_NAMES)})")
     if n_bytes == 0:
         return 0.0
-    return sum(count * (latency_s + 8.0 * size / bandwidth_bps)
-               for count, size in ALGORITHMS[algorithm](p, n_bytes))
+    rounds = ALGORITHMS[algorithm](p, n_bytes)
+    if round_costs is not None:
+        return round_costs.rounds_time_s(rounds)
+    return sum(count * (latency_s + 8.0 * size / bandwidth_bps) for count, size in rounds)
 
 
 def bus_bandwidth_factor(p: int) -> float:

@@ -66,6 +66,10 @@ class AsyncConfig:
     max_staleness: int | None = None  # None: unbounded
     service_time_s: float | None = None  # None: derived from the shard size and memory bandwidth
     server_memory_Bps: float = DEFAULT_SERVER_MEMORY_BPS
+    # a server loop that receives one whole push before it takes the next (``real/ps_server.py``):
+    # its inbound NIC then carries one push at a time, at most at a worker's rate, however fast
+    # the NIC itself; replies still leave while the next push arrives
+    one_push_at_a_time: bool = False
 
     def __post_init__(self):
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
@@ -166,7 +170,9 @@ class AsyncSimulation:
         self.workers = cluster.replicas
         self.bits = 8.0 * config.shard_bytes
         cap = cluster.bandwidth_bps / config.servers
-        self.inbound = FifoShare(self.env, cluster.server_bandwidth_bps, cap)
+        inbound_bps = min(cluster.server_bandwidth_bps, cap) if config.one_push_at_a_time \
+            else cluster.server_bandwidth_bps
+        self.inbound = FifoShare(self.env, inbound_bps, cap)
         self.outbound = FifoShare(self.env, cluster.server_bandwidth_bps, cap)
         cores = cluster.cores
         self.cores = FairShare(self.env, cores) if cores and cores < self.workers else None

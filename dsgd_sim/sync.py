@@ -264,7 +264,8 @@ class _AllReduceStream:
         cluster = sim.config.cluster
         p = cluster.replicas
         self.bucket_time_s = [allreduce_time_s(sim.config.algorithm, p, b.grad_bytes,
-                                               cluster.latency_s, cluster.bandwidth_bps)
+                                               cluster.latency_s, cluster.bandwidth_bps,
+                                               cluster.round_costs)
                               for b in sim.buckets]
 
     def arrive(self, rank: int, it: _Iteration, bucket: int):

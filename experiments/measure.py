@@ -31,13 +31,42 @@ CALIBRATION_SIZES = [2_000_000, 16_000_000]
 DUPLEX_SIZES = [1, 16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 16_000_000]
 
 
-def calibrate_rate(bandwidth_bps: float, quick: bool) -> dict:
+# ring rounds (experiments/ring_probe.py): a grid of its own, ×4 apart, from a latency-sized
+# message to past the largest round an experiment sends (naive ring: the whole buffer)
+ROUND_SIZES_QUICK = [64, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
+ROUND_SIZES_FULL = ROUND_SIZES_QUICK + [16 << 20]
+# which hosts of an experiment point run a ring all-reduce (the async server runs none)
+RING_HOSTS = {"allreduce": "hosts", "sync": "hosts", "ps_vs_ring": "workers",
+              "async_vs_sync": "workers"}
+
+
+def ring_hosts(points, bandwidth_bps: float) -> list[int]:
+    """The host counts at ``bandwidth_bps`` whose ring rounds the predictions need."""
+    return sorted({getattr(p, RING_HOSTS[p.kind]) for p in points
+                   if p.kind in RING_HOSTS and p.bandwidth_bps == bandwidth_bps})
+
+
+def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = ()) -> dict:
     """The calibration record of a 2-host test bed at ``bandwidth_bps`` (network only), with a
-    ``duplex`` section: the payload rate when both hosts send to each other at once."""
+    ``duplex`` section (the payload rate when both hosts send to each other at once) and a
+    ``rounds`` section: per host count in ``hosts``, ring rounds timed on a test bed of that many
+    hosts (``measure_rounds``)."""
     config = TestbedConfig(hosts=2, bandwidth_bps=bandwidth_bps)
     record = calibrate(config, CALIBRATION_SIZES, pings=100 if quick else 200, repeats=3)
     record["duplex"] = measure_duplex(config)
+    sizes = ROUND_SIZES_QUICK if quick else ROUND_SIZES_FULL
+    record["rounds"] = {str(h): measure_rounds(TestbedConfig(hosts=h, bandwidth_bps=bandwidth_bps),
+                                               sizes) for h in hosts}
     return record
+
+
+def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) -> dict:
+    """``experiments/ring_probe.py`` on every host of a fresh test bed: per size, the first and
+    the next round's seconds (slowest rank, median over chains), and what was run."""
+    args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", "4", "--repeats", str(repeats),
+            "--threads", "1", "--timeout", "120s"]
+    command = _rank_command("experiments/ring_probe.py", args) + " --json {out}/rounds.json"
+    return _run(config, command, "rounds.json", timeout_s=900)
 
 
 def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = DUPLEX_SIZES) -> dict:
@@ -76,17 +105,19 @@ def _torchrun_command(script: str, args: list[str], run_id: str) -> str:
 
 
 def _run(config, command: str, json_name: str, timeout_s: float) -> dict:
-    """Run ``command`` on a fresh test bed; the ``json_name`` file of the host that wrote it
-    (rank 0's host: under torchrun the rendezvous, not the host, decides which rank is 0)."""
+    """Run ``command`` on a fresh test bed of ``config.hosts`` hosts at ``config.bandwidth_bps``;
+    the ``json_name`` file of the host that wrote it (rank 0's host: under torchrun the
+    rendezvous, not the host, decides which rank is 0)."""
+    label = getattr(config, "label", f"H={config.hosts} {config.bandwidth_bps / 1e6:g}Mbps")
     with Testbed(TestbedConfig(hosts=config.hosts, bandwidth_bps=config.bandwidth_bps)) as bed:
         result = bed.run(command, timeout_s=timeout_s, echo=False)
     if not result.ok:
         failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
         tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
-        raise TestbedError(f"{config.label}: exit {result.exit_status()}: {tail}")
+        raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
     written = [h.json[json_name] for h in result.hosts if json_name in h.json]
     if len(written) != 1:
-        raise TestbedError(f"{config.label}: {len(written)} hosts wrote {json_name}, expected 1")
+        raise TestbedError(f"{label}: {len(written)} hosts wrote {json_name}, expected 1")
     return written[0]
 
 

@@ -30,14 +30,23 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   it: a round of a measured size then costs what that exchange measured.
 * **A call has a fixed cost** beyond its rounds' latency: the calibration's 1-element all_reduce
   (two rounds between two hosts) less two rounds of latency. ``call_overhead_s``.
+
+Those four corrections describe two hosts. **Measured rounds** (``round_costs``) replace them
+wherever the calibration holds a ring-round table for the number of hosts predicted: every
+H-host test bed the experiments use is timed by ``experiments/ring_probe.py`` (chains of rounds,
+each rank sending to its right and receiving from its left through Gloo, at a grid of sizes of its
+own), and the simulator's ``RoundCosts`` composes an algorithm's rounds from that table. What
+the table holds and the corrections above miss: the duplex TCP dynamics of back-to-back rounds,
+and the wake-ups of H ranks and the kernel work of H hosts' links on the machine's shared cores.
+The bucket model stays for a host count without a table.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dsgd_sim.collectives import ALGORITHMS
+from dsgd_sim.collectives import ALGORITHMS, RoundCosts, allreduce_time_s
 
 ACK_FRAME_BYTES = 66  # 14 Ethernet + 20 IP + 32 TCP (with timestamps), no payload
 SEGMENTS_PER_ACK = 2  # Linux delayed ACK: one ACK for every second full segment
@@ -60,6 +69,8 @@ class NetworkInputs:
     # (bytes each way, median seconds) of duplex exchanges started with full buckets (measured)
     duplex_transfers: tuple[tuple[int, float], ...] = ()
     tcp_latency_s: float = 0.0  # one-way latency of a raw TCP message (the duplex probe's transport)
+    # hosts -> ring rounds timed on a test bed of that many hosts at this rate (ring_probe.py)
+    round_costs: dict[int, RoundCosts] = field(default_factory=dict)
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -74,7 +85,9 @@ class NetworkInputs:
                    burst_bytes=record.get("burst_bytes", 0),
                    duplex_transfers=tuple((int(t["bytes"]), float(t["median_s"]))
                                           for t in (record.get("duplex") or {}).get("transfers", [])),
-                   tcp_latency_s=record.get("latency_s", 0.0))
+                   tcp_latency_s=record.get("latency_s", 0.0),
+                   round_costs={int(h): RoundCosts.from_rows(t["results"])
+                                for h, t in (record.get("rounds") or {}).items()})
 
     @property
     def duplex_payload_bps(self) -> float:
@@ -122,7 +135,8 @@ class NetworkInputs:
         return {"rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
                 "duplex_payload_bps": self.duplex_payload_bps, "latency_s": self.latency_s,
                 "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes,
-                "startup_excess_s": [[n, e] for n, e in self.startup_table]}
+                "startup_excess_s": [[n, e] for n, e in self.startup_table],
+                "round_costs": {str(h): t.as_rows() for h, t in sorted(self.round_costs.items())}}
 
 
 def interpolate_excess(table: list[tuple[int, float]], size_bytes: float) -> float:
@@ -166,12 +180,19 @@ def allreduce_messages(algorithm: str, hosts: int, n_bytes: float) -> list[float
     return [size for count, size in rounds for _ in range(count)]
 
 
-def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs) -> float:
+def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs,
+                        measured_rounds: bool = True) -> float:
     """Seconds for one all-reduce of ``n_bytes`` over ``hosts`` hosts (one rank each), started
-    after a barrier: the algorithm's rounds through the shaper, each with the duplex start-up
-    measured at its size, plus the fixed cost of a call."""
+    after a barrier: the simulator's rounds of the algorithm at the costs measured on a test bed
+    of ``hosts`` hosts when the calibration has them (and ``measured_rounds``); otherwise the
+    rounds through the shaper, each with the duplex start-up measured at its size, plus the
+    fixed cost of a call."""
     if algorithm not in SIM_ALGORITHM:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
+    table = net.round_costs.get(hosts) if measured_rounds else None
+    if table is not None:
+        return allreduce_time_s(SIM_ALGORITHM[algorithm], hosts, n_bytes, net.latency_s,
+                                net.duplex_payload_bps, round_costs=table)
     network_s = shaped_rounds_time_s(allreduce_messages(algorithm, hosts, n_bytes), net.latency_s,
                                      net.duplex_payload_bps, net.bucket_payload_bytes,
                                      idle_before_s=net.call_overhead_s,

@@ -2,9 +2,11 @@
 
 Inputs, none taken from the run being predicted:
 
-* the network: ``NetworkInputs`` from the calibration (payload rate with ACKs sharing the link,
-  Gloo's per-message latency, the fixed cost of one all_reduce call, and the duplex start-up of
-  each ring round, added to the simulator's iteration);
+* the network: ``NetworkInputs`` from the calibration: the ring rounds timed on a test bed of
+  as many hosts at the same rate (``experiments/ring_probe.py``), which the simulator's
+  all-reduce composes (``ClusterConfig.round_costs``); without that table, the payload rate
+  with ACKs sharing the link, Gloo's per-message latency, the fixed cost of one all_reduce call,
+  and the duplex start-up of each ring round, added to the simulator's iteration;
 * the replica's step: a profile written by one process of ``real/sync.py`` run alone (no network)
   with the same model, batch and thread count (``--profile-out``): per-layer gradient sizes and
   the compute-time samples, plus the rest of its step (data, optimizer: ``idle_time_s``) as a
@@ -67,12 +69,16 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
     emulated = config.emulate_compute_s > 0
     if emulated:
         workload = workload.with_compute(Constant(config.emulate_compute_s))
+    table = net.round_costs.get(config.hosts)
     cluster = ClusterConfig(replicas=config.hosts, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s,
-                            cores=None if emulated else (cpu_cores or os.cpu_count()))
+                            cores=None if emulated else (cpu_cores or os.cpu_count()),
+                            round_costs=table)
     result = SyncSimulation(SyncConfig(cluster, workload, algorithm="ring", iterations=50,
                                        seed=0)).run()
     overhead_s = reference["summary"].get("idle_time_s") or 0.0
+    if table is not None:  # the measured rounds hold the call's and the rounds' own costs
+        return float(result.iteration_s.mean()) + overhead_s
     call_s = net.call_overhead_s if config.hosts > 1 else 0.0
     # the duplex start-up of every ring round (the simulator's all-reduce has none): Gloo's ring
     # over the whole gradient, one bucket for these models
@@ -99,7 +105,8 @@ def predict_async(config, net: NetworkInputs, reference: dict | None = None) -> 
                             latency_s=net.latency_s)
     service_s = reference["summary"].get("idle_time_s") or 0.0
     result = AsyncSimulation(AsyncConfig(cluster, workload, updates=config.updates, seed=0,
-                                         service_time_s=service_s)).run()
+                                         service_time_s=service_s,
+                                         one_push_at_a_time=True)).run()  # as real/ps_server.py
     ends, skip = result.update_end_s, config.workers  # as the real server: drop the first round
     per_update_s = (ends[-1] - ends[skip - 1]) / (len(ends) - skip)
     return {"per_update_s": float(per_update_s), "staleness_mean": float(result.staleness.mean())}

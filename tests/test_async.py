@@ -223,3 +223,19 @@ def test_bad_async_input_gives_one_line_and_status_2(args, named, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("dsgd_sim: error:") and named in err
+
+
+def test_a_server_taking_one_push_at_a_time_is_held_to_a_workers_rate_however_fast_its_link():
+    grad_bytes, rate = 1_000_000, 100e6
+    workload = from_preset("resnet50").with_grad_bytes(grad_bytes).with_compute(Constant(0.0))
+    cluster = ClusterConfig(replicas=4, bandwidth_bps=rate, latency_s=0.0, ps_bandwidth_bps=4 * rate)
+
+    def per_update_s(one_push_at_a_time):
+        ends = AsyncSimulation(AsyncConfig(cluster, workload, updates=200, service_time_s=0.0,
+                                           one_push_at_a_time=one_push_at_a_time)).run().update_end_s
+        return (ends[-1] - ends[99]) / 100
+
+    push_s = 8 * grad_bytes / rate
+    assert per_update_s(True) == pytest.approx(push_s, rel=1e-6)  # pushes in turn, each at B
+    # four pushes at once through a 4B link: a worker's push-then-pull cycle (2n/B) is the bound
+    assert per_update_s(False) == pytest.approx(2 * push_s / 4, rel=1e-6)

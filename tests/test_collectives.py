@@ -5,7 +5,7 @@ import math
 import pytest
 
 from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
-from dsgd_sim.collectives import allreduce_time_s
+from dsgd_sim.collectives import RoundCosts, allreduce_time_s
 from dsgd_sim.compute import Constant
 
 COMPUTE_S = 0.05
@@ -88,3 +88,47 @@ def test_one_replica_communicates_nothing(algorithm):
 def test_zero_gradient_bytes_means_free_communication(algorithm):
     zero_bytes = simulated_iteration_s(algorithm, 8, 0, 1e-3, 1e9)
     assert zero_bytes == pytest.approx(COMPUTE_S, rel=1e-12)
+
+
+# -- measured rounds instead of alpha-beta ----------------------------------------------------------
+def test_round_costs_interpolate_between_sizes_clamp_below_and_extend_the_last_slope_above():
+    costs = RoundCosts.from_rows([{"bytes": 4000, "first_s": 4.0, "next_s": 5.0},
+                                  {"bytes": 1000, "first_s": 1.0, "next_s": 1.5},
+                                  {"bytes": 2000, "first_s": 2.0, "next_s": 2.5}])
+    assert costs.sizes_bytes == (1000, 2000, 4000)  # rows sorted by size
+    assert costs.first_round_s(1500) == pytest.approx(1.5)
+    assert costs.next_round_s(3000) == pytest.approx(3.75)
+    assert costs.first_round_s(10) == 1.0  # below the grid: the smallest message's cost
+    assert costs.next_round_s(8000) == pytest.approx(5.0 + 2.5 / 2000 * 4000)  # last slope
+
+
+def test_allreduce_with_round_costs_charges_the_first_round_as_measured_idle_and_the_rest_back_to_back():
+    costs = RoundCosts((1000.0, 2000.0), (1.0, 2.0), (1.5, 3.0))
+    # ring, p = 4, 8000 bytes: 6 rounds of 2000 bytes; alpha and B are not used
+    assert allreduce_time_s("ring", 4, 8000, 1.0, 1.0, round_costs=costs) == pytest.approx(2.0 + 5 * 3.0)
+    assert allreduce_time_s("naive-ring", 2, 1000, 1.0, 1.0, round_costs=costs) == pytest.approx(1.0)
+    assert allreduce_time_s("ring", 4, 0, 1.0, 1.0, round_costs=costs) == 0.0
+
+
+def test_simulated_sync_iteration_uses_the_clusters_round_costs():
+    costs = RoundCosts((1000.0, 1e9), (0.010, 1.0), (0.020, 2.0))
+    workload = from_preset("resnet50").with_compute(Constant(COMPUTE_S))
+    plain = ClusterConfig(replicas=4, bandwidth_bps=10e9, latency_s=5e-6)
+    measured = ClusterConfig(replicas=4, bandwidth_bps=10e9, latency_s=5e-6, round_costs=costs)
+    want = COMPUTE_S + costs.rounds_time_s([(6, workload.grad_bytes / 4)])
+    got = SyncSimulation(SyncConfig(measured, workload, iterations=3)).run().iteration_s
+    assert got == pytest.approx([want] * 3)
+    assert SyncSimulation(SyncConfig(plain, workload, iterations=3)).run().iteration_s[0] < want
+
+
+@pytest.mark.parametrize("rows,message", [
+    ([{"bytes": 1000, "first_s": 1.0, "next_s": 1.0}], "at least 2 sizes"),
+    ([{"bytes": 1000, "first_s": 1.0, "next_s": 1.0}, {"bytes": 1000, "first_s": 2, "next_s": 2}],
+     "increasing"),
+    ([{"bytes": 1000, "first_s": 1.0, "next_s": 1.0}, {"bytes": 2000, "first_s": 0, "next_s": 2}],
+     "positive seconds"),
+    ([{"bytes": 1000, "first_s": 1.0}, {"bytes": 2000, "first_s": 2, "next_s": 2}], "next_s"),
+])
+def test_round_costs_reject_bad_tables_naming_the_problem(rows, message):
+    with pytest.raises(ValueError, match=message):
+        RoundCosts.from_rows(rows)

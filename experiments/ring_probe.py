@@ -1,0 +1,124 @@
+"""Time rounds of a ring on the cluster it runs on: what one all-reduce round costs, by size.
+
+A round is what every round-based all-reduce is made of: each rank sends one message of ``n``
+bytes to its right neighbour and receives one from its left, all at once. This probe runs chains
+of ``--rounds`` such rounds back to back after a barrier, at each size of ``--sizes``, through
+the same communicator the all-reduces use (Gloo or MPI), and reports per size the median over
+``--repeats`` chains of the slowest rank's time to the end of the first round (``first_s``: a
+round started on an idle network) and of the later rounds' mean (``next_s``: a round that
+follows another). No reduction, no algorithm: the simulator composes those
+(``dsgd_sim.collectives.RoundCosts``)::
+
+    torchrun --nproc-per-node 4 experiments/ring_probe.py --sizes 16KiB,256KiB,4MiB --json rounds.json
+
+On the test bed it is the calibration of every H-host bed (``experiments/measure.py``): it
+measures the network of H hosts as the all-reduces use it, on sizes of its own grid, never the
+all-reduces themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file  # noqa: E402
+from dsgd_sim.units import parse_size  # noqa: E402
+from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
+
+TAG = 31
+
+
+def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor], rounds: int) -> list[float]:
+    """After a barrier, ``rounds`` ring rounds back to back; seconds at the end of each."""
+    outgoing, incoming = buffers
+    right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
+    comm.barrier()
+    start, marks = time.perf_counter(), []
+    for _ in range(rounds):
+        receive = comm.irecv(incoming, left, TAG)
+        send = comm.isend(outgoing, right, TAG)
+        receive.wait()
+        send.wait()
+        outgoing, incoming = incoming, outgoing  # pass on what arrived, as a ring does
+        marks.append(time.perf_counter() - start)
+    return marks
+
+
+SMALL_BYTES = 256 << 10  # rounds this small take milliseconds, and wake-ups make them noisy:
+SMALL_FACTOR = 3         # they get this many times the chains (for the price of one large chain)
+
+
+def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
+    """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
+    to ``SMALL_BYTES``) of the slowest rank's first round and mean later round, after one
+    warm-up chain per size. Sizes interleave across repeats, so a burst of other load spreads
+    over all of them."""
+    buffers = {n: (torch.ones(max(1, n // 4)), torch.empty(max(1, n // 4))) for n in sizes}
+    for n in sizes:
+        chain_marks(comm, buffers[n], rounds)
+    chains = [repeats * (SMALL_FACTOR if n <= SMALL_BYTES else 1) for n in sizes]
+    marks = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
+    for rep in range(max(chains)):
+        for i, n in enumerate(sizes):
+            if rep < chains[i]:
+                marks[i, rep] = torch.tensor(chain_marks(comm, buffers[n], rounds),
+                                             dtype=torch.float64)
+    comm.all_reduce(marks, op="max")  # each chain's time is its slowest rank's
+    rows = []
+    for i, n in enumerate(sizes):
+        first = [float(m[0]) for m in marks[i, :chains[i]]]
+        later = [float(m[-1] - m[0]) / (rounds - 1) for m in marks[i, :chains[i]]]
+        rows.append({"bytes": 4 * max(1, n // 4), "first_s": statistics.median(first),
+                     "next_s": statistics.median(later)})
+    return rows
+
+
+def parse_args(argv=None):
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="64B,16KiB,64KiB,256KiB,1MiB,4MiB",
+                        help="message sizes per rank and round, comma-separated (multiples of 4 bytes)")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per chain (at least 2)")
+    parser.add_argument("--repeats", type=int, default=5, help="chains per size (median)")
+    parser.add_argument("--json", help="write the table here (rank 0)")
+    add_comm_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        check_output_file("--json", args.json)
+        args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
+    except ValueError as error:
+        parser.error(str(error))
+    bad = [n for n in args.size_bytes if n <= 0 or n % 4]
+    if bad:
+        parser.error(f"--sizes: {bad[0]} bytes is not a positive multiple of 4")
+    if args.rounds < 2 or args.repeats < 1:
+        parser.error(f"--rounds must be >= 2 and --repeats >= 1 (got {args.rounds}, {args.repeats})")
+    return parser, args
+
+
+def main(argv=None) -> None:
+    parser, args = parse_args(argv)
+    with open_comm(parser, args, check_sizes=False) as comm:
+        if comm.world_size < 2:
+            parser.error(f"a ring needs at least 2 ranks, got {comm.world_size}")
+        rows = probe(comm, args.size_bytes, args.rounds, args.repeats)
+        if comm.rank == 0:
+            for r in rows:
+                print(f"{r['bytes']:>10} B  first {r['first_s'] * 1e3:9.3f} ms  "
+                      f"next {r['next_s'] * 1e3:9.3f} ms")
+            if args.json:
+                Path(args.json).write_text(json.dumps(
+                    {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
+                     "backend": comm.backend, "rounds": args.rounds, "repeats": args.repeats,
+                     "threads_per_rank": torch.get_num_threads(), "results": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Measured ring rounds: the probe that times them (``experiments/ring_probe.py``), the calibration
+record that holds them, and the all-reduce predictions that compose them."""
+
+import json
+
+import pytest
+
+from dist_helpers import run_script
+from dsgd_sim.collectives import RoundCosts
+from experiments.configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
+from experiments.measure import ring_hosts
+from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.ring_probe import main as probe_main
+
+ROWS = [{"bytes": 64, "first_s": 0.5e-3, "next_s": 0.6e-3},
+        {"bytes": 1 << 20, "first_s": 0.170, "next_s": 0.180},
+        {"bytes": 4 << 20, "first_s": 0.680, "next_s": 0.700}]
+CALIBRATION = {"bandwidth_bps": 50e6, "goodput_bps": 47.8e6, "frame_bytes": 1514,
+               "gloo": {"latency_s": 100e-6, "all_reduce_1_element_s": {"median": 250e-6}},
+               "rounds": {"4": {"results": ROWS}}}
+
+
+def test_calibration_rounds_become_the_simulators_round_costs_per_host_count():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    assert set(net.round_costs) == {4}
+    assert net.round_costs[4] == RoundCosts.from_rows(ROWS)
+    assert net.as_dict()["round_costs"] == {"4": RoundCosts.from_rows(ROWS).as_rows()}
+
+
+def test_allreduce_on_a_calibrated_host_count_is_its_rounds_at_the_measured_costs():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    table = net.round_costs[4]
+    # ring of 4 MiB on 4 hosts: 6 rounds of 1 MiB; naive: 3 rounds of 4 MiB
+    assert predict_allreduce_s("ring", 4, 4 << 20, net) == pytest.approx(0.170 + 5 * 0.180)
+    assert predict_allreduce_s("backend", 4, 4 << 20, net) == pytest.approx(0.170 + 5 * 0.180)
+    assert predict_allreduce_s("naive", 4, 4 << 20, net) == pytest.approx(0.680 + 2 * 0.700)
+    assert predict_allreduce_s("ring", 4, 2 << 20, net) == pytest.approx(
+        table.first_round_s(512 << 10) + 5 * table.next_round_s(512 << 10))
+    # a host count without a table, or the table switched off: the shaper model, not the table
+    without = predict_allreduce_s("ring", 4, 4 << 20, net, measured_rounds=False)
+    assert predict_allreduce_s("ring", 2, 4 << 20, net) != pytest.approx(0.170 + 0.180)
+    assert without != pytest.approx(0.170 + 5 * 0.180)
+
+
+def test_ring_hosts_are_the_hosts_that_run_an_all_reduce_at_each_rate():
+    points = [AllReduceConfig(2, 50e6, (64_000,)), AllReduceConfig(4, 200e6, (64_000,)),
+              SyncRunConfig(8, 200e6), AsyncRunConfig(5, 200e6)]  # the server's bed runs no ring
+    assert ring_hosts(points, 50e6) == [2]
+    assert ring_hosts(points, 200e6) == [4, 8]
+
+
+def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
+    out = tmp_path / "rounds.json"
+    run = run_script(["experiments/ring_probe.py", "--sizes", "64B,16KiB", "--repeats", "2",
+                      "--rounds", "3", "--json", str(out)], 2, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    table = json.loads(out.read_text())
+    assert table["world_size"] == 2 and table["rounds"] == 3 and table["threads_per_rank"] >= 1
+    assert [r["bytes"] for r in table["results"]] == [64, 16384]
+    assert all(r["first_s"] > 0 and r["next_s"] > 0 for r in table["results"])
+    RoundCosts.from_rows(table["results"])  # what the calibration hands the simulator
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["--sizes", "64B,lots"], "'lots'"),
+    (["--sizes", "6B"], "6 bytes"),
+    (["--rounds", "1"], "--rounds"),
+])
+def test_probe_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        probe_main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert named in err[-1] and "Traceback" not in "".join(err)
