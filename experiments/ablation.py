@@ -1,10 +1,16 @@
-"""The all-reduce model with and without the duplex start-up table, on one run's own results.
+"""The all-reduce model three ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation            # reads experiments/results/{calibration,allreduce}.json
 
-Both predictions come from the same run's calibration (network only); only the model differs, so
-the comparison says what the start-up table does, row group by row group. Prints one line per
-group: rows, median and worst |error| with the table, then without.
+All predictions come from the same run's calibration (network only); only the model differs:
+
+* ``rounds``: the ring rounds timed on a test bed of the row's host count (``ring_probe.py``),
+  composed by the simulator (the model the experiments use);
+* ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
+  duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;
+* ``shaper, no start-up``: the same without the start-up table.
+
+Prints one line per row group: rows, then median and worst |error| of each model.
 """
 
 from __future__ import annotations
@@ -32,27 +38,30 @@ GROUPS = {
 }
 
 
-def errors(rows: list[dict], nets: dict, with_table: bool) -> list[float]:
+MODELS = ("rounds", "shaper", "shaper, no start-up")
+
+
+def errors(rows: list[dict], nets: dict, model: str) -> list[float]:
     out = []
     for r in rows:
         net = nets[r["bandwidth_bps"]]
-        if not with_table:
+        if model == "shaper, no start-up":
             net = dataclasses.replace(net, duplex_transfers=())
-        predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net)
+        predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net,
+                                        measured_rounds=model == "rounds")
         out.append(abs(predicted - r["measured_s"]) / r["measured_s"])
     return out
 
 
 def ablation(calibration: list[dict], rows: list[dict]) -> dict:
-    """Per group: (rows, median, worst) |error| with the start-up table and without it."""
+    """Per group and model: (rows, median |error|, worst |error|)."""
     nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     table = {}
     for name, keep in GROUPS.items():
         chosen = [r for r in rows if keep(r)]
         if chosen:
-            table[name] = {label: (len(e), statistics.median(e), max(e))
-                           for label, e in (("with", errors(chosen, nets, True)),
-                                            ("without", errors(chosen, nets, False)))}
+            table[name] = {model: (len(e), statistics.median(e), max(e))
+                           for model, e in ((m, errors(chosen, nets, m)) for m in MODELS)}
     return table
 
 
@@ -67,9 +76,9 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"cannot read the results in {folder}: {error}")
     for name, result in ablation(calibration, rows).items():
-        (n, med, worst), (_, med0, worst0) = result["with"], result["without"]
-        print(f"{name}: {n} rows, with the table median {med:.1%} worst {worst:.1%}; "
-              f"without median {med0:.1%} worst {worst0:.1%}")
+        n = result[MODELS[0]][0]
+        print(f"{name}: {n} rows; " + "; ".join(
+            f"{model} median {med:.1%} worst {worst:.1%}" for model, (_, med, worst) in result.items()))
     return 0
 
 

@@ -104,10 +104,11 @@ def _torchrun_command(script: str, args: list[str], run_id: str) -> str:
             + " ".join(shlex.quote(a) for a in args))
 
 
-def _run(config, command: str, json_name: str, timeout_s: float) -> dict:
+def _run(config, command: str, json_name: str, timeout_s: float, json_names: tuple = ()) -> dict:
     """Run ``command`` on a fresh test bed of ``config.hosts`` hosts at ``config.bandwidth_bps``;
     the ``json_name`` file of the host that wrote it (rank 0's host: under torchrun the
-    rendezvous, not the host, decides which rank is 0)."""
+    rendezvous, not the host, decides which rank is 0). With ``json_names``, a dict of each of
+    those files instead (all from the same host)."""
     label = getattr(config, "label", f"H={config.hosts} {config.bandwidth_bps / 1e6:g}Mbps")
     with Testbed(TestbedConfig(hosts=config.hosts, bandwidth_bps=config.bandwidth_bps)) as bed:
         result = bed.run(command, timeout_s=timeout_s, echo=False)
@@ -115,20 +116,34 @@ def _run(config, command: str, json_name: str, timeout_s: float) -> dict:
         failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
         tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
         raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
-    written = [h.json[json_name] for h in result.hosts if json_name in h.json]
+    names = json_names or (json_name,)
+    written = [h.json for h in result.hosts if all(n in h.json for n in names)]
     if len(written) != 1:
-        raise TestbedError(f"{label}: {len(written)} hosts wrote {json_name}, expected 1")
-    return written[0]
+        raise TestbedError(f"{label}: {len(written)} hosts wrote {', '.join(names)}, expected 1")
+    return {n: written[0][n] for n in names} if json_names else written[0][json_name]
+
+
+SMALL_ALLREDUCE_BYTES = 1_000_000  # below this a call takes milliseconds and wake-ups move it
+SMALL_ITERS_FACTOR = 5             # ... so it gets this many times the iterations (cheap)
 
 
 def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0) -> list[dict]:
     """``real/allreduce.py`` on ``config.hosts`` hosts: its result rows (median seconds per
-    algorithm and size, slowest rank's time)."""
-    args = ["--sizes", ",".join(f"{s}B" for s in config.sizes_bytes),
-            "--algorithms", ",".join(config.algorithms), "--iters", str(config.iters),
-            "--warmup", str(config.warmup), "--timeout", "120s", "--threads", "1"]
-    command = _rank_command("real/allreduce.py", args) + " --json {out}/allreduce.json"
-    return _run(config, command, "allreduce.json", timeout_s)["results"]
+    algorithm and size, slowest rank's time). Sizes under ``SMALL_ALLREDUCE_BYTES`` run first,
+    in their own call with ``SMALL_ITERS_FACTOR`` times the iterations, on the same test bed."""
+    groups = [("small", [s for s in config.sizes_bytes if s < SMALL_ALLREDUCE_BYTES],
+               config.iters * SMALL_ITERS_FACTOR),
+              ("large", [s for s in config.sizes_bytes if s >= SMALL_ALLREDUCE_BYTES], config.iters)]
+    groups = [g for g in groups if g[1]]
+    commands = []
+    for name, sizes, iters in groups:
+        args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
+                ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
+                "--timeout", "120s", "--threads", "1"]
+        commands.append(_rank_command("real/allreduce.py", args) + f" --json {{out}}/{name}.json")
+    files = _run(config, " && ".join(commands), "", timeout_s,
+                 json_names=tuple(f"{name}.json" for name, _, _ in groups))
+    return [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]
 
 
 def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:

@@ -43,13 +43,14 @@ def comparison_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def results_markdown(results: list[dict], fidelity_rows: list[dict], header: list[str]) -> str:
-    """The whole RESULTS.md text."""
+def results_markdown(results: list[dict], fidelity_rows: list[dict], header: list[str],
+                     folder: str = "results/") -> str:
+    """The whole RESULTS.md text; ``folder``: where the result files are, seen from the report."""
     lines = ["# Experiments: predictions against measurements on the test bed", ""]
     lines += header + [""]
     lines += ["## Fidelity", "",
               f"Target: median |error| ≤ {MEDIAN_TARGET:.0%} and worst ≤ {WORST_TARGET:.0%} over every "
-              "row of `results/fidelity.json`; error = (predicted − measured) / measured.", ""]
+              f"row of `{folder}fidelity.json`; error = (predicted − measured) / measured.", ""]
     lines += fidelity_table(fidelity_rows) + [""]
     for result in results:
         rows = [r for r in fidelity_rows if r["experiment"] == result["name"]]
@@ -57,9 +58,9 @@ def results_markdown(results: list[dict], fidelity_rows: list[dict], header: lis
         if result.get("command"):
             lines += [f"Measured by `{result['command']}` ({result.get('wall_s', 0) / 60:.1f} min, "
                       f"load average {result.get('load_average', '?')} at the end); the calibrated "
-                      f"inputs it was predicted from are in `results/{result['name']}.json`.", ""]
+                      f"inputs it was predicted from are in `{folder}{result['name']}.json`.", ""]
         if result.get("plot"):
-            lines += [f"![{result['name']}](results/{result['plot']})", ""]
+            lines += [f"![{result['name']}]({folder}{result['plot']})", ""]
         lines += comparison_table(rows) + [""]
         again = result.get("repeatability")
         if again:
@@ -72,8 +73,8 @@ def results_markdown(results: list[dict], fidelity_rows: list[dict], header: lis
 
 
 def write_results_md(results: list[dict], fidelity_rows: list[dict], path: Path,
-                     header: list[str]) -> None:
-    Path(path).write_text(results_markdown(results, fidelity_rows, header))
+                     header: list[str], folder: str = "results/") -> None:
+    Path(path).write_text(results_markdown(results, fidelity_rows, header, folder))
 
 
 def plot_allreduce(rows: list[dict], path: Path) -> None:

@@ -53,7 +53,7 @@ def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor], rounds: int) -
 
 
 SMALL_BYTES = 256 << 10  # rounds this small take milliseconds, and wake-ups make them noisy:
-SMALL_FACTOR = 3         # they get this many times the chains (for the price of one large chain)
+SMALL_FACTOR = 9         # they get this many times the chains (for about the price of one large one)
 
 
 def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:

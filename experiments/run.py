@@ -4,12 +4,14 @@
     sudo python experiments/run.py                    # the full grid
     sudo python experiments/run.py allreduce          # one experiment (names: experiments/configs.py)
     python experiments/run.py --report-only           # rewrite RESULTS.md from results/*.json
+    sudo python experiments/run.py --out experiments/results/full   # the full grid, kept apart
 
 Order of work: calibrate the network at every rate the experiments use (2-host test beds, network
 only), then run each experiment point on a fresh test bed and predict it with the simulator from
 the calibrated inputs alone. Writes under ``experiments/results/``: ``calibration.json``,
 ``<name>.json`` and ``<name>.png`` per experiment, ``fidelity.json`` (every comparison), and
-regenerates ``experiments/RESULTS.md``. Needs root and iproute2 (the test bed); without them, one
+regenerates ``experiments/RESULTS.md`` (with ``--out DIR``: all of it, report included, in DIR,
+so that a full-grid run and the quick one can be kept side by side). Needs root and iproute2 (the test bed); without them, one
 line saying so and exit status 1.
 """
 
@@ -34,7 +36,8 @@ from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_allreduce, plot_async, plot_sync, write_results_md  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+RESULTS = HERE / "results"   # where results go (--out)
+REPORT = HERE / "RESULTS.md"  # the report written from them
 
 
 def allreduce_rows(experiment, net_by_rate: dict, measure) -> list[dict]:
@@ -149,7 +152,13 @@ def regenerate(results: list[dict], meta: dict) -> dict:
         r["notes"] = NOTES.get(r["name"], [])
     rows = fidelity_rows(results)
     (RESULTS / "fidelity.json").write_text(json.dumps(rows, indent=1) + "\n")
-    write_results_md(results, rows, HERE / "RESULTS.md", header_lines(meta))
+    folder = "results/" if REPORT.parent != RESULTS else ""
+    header = header_lines(meta)
+    if REPORT.parent == RESULTS:
+        header += ["", "The notes under each table are kept with the code (`experiments/notes.py`) "
+                   "and were written from the quick run, `experiments/RESULTS.md`: their figures "
+                   "are that run's; this run's are in the tables."]
+    write_results_md(results, rows, REPORT, header, folder)
     return summarise(rows)
 
 
@@ -159,6 +168,9 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="the representative subset (<= 10 min)")
     parser.add_argument("--report-only", action="store_true",
                         help="no measurement: rewrite fidelity.json and RESULTS.md from results/")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write results and their RESULTS.md into DIR (default: "
+                             "experiments/results, and experiments/RESULTS.md)")
     args = parser.parse_args(argv)
     try:
         args.experiments = select(args.names, args.quick)
@@ -168,7 +180,15 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    global RESULTS, REPORT
     args = parse_args(argv)
+    if args.out:
+        RESULTS = Path(args.out).resolve()
+        REPORT = RESULTS / "RESULTS.md"
+    if args.report_only and not (RESULTS / "run.json").exists():
+        print(f"experiments/run.py: --report-only: no run.json in {RESULTS} (run the experiments "
+              "first)", file=sys.stderr)
+        return 2
     if args.report_only:
         meta = json.loads((RESULTS / "run.json").read_text())
         summary = regenerate(load_results(list(EXPERIMENTS)), meta)
@@ -203,7 +223,7 @@ def measure_all(args) -> list[dict]:
     (RESULTS / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta = {"command": "python experiments/run.py" + (" --quick" if args.quick else "")
-            + "".join(f" {n}" for n in args.names),
+            + (f" --out {args.out}" if args.out else "") + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},

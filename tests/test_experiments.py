@@ -205,6 +205,20 @@ def test_runner_rejects_an_unknown_experiment_with_one_line_and_status_2():
     assert "'nope'" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--report-only",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no run.json" in done.stderr
+
+
+def test_a_report_beside_its_results_links_them_without_the_results_prefix():
+    rows = [fidelity_row("sync", "H=2", 0.1, 0.1)]
+    result = {"name": "sync", "question": "?", "rows": [], "plot": "sync.png", "notes": []}
+    assert "](results/sync.png)" in results_markdown([result], rows, [])
+    assert "](sync.png)" in results_markdown([result], rows, [], folder="")
+
+
 def test_multinode_experiment_is_four_hosts_through_torchrun_c10d():
     (point,) = EXPERIMENTS["multinode"](True).points
     assert point.hosts == 4 and point.launcher == "torchrun"
@@ -225,14 +239,17 @@ def test_four_host_sync_run_through_torchrun_c10d_rendezvous_completes_on_the_te
     assert len(summary["weights_sha256"]) == 64 and summary["samples_per_s"] > 0
 
 
-def test_ablation_compares_the_same_rows_with_and_without_the_startup_table():
-    from experiments.ablation import ablation
+def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_without_startup():
+    from experiments.ablation import MODELS, ablation
     duplex = {"goodput_bps": 46e6, "transfers": [
         {"bytes": n, "median_s": n * 8 / 46e6 + extra}
         for n, extra in ((16_000, 0.0), (2_000_000, 0.015), (4_000_000, 0.015))]}
-    calibration = [{**CALIBRATION, "duplex": duplex, "latency_s": 0.0}]
+    rounds = {"results": [{"bytes": 2_000_000, "first_s": 0.362, "next_s": 0.367},
+                          {"bytes": 4_000_000, "first_s": 0.722, "next_s": 0.731}]}
+    calibration = [{**CALIBRATION, "duplex": duplex, "latency_s": 0.0, "rounds": {"2": rounds}}]
     rows = [{"algorithm": "ring", "hosts": 2, "bytes": 4_000_000, "bandwidth_bps": 50e6,
              "measured_s": 0.73}]
     result = ablation(calibration, rows)["all"]
-    assert result["with"][0] == result["without"][0] == 1
-    assert result["with"][1] < result["without"][1]  # the measured 2 x 15 ms start-up closes the gap
+    assert set(result) == set(MODELS) and all(result[m][0] == 1 for m in MODELS)
+    # the measured 2 x 15 ms start-up closes some of the gap; the measured rounds more
+    assert result["rounds"][1] < result["shaper"][1] < result["shaper, no start-up"][1]
