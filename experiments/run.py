@@ -131,14 +131,18 @@ def header_lines(meta: dict) -> list[str]:
                     f"Gloo latency {c['gloo']['latency_s'] * 1e6:.0f} µs, 1-element all_reduce "
                     f"{c['gloo']['all_reduce_1_element_s']['median'] * 1e6:.0f} µs"
                     for c in meta["calibration"])
+    rounds = "; ".join(f"{', '.join(sorted(c.get('rounds', {}), key=int)) or 'no'} hosts at "
+                       f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"])
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
             f"average {meta['load_average']}) in {meta['wall_s'] / 60:.1f} min. Every measured "
             "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
             "sync: over steps after warm-up); the 2 CPU cores are shared by every host and by other "
             "jobs (the load averages are the machine's, those jobs included), so repeated runs "
             "differ per row by the Repeatability figure under each table.", "",
-            f"Calibration of the last run (network only, 2 hosts): {cal}. Each experiment below "
-            "was predicted from the calibration made in its own run."]
+            f"Calibration of the last run (network only, 2 hosts): {cal}; and ring rounds timed "
+            f"on test beds of {rounds} (`experiments/ring_probe.py`, in `calibration.json`), "
+            "from which the all-reduces and sync steps are predicted. Each experiment below was "
+            "predicted from the calibration made in its own run."]
 
 
 def load_results(names: list[str]) -> list[dict]:
@@ -154,10 +158,9 @@ def regenerate(results: list[dict], meta: dict) -> dict:
     (RESULTS / "fidelity.json").write_text(json.dumps(rows, indent=1) + "\n")
     folder = "results/" if REPORT.parent != RESULTS else ""
     header = header_lines(meta)
-    if REPORT.parent == RESULTS:
-        header += ["", "The notes under each table are kept with the code (`experiments/notes.py`) "
-                   "and were written from the quick run, `experiments/RESULTS.md`: their figures "
-                   "are that run's; this run's are in the tables."]
+    header += ["", "The notes under each table are kept with the code (`experiments/notes.py`) and "
+               "quote the committed full grid (`experiments/results/full/RESULTS.md`) unless they "
+               "name another run; this run's own figures are in the tables."]
     write_results_md(results, rows, REPORT, header, folder)
     return summarise(rows)
 
