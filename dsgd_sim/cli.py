@@ -25,7 +25,7 @@ from tqdm import tqdm
 from . import convergence
 from .argparse_oneline import OneLineArgumentParser, argparse_type as _typed, check_output_file
 from .cluster import ClusterConfig
-from .collectives import ALGORITHM_NAMES
+from .collectives import ALGORITHM_NAMES, PARAMETER_SERVER, load_round_costs
 from .compute import parse_compute
 from .parameter_server import DEFAULT_SERVER_MEMORY_BPS, AsyncConfig, AsyncSimulation
 from .presets import DEFAULT_PRESET, PRESETS
@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                    default=0)
     p.add_argument("--k-sync", type=_typed(lambda t: _positive_int(t, "K", MAX_REPLICAS), "K"),
                    help="update with the first K of R gradients (backup workers)")
+    p.add_argument("--round-costs", metavar="FILE",
+                   help="all-reduce rounds measured on your cluster (experiments/ring_probe.py "
+                        "--json): each round costs what it measured, not latency + size/bandwidth")
     p.add_argument("--ps-bandwidth", type=_typed(parse_bandwidth, "bandwidth"),
                    help="parameter server's NIC (default: as --bandwidth)")
     p.add_argument("--bucket-size", type=_typed(parse_size, "size"),
@@ -235,10 +238,16 @@ def build_configs(args) -> list[SyncConfig]:
     """One ``SyncConfig`` per replica count; ``ValueError`` on inconsistent input."""
     workload = build_workload(args)
     fraction, factor = args.stragglers or (0.0, 1.0)
+    round_costs = None
+    if args.round_costs is not None:
+        if args.algorithm == PARAMETER_SERVER:
+            raise ValueError("--round-costs times the rounds of an all-reduce; the ps algorithm "
+                             "has none (use --bandwidth and --latency)")
+        round_costs = load_round_costs(args.round_costs)
     configs = []
     for replicas in args.replicas:
         cluster = ClusterConfig(replicas, args.bandwidth, args.latency, args.ps_bandwidth,
-                                fraction, factor, args.cores)
+                                fraction, factor, args.cores, round_costs)
         configs.append(SyncConfig(cluster, workload, args.algorithm, args.iterations, args.seed,
                                   args.k_sync, args.bucket_size, args.overlap))
     return configs

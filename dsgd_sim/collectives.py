@@ -132,6 +132,27 @@ class RoundCosts:
         return self.first_round_s(messages[0]) + sum(self.next_round_s(m) for m in messages[1:])
 
 
+def load_round_costs(path: str) -> RoundCosts:
+    """The table in ``path``: the JSON written by ``experiments/ring_probe.py`` (its ``results``)
+    or a bare list of ``{"bytes", "first_s", "next_s"}`` rows; ValueError naming the file."""
+    import json
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise ValueError(f"cannot read round costs {path!r}: {error.strerror}") from None
+    except ValueError as error:
+        raise ValueError(f"round costs {path!r} is not JSON: {error}") from None
+    rows = data.get("results") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"round costs {path!r}: expected a list of rows, or an object with "
+                         f"'results' (experiments/ring_probe.py --json)")
+    try:
+        return RoundCosts.from_rows(rows)
+    except ValueError as error:
+        raise ValueError(f"round costs {path!r}: {error}") from None
+
+
 def allreduce_time_s(algorithm: str, p: int, n_bytes: float, latency_s: float,
                      bandwidth_bps: float, round_costs: RoundCosts | None = None) -> float:
     """Seconds for an all-reduce of ``n_bytes`` over ``p`` ranks; 0 when there is nothing to send.

@@ -64,6 +64,7 @@ def config_json(config: SyncConfig) -> dict:
         "overlap": config.overlap,
         "stragglers": {"fraction": cluster.straggler_fraction, "factor": cluster.straggler_factor},
         "cores": cluster.cores,
+        "round_costs": cluster.round_costs.as_rows() if cluster.round_costs else None,
         "workload": workload.name,
         "batch_size": workload.batch_size,
         "compute": workload.compute.describe(),
@@ -88,9 +89,14 @@ def describe_run(config: SyncConfig) -> str:
         extras.append(f"{cluster.cores} shared cores")
     if config.algorithm == "ps":
         extras.append(f"server NIC {format_bandwidth_bps(cluster.server_bandwidth_bps)}")
+    network = (f"{format_bandwidth_bps(cluster.bandwidth_bps)}, {format_time(cluster.latency_s)} "
+               "latency")
+    if cluster.round_costs is not None:
+        sizes = cluster.round_costs.sizes_bytes
+        network = (f"measured all-reduce rounds ({len(sizes)} sizes, {format_bytes(sizes[0])} to "
+                   f"{format_bytes(sizes[-1])})")
     return (f"synchronous SGD, {config.algorithm}, {cluster.replicas} replicas, "
-            f"{format_bandwidth_bps(cluster.bandwidth_bps)}, {format_time(cluster.latency_s)} "
-            f"latency{''.join(', ' + e for e in extras)}\n"
+            f"{network}{''.join(', ' + e for e in extras)}\n"
             f"workload: {workload.name}, {format_bytes(workload.grad_bytes)} of gradients "
             f"({params} fp32), batch {workload.batch_size}/replica, "
             f"compute {workload.compute.describe()}")

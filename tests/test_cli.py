@@ -143,3 +143,40 @@ def test_profile_sets_gradient_layers_and_compute(tmp_path):
     data = json.loads(out.read_text())
     assert data["config"]["grad_bytes"] == 10_000 and data["config"]["batch_size"] == 16
     assert 0.01 <= data["sync"]["compute_time_s"] <= 0.012
+
+
+def test_round_costs_from_a_probe_file_time_every_round_as_measured(tmp_path):
+    table = tmp_path / "rounds.json"
+    table.write_text(json.dumps({"probe": "ring rounds", "results": [
+        {"bytes": 1_000_000, "first_s": 0.100, "next_s": 0.110},
+        {"bytes": 4_000_000, "first_s": 0.400, "next_s": 0.440}]}))
+    out = tmp_path / "run.json"
+    assert main(["--replicas", "4", "--grad-bytes", "8MB", "--compute", "50ms", "--mode", "sync",
+                 "--iterations", "3", "--round-costs", str(table), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    # ring on 4 replicas: 6 rounds of 2 MB, the first at 0.2 s, the next at 0.22 s each
+    assert data["sync"]["iteration_time_s"] == pytest.approx(0.050 + 0.200 + 5 * 0.220)
+    assert data["config"]["round_costs"][0] == {"bytes": 1_000_000, "first_s": 0.1, "next_s": 0.11}
+
+
+@pytest.mark.parametrize("content,named", [
+    (None, "cannot read"),
+    ("{not json", "not JSON"),
+    ('{"results": [{"bytes": 64, "first_s": 0.1, "next_s": 0.1}]}', "at least 2 sizes"),
+    ('{"rows": []}', "'results'"),
+])
+def test_bad_round_costs_file_is_one_line_and_status_2(tmp_path, content, named):
+    path = tmp_path / "rounds.json"
+    if content is not None:
+        path.write_text(content)
+    done = run_cli("--round-costs", str(path), "--iterations", "2")
+    assert done.returncode == 2
+    assert named in done.stderr and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_round_costs_refuse_the_parameter_server_which_has_no_rounds(tmp_path):
+    path = tmp_path / "rounds.json"
+    path.write_text('[{"bytes": 64, "first_s": 0.1, "next_s": 0.1}, '
+                    '{"bytes": 128, "first_s": 0.2, "next_s": 0.2}]')
+    done = run_cli("--round-costs", str(path), "--algorithm", "ps")
+    assert done.returncode == 2 and "ps algorithm" in done.stderr
