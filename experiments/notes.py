@@ -85,12 +85,17 @@ NOTES: dict[str, list[str]] = {
         "server link of 2×, 4× or 8× the predictions are within 0–8% (`ps_vs_ring`).",
         "**Why (not yet modelled).** The server is one loop (`real/ps_server.py`): receive a "
         "push, apply it, send the reply (a blocking send), then post the receive for the next "
-        "push. Under Gloo a push's data moves only once the server's receive is posted, and the "
-        "notice of that receive leaves through the server's uplink, behind the reply's data in "
-        "the shaper's queue (tbf holds up to 100 ms there). With a faster server link that queue "
-        "drains at once (the bottleneck moves to the worker's downlink) and the gap closes, as "
-        "measured. A model needs the queue's standing delay behind a reply; the real server "
-        "could instead post the next receive before it replies. Neither is done.",
+        "push. Under Gloo a send completes only once the receiver has posted its receive "
+        "(checked: a 16 kB `isend` on loopback waited out the receiver's 1 s sleep before "
+        "posting), so (1) the reply holds the loop for a round trip (header out, the worker "
+        "posts its receive, the notice back) plus as much of the weights as the socket buffers "
+        "cannot take, and (2) the next push's data moves only after the server's notice, which "
+        "leaves through the server's uplink behind the reply's data in the shaper's queue (tbf "
+        "holds up to 100 ms there). With a faster server link that queue drains at once (the "
+        "bottleneck moves to the worker's downlink) and the gap closes, as measured. A model "
+        "needs the reply's blocking time and the queue's standing delay; the real server "
+        "could instead reply with a non-blocking send and post its next receive first. Neither "
+        "is done.",
     ],
     "ps_vs_ring": [
         "**Our parameter server never reaches the ring, and a server link faster than 2× buys "
