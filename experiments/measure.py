@@ -6,7 +6,7 @@ torchrun: the process group is the same, and start-up on a busy 2-core machine i
 Every rank runs one torch thread (``--threads 1``), as torchrun would set for several ranks on a
 node: the hosts share the machine's cores, and a rank's spare OpenMP threads spinning after an
 addition took the cores the other ranks needed (the hand-written rings on 4 hosts at 200 Mbit/s
-ran 1.5-1.9x slower with torch's default of a thread per core).
+ran 1.5-1.7x slower with torch's default of a thread per core).
 A sync run with ``launcher="torchrun"`` (the ``multinode`` experiment) starts one torchrun agent
 per host instead, joined by c10d rendezvous at host 0, exactly as on a real cluster.
 """

@@ -11,8 +11,8 @@ only), then run each experiment point on a fresh test bed and predict it with th
 the calibrated inputs alone. Writes under ``experiments/results/``: ``calibration.json``,
 ``<name>.json`` and ``<name>.png`` per experiment, ``fidelity.json`` (every comparison), and
 regenerates ``experiments/RESULTS.md`` (with ``--out DIR``: all of it, report included, in DIR,
-so that a full-grid run and the quick one can be kept side by side). Needs root and iproute2 (the test bed); without them, one
-line saying so and exit status 1.
+so that a full-grid run and the quick one can be kept side by side). Needs root and iproute2 (the
+test bed); without them, one line saying so and exit status 1.
 """
 
 from __future__ import annotations
