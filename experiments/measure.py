@@ -104,11 +104,11 @@ def _torchrun_command(script: str, args: list[str], run_id: str) -> str:
             + " ".join(shlex.quote(a) for a in args))
 
 
-def _run(config, command: str, json_name: str, timeout_s: float, json_names: tuple = ()) -> dict:
+def _run(config, command: str, json_name: str | tuple[str, ...], timeout_s: float) -> dict:
     """Run ``command`` on a fresh test bed of ``config.hosts`` hosts at ``config.bandwidth_bps``;
     the ``json_name`` file of the host that wrote it (rank 0's host: under torchrun the
-    rendezvous, not the host, decides which rank is 0). With ``json_names``, a dict of each of
-    those files instead (all from the same host)."""
+    rendezvous, not the host, decides which rank is 0). With a tuple of names, a dict of each of
+    those files (all from the same host)."""
     label = getattr(config, "label", f"H={config.hosts} {config.bandwidth_bps / 1e6:g}Mbps")
     with Testbed(TestbedConfig(hosts=config.hosts, bandwidth_bps=config.bandwidth_bps)) as bed:
         result = bed.run(command, timeout_s=timeout_s, echo=False)
@@ -116,11 +116,11 @@ def _run(config, command: str, json_name: str, timeout_s: float, json_names: tup
         failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
         tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
         raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
-    names = json_names or (json_name,)
+    names = json_name if isinstance(json_name, tuple) else (json_name,)
     written = [h.json for h in result.hosts if all(n in h.json for n in names)]
     if len(written) != 1:
         raise TestbedError(f"{label}: {len(written)} hosts wrote {', '.join(names)}, expected 1")
-    return {n: written[0][n] for n in names} if json_names else written[0][json_name]
+    return {n: written[0][n] for n in names} if isinstance(json_name, tuple) else written[0][json_name]
 
 
 SMALL_ALLREDUCE_BYTES = 1_000_000  # below this a call takes milliseconds and wake-ups move it
@@ -141,8 +141,8 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0) -> list
                 ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
                 "--timeout", "120s", "--threads", "1"]
         commands.append(_rank_command("real/allreduce.py", args) + f" --json {{out}}/{name}.json")
-    files = _run(config, " && ".join(commands), "", timeout_s,
-                 json_names=tuple(f"{name}.json" for name, _, _ in groups))
+    files = _run(config, " && ".join(commands), tuple(f"{name}.json" for name, _, _ in groups),
+                 timeout_s)
     return [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]
 
 

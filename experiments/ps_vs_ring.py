@@ -146,7 +146,6 @@ def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = 
         return point.workers * sim["per_update_s"]
 
     return {"grad_bytes": n, "ring_s": predict_allreduce_s("backend", point.workers, n, net),
-            "one_push_s": ps_round_s(rate),
             "concurrent_s": {k: ps_round_s(k * rate, False) for k in point.server_factors},
             "ps_s": {k: ps_round_s(k * rate) for k in point.server_factors}}
 
@@ -169,8 +168,7 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
             k = ps["server_factor"]
             out.append({"config": f"PS server link {k:g}x {point.label}", "scheme": "ps",
                         "server_factor": k, **common, "predicted_s": predicted["ps_s"][k],
-                        "measured_s": ps["round_s"], "predicted_one_push_s": predicted["one_push_s"],
-                        "predicted_concurrent_s": predicted["concurrent_s"][k],
+                        "measured_s": ps["round_s"], "predicted_concurrent_s": predicted["concurrent_s"][k],
                         "alpha_beta_s": alpha_beta_s("ps", server_factor=k, **ab),
                         "alpha_beta_pipelined_s": alpha_beta_s("ps-pipelined", server_factor=k, **ab),
                         "measured": ps["summary"]})

@@ -40,6 +40,7 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from real.comm import CommError, init
+from real.comm_cli import default_threads
 from real.data import ShardedBatches, load_dataset
 from real.local_launch import env_rank, free_port
 from real.ps_config import AsyncConfig, parse_args
@@ -79,7 +80,7 @@ def run_process(config: AsyncConfig) -> int:
         return fail(error, 2 if isinstance(error, ValueError) else 1)
     try:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", comm.world_size))
-        torch.set_num_threads(config.threads or max(1, len(os.sched_getaffinity(0)) // local))
+        torch.set_num_threads(config.threads or default_threads(local))
         if comm.world_size < 2:
             raise ValueError("a parameter server needs at least 2 processes (a server and a "
                              "worker); launch with --nproc-per-node N, torchrun or mpiexec")

@@ -43,10 +43,11 @@ def add_comm_arguments(parser: argparse.ArgumentParser, timeout: str = DEFAULT_T
                              "machine's cores / its ranks (default: 0)")
 
 
-def default_threads() -> int:
+def default_threads(local_ranks: int | None = None) -> int:
     """torch threads for one rank: ``OMP_NUM_THREADS`` when set (torchrun sets it to 1 for several
     ranks per node; the test bed to the cores per host), else the cores this process may use
-    divided among the ranks on this machine (``LOCAL_WORLD_SIZE``, 1 when unset). Spare threads
+    divided among the ranks on this machine (``local_ranks``, else ``LOCAL_WORLD_SIZE``, else 1).
+    Spare threads
     matter: an idle OpenMP thread spins for a while before it sleeps, and on shared cores that
     spinning takes the time another rank needs to move its data."""
     try:
@@ -55,11 +56,12 @@ def default_threads() -> int:
         threads = 0
     if threads > 0:
         return threads
-    try:
-        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        local = 1
-    return max(1, len(os.sched_getaffinity(0)) // local)
+    if local_ranks is None:
+        try:
+            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        except ValueError:
+            local_ranks = 1
+    return max(1, len(os.sched_getaffinity(0)) // max(1, local_ranks))
 
 
 def timeout_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:

@@ -43,7 +43,7 @@ class AsyncConfig:
     real_gradients: bool = False     # with emulate_compute: real gradient and loss, padded to the draw
     backend: str = "gloo"            # gloo (torch.distributed) | mpi (mpi4py, under mpiexec)
     timeout_s: float = 30.0          # a silent peer is declared dead after this long
-    threads: int = 0                 # torch threads per process; 0: cores / processes
+    threads: int = 0                 # torch threads per process; 0: OMP_NUM_THREADS, else cores / processes
     json: str | None = None          # the server writes the run summary here
     trace: str | None = None         # the server writes a Chrome trace here
     trace_updates: int = 500         # updates drawn in the trace (the first ones)

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from real.comm import CommError, init
+from real.comm_cli import default_threads
 from real.data import ShardedBatches, load_dataset
 from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
@@ -90,7 +91,7 @@ def run_worker(config: SyncConfig) -> int:
     try:
         local_rank, local_world_size = local_placement(config)
         device = pick_device(config, local_rank, local_world_size)
-        torch.set_num_threads(config.threads or max(1, len(os.sched_getaffinity(0)) // local_world_size))
+        torch.set_num_threads(config.threads or default_threads(local_world_size))
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
     except (ValueError, CommError) as error:
         return report_error(rank == 0, error, 2 if isinstance(error, ValueError) else 1)

@@ -50,7 +50,7 @@ class SyncConfig:
     device: str = "cpu"              # cpu | cuda (one GPU per rank)
     backend: str | None = None       # gloo | nccl | mpi; default gloo on cpu, nccl on cuda
     timeout_s: float = 30.0          # a dead peer fails the job after this long, not 30 minutes
-    threads: int = 0                 # torch threads per rank; 0: CPU cores / ranks on this node
+    threads: int = 0                 # torch threads per rank; 0: OMP_NUM_THREADS, else cores / ranks on this node
     check_replicas: bool = False     # compare weight hashes across ranks after every step
     json: str | None = None          # rank 0 writes the run summary here
     trace: str | None = None         # rank 0 writes a Chrome trace of all ranks here

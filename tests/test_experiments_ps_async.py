@@ -128,7 +128,6 @@ def test_ps_vs_ring_prediction_a_server_taking_one_push_at_a_time_gains_nothing_
     ps = [predicted["ps_s"][k] for k in (1, 2, 4, 8)]  # as the real server: one push at a time
     n_over_b = 8 * GRAD_BYTES / net.duplex_payload_bps
     assert ps == pytest.approx([4 * n_over_b] * 4, rel=0.01)  # W pushes in turn at the worker's rate
-    assert predicted["one_push_s"] == pytest.approx(predicted["ps_s"][1])
     # a server taking k pushes at once gets faster with k, down to the workers' own floor
     concurrent = [predicted["concurrent_s"][k] for k in (1, 2, 4, 8)]
     assert all(later <= earlier * (1 + 1e-9) for earlier, later in zip(concurrent, concurrent[1:]))

@@ -296,10 +296,9 @@ print(comm.rank, comm.size, socket.gethostname(), total[0], flush=True)
 
 
 @needs_namespaces
+@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev); "
+                                               "with DSGD_REQUIRE_MPI=1 (CI) it runs and fails instead")
 def test_mpi_allreduce_runs_one_rank_per_host_over_the_shaped_links(tmp_path):
-    pytest.importorskip("mpi4py", reason="MPI test needs mpi4py (pip install mpi4py mpich)")
-    if not have_mpiexec():
-        pytest.skip("MPI test needs mpiexec (pip install mpich)")
     script = tmp_path / "allreduce.py"
     script.write_text(MPI_SCRIPT)
     with Testbed(TestbedConfig(hosts=3, bandwidth_bps=100e6), tmp_path / "out") as bed:
