@@ -42,7 +42,7 @@ from tqdm import tqdm
 from real.comm import CommError, init
 from real.comm_cli import default_threads
 from real.data import ShardedBatches, load_dataset
-from real.local_launch import env_rank, free_port
+from real.local_launch import env_rank, free_port, say
 from real.ps_config import AsyncConfig, parse_args
 from real.ps_protocol import ProtocolError
 from real.ps_server import ParameterServer, WorkersLost
@@ -73,7 +73,7 @@ def load_data(config: AsyncConfig, workers: int):
 def run_process(config: AsyncConfig) -> int:
     """One process's whole life: join, serve or work, report, leave. Returns the exit status."""
     rank = env_rank()
-    print(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}", flush=True)
+    say(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}")
     try:
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
     except (ValueError, CommError) as error:
@@ -102,17 +102,16 @@ def run_process(config: AsyncConfig) -> int:
 
 
 def fail(error, status: int) -> int:
-    # One write call per line, so that lines from several ranks sharing stderr never interleave.
     message = " ".join(str(error).split())  # the engines' messages can span lines
-    os.write(sys.stderr.fileno(), f"{PROG}: error: {message}\n".encode())
+    say(f"{PROG}: error: {message}", sys.stderr)
     return status
 
 
 def serve(config: AsyncConfig, comm) -> None:
     """Rank 0: serve the workers, then write the summary and the trace."""
     server = ParameterServer(config, comm)
-    print(f"serving {comm.world_size - 1} workers: {config.model}, "
-          f"{server.weights.numel()} parameters", flush=True)
+    say(f"serving {comm.world_size - 1} workers: {config.model}, "
+        f"{server.weights.numel()} parameters")
     total = config.updates or None
     bar = tqdm(total=total, unit="update", desc=f"async x{comm.world_size - 1}",
                disable=not config.progress, file=sys.stderr, mininterval=0.5)
@@ -126,11 +125,11 @@ def serve(config: AsyncConfig, comm) -> None:
     if config.trace:
         server.write_trace(config.trace)
     loss = summary["final_loss"]
-    print(f"done: {summary['updates']} updates from {summary['workers']} workers, "
-          f"{summary['updates_per_s'] or 0:.1f} updates/s, staleness mean "
-          f"{summary['staleness_mean'] or 0:.2f} max {summary['staleness_max']}, dropped "
-          f"{summary['dropped_gradients']}, workers lost {summary['workers_lost']}, loss "
-          f"{'-' if loss is None else f'{loss:.4f}'}", flush=True)
+    say(f"done: {summary['updates']} updates from {summary['workers']} workers, "
+        f"{summary['updates_per_s'] or 0:.1f} updates/s, staleness mean "
+        f"{summary['staleness_mean'] or 0:.2f} max {summary['staleness_max']}, dropped "
+        f"{summary['dropped_gradients']}, workers lost {summary['workers_lost']}, loss "
+        f"{'-' if loss is None else f'{loss:.4f}'}")
 
 
 def launch(config: AsyncConfig) -> int:

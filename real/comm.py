@@ -13,7 +13,9 @@ code runs under ``torchrun`` (torch.distributed: Gloo on CPU, NCCL on GPUs) and 
 Operations (the same on both engines; ranks are always this communicator's ranks):
 
 - point to point: ``send``, ``recv``, ``isend``, ``irecv`` (non-blocking, returning a :class:`Work`
-  whose ``wait()`` blocks; ``Work.source`` names the sender of a receive after ``wait()``);
+  whose ``wait()`` blocks; ``Work.source`` names the sender of a receive after ``wait()``), and
+  ``wait_any(works)``, the first of several pending operations to finish (a server's receives
+  from each of its workers);
 - collectives: ``broadcast``, ``reduce``, ``all_reduce``, ``scatter``, ``gather``,
   ``all_gather``, ``reduce_scatter``, ``barrier``, with ``op`` one of ``sum``, ``avg``,
   ``max``, ``min``;
@@ -111,6 +113,13 @@ class Communicator:
         raise NotImplementedError
 
     def irecv(self, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> Work:
+        raise NotImplementedError
+
+    def wait_any(self, works: list[Work]) -> int:
+        """Block until one of ``works`` (from this communicator's ``isend``/``irecv``) has
+        finished, successfully or not; its index (the first to finish, when several have).
+        Its ``wait()`` then returns at once, or raises the :class:`CommError` it failed with
+        (its peer died): one dead peer fails its own operation only. The others stay pending."""
         raise NotImplementedError
 
     # -- collectives ---------------------------------------------------------------------

@@ -117,20 +117,29 @@ class MpiWork(Work):
         self.expect_bytes, self.then = expect_bytes, then
         self.source = None
         self.done = False
+        self.error: CommError | None = None
 
     def wait(self) -> None:
+        if self.error is not None:
+            raise self.error
         if self.done:
             return
         status = MPI.Status()
         self.comm.call(self.what, lambda: self.request.Wait(status))
+        self.finish(status)
+
+    def finish(self, status) -> None:
+        """The request has completed with ``status``: check the size, run ``then``."""
         self.done = True
         if self.expect_bytes is not None:
             self.source = status.Get_source()
             got = status.Get_count(MPI.BYTE)
             if got != self.expect_bytes:
                 self.comm.broken = True
-                raise CommError(f"rank {self.comm.rank}: {self.what}: expected {self.expect_bytes}"
-                                f" bytes, rank {self.source} sent {got} (sizes differ)")
+                self.error = CommError(f"rank {self.comm.rank}: {self.what}: expected "
+                                       f"{self.expect_bytes} bytes, rank {self.source} sent {got} "
+                                       f"(sizes differ)")
+                raise self.error
         if self.then is not None:
             self.then()
 
@@ -197,6 +206,23 @@ class MpiCommunicator(Communicator):
         source = MPI.ANY_SOURCE if src is None else src
         request = self.call(what, lambda: self.mpi.Irecv(buf, source, tag))
         return MpiWork(self, request, what, expect_bytes=buf.nbytes)
+
+    def wait_any(self, works):
+        if not works:
+            raise ValueError("wait_any needs at least one operation")
+        for index, work in enumerate(works):
+            if not isinstance(work, MpiWork):
+                raise ValueError(f"wait_any takes this communicator's operations, not {work!r}")
+            if work.done or work.error is not None:
+                return index
+        status = MPI.Status()
+        index = self.call(f"wait for the first of {len(works)} operations",
+                          lambda: MPI.Request.Waitany([w.request for w in works], status))
+        try:
+            works[index].finish(status)
+        except CommError:
+            pass  # a size mismatch, kept in the work: its wait() raises it
+        return index
 
     # -- collectives ---------------------------------------------------------------------
     def broadcast(self, tensor, src):

@@ -9,7 +9,9 @@ communicator's; a group translates them to the world ranks torch.distributed wan
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
+import threading
 
 import torch
 import torch.distributed as dist
@@ -21,15 +23,28 @@ _TORCH_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM,
 
 
 class TorchWork(Work):
-    """A torch ``Work`` waited on with a timeout; ``then`` runs after completion (avg's division)."""
+    """A torch ``Work`` waited on with a timeout; ``then`` runs after completion (avg's division).
+
+    Gloo completes a point-to-point operation only inside ``wait()`` (it has no futures and no
+    wait-any), so :meth:`TorchCommunicator.wait_any` hands each work to a *watcher* thread that
+    waits for it; ``finished`` is then set, in order of completion, and ``wait()`` joins the
+    watcher and reports its outcome.
+    """
 
     def __init__(self, comm: TorchCommunicator, work, what: str, then=None, any_source=False):
         self.comm, self.work, self.what, self.then = comm, work, what, then
         self.any_source = any_source
         self.source = None
         self.done = False
+        self.error: CommError | None = None
+        self.watcher: threading.Thread | None = None
+        self.finished: int | None = None  # completion order, set by the watcher
 
     def wait(self) -> None:
+        if self.watcher is not None:
+            self.watcher.join()
+        if self.error is not None:
+            raise self.error
         if self.done:
             return
         self.comm.guard(self.what, lambda: self.work.wait(self.comm.timeout))
@@ -38,6 +53,31 @@ class TorchWork(Work):
             self.source = self.work._source_rank()  # the process group's own (group) rank
         if self.then is not None:
             self.then()
+
+    def watch(self) -> None:
+        """Start a watcher thread for this work, unless it has one or is done."""
+        if self.watcher is None and not self.done and self.error is None:
+            self.watcher = threading.Thread(target=self._watch, daemon=True,
+                                            name=f"watch {self.what}")
+            self.watcher.start()
+
+    def _watch(self) -> None:
+        error = None
+        try:
+            self.comm.guard(self.what, lambda: self.work.wait(self.comm.timeout))
+            if self.any_source:
+                self.source = self.work._source_rank()
+            if self.then is not None:
+                self.then()
+        except CommError as failure:
+            error = failure
+        with self.comm.completions:  # the outcome and its order appear together
+            self.done, self.error = error is None, error
+            self.finished = next(self.comm.completion_order)
+            self.comm.completions.notify_all()
+
+    def has_finished(self) -> bool:
+        return self.done or self.error is not None
 
 
 class TorchCommunicator(Communicator):
@@ -56,6 +96,8 @@ class TorchCommunicator(Communicator):
         if backend == "nccl":
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.closed = False
+        self.completions = threading.Condition()  # notified by TorchWork watchers
+        self.completion_order = itertools.count()
 
     @classmethod
     def create(cls, backend: str | None, timeout_s: float, check_sizes: bool) -> TorchCommunicator:
@@ -126,6 +168,25 @@ class TorchCommunicator(Communicator):
         if src is not None:
             handle.source = src
         return handle
+
+    def wait_any(self, works):
+        if not works:
+            raise ValueError("wait_any needs at least one operation")
+        for work in works:
+            if not isinstance(work, TorchWork):
+                raise ValueError(f"wait_any takes this communicator's operations, not {work!r}")
+        with self.completions:
+            for work in works:
+                work.watch()
+            # every watcher gives up after the timeout itself; the margin only guards a bug
+            if not self.completions.wait_for(lambda: any(w.has_finished() for w in works),
+                                             timeout=2 * self.timeout_s + 10):
+                raise CommError(f"rank {self.rank}: none of {len(works)} operations finished "
+                                f"within {self.timeout_s:g} s")
+            finished = [i for i, w in enumerate(works) if w.has_finished()]
+            # a work waited on directly before (no completion order) counts as the first
+            return min(finished, key=lambda i: -1 if works[i].finished is None
+                       else works[i].finished)
 
     # -- collectives ---------------------------------------------------------------------
     def broadcast(self, tensor, src):

@@ -48,6 +48,14 @@ def mpi_local_rank() -> tuple[int, int]:
     return 0, 1
 
 
+def say(line: str, stream=None) -> None:
+    """Write ``line`` to ``stream`` (stdout) in one write call, so that lines from several ranks
+    sharing a pipe never interleave (``print`` writes the text and its newline separately)."""
+    stream = sys.stdout if stream is None else stream
+    stream.flush()
+    os.write(stream.fileno(), f"{line}\n".encode())
+
+
 def env_rank() -> int:
     """This process's rank as the launcher set it, before any communicator exists (0 if none)."""
     for name in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):

@@ -1,22 +1,29 @@
 """The parameter server (rank 0): apply gradients in arrival order, reply with the new weights.
 
-The loop, one message at a time:
+A receive for the next push header of every worker is always posted, and
+``Communicator.wait_any`` takes whichever arrives first. The loop, one push at a time:
 
-1. receive a header from *any* worker (whoever is ready first is served first);
-2. check it (``ps_protocol.check_push``: ours, a push, from that rank, on the version that rank
-   was sent, its next step, full size), then receive the payload from that rank only;
-3. staleness = server version − pushed version (the updates applied between the worker's pull
+1. take the first header to arrive (whoever is ready first is served first) and check it
+   (``ps_protocol.check_push``: ours, a push, from that rank, on the version that rank was
+   sent, its next step, full size), then receive the payload from that rank only;
+2. staleness = server version − pushed version (the updates applied between the worker's pull
    and this gradient's application). With ``max_staleness`` s and staleness > s the gradient is
-   dropped and the worker is sent the current weights to compute again (``RETRY``): drop and recompute, the
-   simulator's rule (``dsgd_sim/parameter_server.py``). Otherwise SGD applies it (learning rate
-   divided by 1 + staleness with ``staleness_lr="inverse"``) and the reply carries the new weights
-   and version;
+   dropped and the worker is sent the current weights to compute again (``RETRY``): drop and
+   recompute, the simulator's rule (``dsgd_sim/parameter_server.py``). Otherwise SGD applies it
+   (learning rate divided by 1 + staleness with ``staleness_lr="inverse"``);
+3. post the receive for that worker's next header, then send the reply (``WEIGHTS`` or
+   ``RETRY`` with a copy of the new weights and their version) without waiting for it to
+   leave: the next push is taken while the reply is on its way, as in the simulator;
 4. once the stop condition holds (``updates`` applied or ``time_s`` elapsed) every worker is sent
    ``STOP``.
 
-A worker that dies is noticed when the server next talks to it (its TCP connection is closed):
-it is counted in ``workers_lost`` and the others go on. A bad header ends the job: the sender
-gets ``ERROR``, the others ``STOP``, and :class:`ProtocolError` carries the one-line reason.
+A worker that dies fails its own posted receive (its TCP connection closes, at once), or the
+server's next send to it; it is counted in ``workers_lost`` and the others go on. So does a
+worker that pushes nothing within the timeout. (A single receive from *any* worker would not
+do: Gloo matches it to the first worker that announces a push, and if that worker dies before
+the push arrives, every later receive from any worker fails.) A bad header ends the job: the
+sender gets ``ERROR``, the others ``STOP``, and :class:`ProtocolError` carries the one-line
+reason.
 """
 
 from __future__ import annotations
@@ -81,17 +88,25 @@ class ParameterServer:
         self.sent_version = {w: 0 for w in self.workers}
         self.applied = {w: 0 for w in self.workers}
         self.lost: list[int] = []
+        self.last_loss = "none"  # why the last worker was lost
+        self.headers = {w: empty_header() for w in self.workers}  # each worker's next push
+        self.pending: dict[int, object] = {}  # worker -> the posted receive of that header
+        self.reply_headers = {w: empty_header() for w in self.workers}
+        self.reply_weights: dict[int, torch.Tensor] = {}  # worker -> the copy sent last
+        self.replies: dict[int, list] = {}  # worker -> the sends of its last reply
         self.log = UpdateLog(origin_s=time.perf_counter())
-        self.header = empty_header()
 
     # -- the loop --------------------------------------------------------------------------
     def serve(self, on_update=None) -> None:
         """Serve pushes until the stop condition; then stop every worker still alive."""
         self.log.origin_s = time.perf_counter()
         try:
+            for worker in self.workers:
+                self.expect(worker)
             while not self.finished():
-                source, header = self.next_push()
-                self.handle(source, header, on_update)
+                push = self.next_push()
+                if push is not None:
+                    self.handle(*push, on_update)
         except BaseException:
             self.stop_everyone(ERROR)
             raise
@@ -106,19 +121,27 @@ class ParameterServer:
     def now(self) -> float:
         return time.perf_counter() - self.log.origin_s
 
-    def next_push(self) -> tuple[int, Header]:
-        """The next header from any worker and its sender, checked (``ProtocolError`` if bad)."""
-        if not self.alive:
-            raise WorkersLost("every worker was lost; nothing left to serve")
+    def expect(self, worker: int) -> None:
+        """Post the receive for ``worker``'s next push header (a dead worker is lost)."""
         try:
-            source = self.comm.recv(self.header, None, PUSH_TAG)
+            self.pending[worker] = self.comm.irecv(self.headers[worker], worker, PUSH_TAG)
         except CommError as error:
-            raise WorkersLost(f"no worker pushed within {self.comm.timeout_s:g} s "
-                              f"(live workers: {sorted(self.alive)}): {error}") from error
-        header = Header.decode(self.header)
-        if source not in self.alive:
-            raise ProtocolError(f"rank {source} is not a live worker of this job "
-                                f"(workers: {sorted(self.alive)})")
+            self.lose(worker, error)
+
+    def next_push(self) -> tuple[int, Header] | None:
+        """The first push header to arrive and its sender, checked (``ProtocolError`` if bad);
+        ``None`` when what finished first was a worker's death (it is then lost)."""
+        if not self.pending:
+            raise WorkersLost(f"every worker was lost; nothing left to serve (the last: "
+                              f"{self.last_loss})")
+        workers = sorted(self.pending)
+        source = workers[self.comm.wait_any([self.pending[w] for w in workers])]
+        try:
+            self.pending.pop(source).wait()
+        except CommError as error:  # died, or pushed nothing within the timeout
+            self.lose(source, error)
+            return None
+        header = Header.decode(self.headers[source])
         try:
             check_push(header, source, self.sent_version[source], self.applied[source],
                        self.version, self.weights.numel())
@@ -132,8 +155,8 @@ class ParameterServer:
         arrived_s = self.now()
         try:
             self.comm.recv(self.grad, source, payload_tag(source))
-        except CommError:
-            self.lose(source)
+        except CommError as error:
+            self.lose(source, error)
             return
         if not bool(torch.isfinite(self.grad).all()):
             self.refuse(source)
@@ -181,32 +204,64 @@ class ParameterServer:
 
     # -- replies ---------------------------------------------------------------------------
     def reply(self, source: int, kind: int) -> None:
-        """Send ``kind`` (with the current weights unless STOP) to ``source``; a dead one is lost."""
-        try:
-            self.send_reply(source, kind, with_weights=kind != STOP)
-        except CommError:
-            self.lose(source)
-            return
-        if kind == STOP:
-            self.alive.discard(source)
-        else:
-            self.sent_version[source] = self.version
+        """Answer ``source``'s push without waiting for the answer to leave.
 
-    def send_reply(self, dest: int, kind: int, with_weights: bool) -> None:
-        length = self.weights.numel() if with_weights else 0
-        self.comm.send(Header(kind, 0, self.version, length).encode(), dest, REPLY_TAG)
-        if with_weights:
-            self.comm.send(self.weights, dest, REPLY_DATA_TAG)
+        ``WEIGHTS`` and ``RETRY`` carry a copy of the current weights (the next update may
+        change them while the copy is still on its way); the receive for ``source``'s next
+        push is posted first, so that push goes out the moment it is ready. ``STOP`` ends it.
+        """
+        if kind == STOP:
+            self.stop(source, STOP)
+            return
+        self.expect(source)
+        if source not in self.alive:
+            return
+        self.finish_reply(source)  # long done: the worker has received it and pushed since
+        header = self.reply_headers[source]
+        header.copy_(Header(kind, 0, self.version, self.weights.numel()).encode())
+        buffer = self.reply_weights.setdefault(source, torch.empty_like(self.weights))
+        buffer.copy_(self.weights)
+        try:
+            self.replies[source] = [self.comm.isend(header, source, REPLY_TAG),
+                                    self.comm.isend(buffer, source, REPLY_DATA_TAG)]
+        except CommError as error:
+            self.lose(source, error)
+            return
+        self.sent_version[source] = self.version
+
+    def finish_reply(self, worker: int) -> None:
+        """Wait until the last reply to ``worker`` has left (a dead worker is lost)."""
+        for work in self.replies.pop(worker, []):
+            try:
+                work.wait()
+            except CommError as error:
+                self.lose(worker, error)
+                return
+
+    def stop(self, worker: int, kind: int) -> None:
+        """Send ``kind`` (``STOP`` or ``ERROR``, no weights) to ``worker``; it is then out."""
+        self.finish_reply(worker)
+        if worker not in self.alive:
+            return
+        try:
+            self.comm.send(Header(kind, 0, self.version, 0).encode(), worker, REPLY_TAG)
+            self.alive.discard(worker)
+        except CommError as error:
+            self.lose(worker, error)
 
     def refuse(self, worker: int) -> None:
         """Tell ``worker`` that its message was refused; it is then out of the job."""
+        self.finish_reply(worker)
         self.alive.discard(worker)
+        self.pending.pop(worker, None)
         try:
-            self.send_reply(worker, ERROR, with_weights=False)
+            self.comm.send(Header(ERROR, 0, self.version, 0).encode(), worker, REPLY_TAG)
         except CommError:
             pass  # it is gone already; the protocol error is what gets reported
 
-    def lose(self, worker: int) -> None:
+    def lose(self, worker: int, error: CommError) -> None:
+        self.pending.pop(worker, None)
+        self.last_loss = f"rank {worker}: {error}"
         if worker in self.alive:
             self.alive.discard(worker)
             self.lost.append(worker)
@@ -214,19 +269,21 @@ class ParameterServer:
     def stop_everyone(self, kind: int = STOP) -> None:
         """Send ``kind`` (STOP, or ERROR when the server fails) to every live worker at once,
         then wait for each send: a dead worker fails fast and is counted as lost."""
+        for worker in sorted(self.replies):
+            self.finish_reply(worker)
         pending = []
         for worker in sorted(self.alive):
             try:
                 pending.append((worker, self.comm.isend(
                     Header(kind, 0, self.version, 0).encode(), worker, REPLY_TAG)))
-            except CommError:
-                self.lose(worker)
+            except CommError as error:
+                self.lose(worker, error)
         for worker, work in pending:
             try:
                 work.wait()
                 self.alive.discard(worker)
-            except CommError:
-                self.lose(worker)
+            except CommError as error:
+                self.lose(worker, error)
 
     # -- results ---------------------------------------------------------------------------
     def summary(self) -> dict:

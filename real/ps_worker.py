@@ -5,13 +5,15 @@ without a pull, as in the simulator (``dsgd_sim/parameter_server.py``). Each cyc
 
 1. compute a gradient on the weights it holds, on its next batch (``ShardedBatches`` over the
    workers: worker ``i`` of ``W`` reads slice ``i`` of each global batch of ``W × batch_size``);
-2. post the receive for the server's reply, then push the header and the flat gradient;
+2. post the receives for the server's reply (its header and the weights), then push the
+   header and the flat gradient;
 3. the reply is ``WEIGHTS`` (applied: next batch), ``RETRY`` (dropped as too stale: compute again
    on the fresh weights, same batch), ``STOP`` (the run is over) or ``ERROR``.
 
-The reply receive is posted before the push, so a worker never blocks on a send the server will
-not take: when the run ends the server sends ``STOP`` to every worker at once and the worker's
-unanswered push is simply dropped. A dead server surfaces as a ``CommError`` at once (the TCP
+The reply receives are posted before the push, so a worker never blocks on a send the server
+will not take, and the server's reply leaves at once, without a handshake: when the run ends
+the server sends ``STOP`` (no weights) to every worker at once, and the worker's unanswered push
+and its weights receive are simply dropped. A dead server surfaces as a ``CommError`` at once (the TCP
 connection closes) or after ``timeout_s`` at the latest.
 """
 
@@ -50,6 +52,7 @@ def run_worker(config, comm, dataset) -> dict:
         compute_s = time.perf_counter() - start_s
         header = Header(PUSH, rank, version, grads.numel(), step, loss, compute_s).encode()
         answer = comm.irecv(reply, SERVER_RANK, REPLY_TAG)
+        new_weights = comm.irecv(weights, SERVER_RANK, REPLY_DATA_TAG)
         sends = [comm.isend(header, SERVER_RANK, PUSH_TAG),
                  comm.isend(grads, SERVER_RANK, payload_tag(rank))]
         answer.wait()
@@ -61,7 +64,7 @@ def run_worker(config, comm, dataset) -> dict:
         if got.kind == ERROR:
             raise ServerStopped(f"rank {rank}: the server stopped the job after a protocol error "
                                 f"(its output names it)")
-        comm.recv(weights, SERVER_RANK, REPLY_DATA_TAG)
+        new_weights.wait()
         for work in sends:
             work.wait()
         version = got.version

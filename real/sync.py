@@ -52,7 +52,7 @@ from real.data import ShardedBatches, load_dataset
 from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
-from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env,
+from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env, say,
                                self_launch)
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_worker(config: SyncConfig) -> int:
     """One rank's whole life: join the job, train, report, leave. Returns the exit status."""
     rank = env_rank()
-    print(f"rank {rank} pid {os.getpid()} role worker", flush=True)
+    say(f"rank {rank} pid {os.getpid()} role worker")
     try:
         local_rank, local_world_size = local_placement(config)
         device = pick_device(config, local_rank, local_world_size)
@@ -124,13 +124,13 @@ def load_data_together(config: SyncConfig, comm):
     except ValueError as caught:
         error = caught
         if comm.rank == 0:
-            print(f"sync.py: error: {error}", file=sys.stderr, flush=True)
+            say(f"sync.py: error: {error}", sys.stderr)
     flags = torch.tensor([int(error is not None), int(error is not None and comm.rank == 0)],
                          device=comm.device)
     comm.all_reduce(flags, op="max")
     any_failed, main_failed = (bool(v) for v in flags.tolist())
     if error is not None and comm.rank != 0 and not main_failed:
-        print(f"sync.py: error: rank {comm.rank}: {error}", file=sys.stderr, flush=True)
+        say(f"sync.py: error: rank {comm.rank}: {error}", sys.stderr)
     if any_failed:
         raise InputError(error or "another rank could not load its data")
     return dataset
@@ -140,7 +140,7 @@ def report_error(speak: bool, error: Exception, status: int) -> int:
     """Print ``error`` as one line if ``speak``; the exit status. Silent ranks wait a moment so
     that a launcher which stops the job when one rank exits lets rank 0 finish speaking."""
     if speak and not isinstance(error, InputError):
-        print(f"sync.py: error: {error}", file=sys.stderr, flush=True)
+        say(f"sync.py: error: {error}", sys.stderr)
     elif status == 2:
         time.sleep(QUIET_EXIT_DELAY_S)
     return status

@@ -160,17 +160,21 @@ def start_self_launched(args: list[str]) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def wait_for_serving(proc: subprocess.Popen) -> dict[str, int]:
-    """Read stdout until the server serves; the pids by role line (``"rank 2 ... worker"``)."""
-    pids, deadline = {}, time.monotonic() + RUN_DEADLINE_S
+def wait_for_serving(proc: subprocess.Popen, nproc: int = 3) -> dict[str, int]:
+    """Read stdout until the server serves and every rank has named its pid (``"rank 2 pid
+    1234 role worker"``); the pids by rank."""
+    pids, seen, serving = {}, [], False
+    deadline = time.monotonic() + RUN_DEADLINE_S
     for line in proc.stdout:
+        seen.append(line.rstrip())
         if line.startswith("rank "):
             words = line.split()
             pids[words[1]] = int(words[3])
-        if line.startswith("serving"):
+        serving = serving or line.startswith("serving")
+        if serving and len(pids) == nproc:
             return pids
-        assert time.monotonic() < deadline, "the job never started serving"
-    raise AssertionError(f"the job ended before serving: {proc.stderr.read()}")
+        assert time.monotonic() < deadline, f"the job never started serving: {seen}"
+    raise AssertionError(f"the job ended before serving: {seen} {proc.stderr.read()}")
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
@@ -249,3 +253,4 @@ def test_single_process_is_refused_with_one_line():
     run = run_script([ENTRY, "--no-progress"], 1, timeout_s=RUN_DEADLINE_S)
     assert run.returncode == 2
     assert "needs at least 2 processes" in run.stderr and "Traceback" not in run.stderr
+

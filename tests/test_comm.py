@@ -65,6 +65,27 @@ def check_recv_from_any_source(comm):
         comm.send(full(comm.rank), 0)
 
 
+def check_wait_any_returns_the_first_to_finish(comm):
+    """Rank 0 waits on receives from ranks 1 and 2; rank 2 sends at once, rank 1 only once
+    rank 0 has seen rank 2's message, so the order is certain."""
+    if comm.rank == 0:
+        got = {1: torch.zeros(4), 2: torch.zeros(4)}
+        works = [comm.irecv(got[1], 1), comm.irecv(got[2], 2)]
+        assert comm.wait_any(works) == 1
+        works[1].wait()
+        assert works[1].source == 2 and torch.equal(got[2], full(2))
+        assert comm.wait_any(works) == 1, "a finished operation counts as finished"
+        comm.send(full(0), 1, tag=3)
+        assert comm.wait_any([works[0]]) == 0
+        works[0].wait()
+        assert works[0].source == 1 and torch.equal(got[1], full(1))
+    elif comm.rank == 1:
+        comm.recv(torch.zeros(4), 0, tag=3)
+        comm.send(full(1), 0)
+    else:
+        comm.send(full(2), 0)
+
+
 def check_tags_select_messages(comm):
     if comm.rank == 0:
         first, second = comm.isend(full(1), 1, tag=1), comm.isend(full(2), 1, tag=2)
@@ -315,6 +336,51 @@ def test_dead_or_stuck_gloo_peer_gives_clear_error_within_timeout(peer_script, b
     assert "rank 0 CommError" in run.stdout and "all_reduce" in run.stdout
     assert "all_reduce returned" not in run.stdout
     assert seconds_to_error(run.stdout) < 7, "the 3 s timeout did not bound the wait"
+
+
+WAIT_ANY_SCRIPT = """
+import os, signal, time, torch
+from real.comm import CommError, init
+comm = init("torch", timeout_s=10)
+if comm.rank == 2:
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)
+if comm.rank == 1:
+    comm.recv(torch.zeros(1), 0, tag=3)
+    comm.send(torch.full((4,), 1.0), 0)
+if comm.rank == 0:
+    got = {1: torch.zeros(4), 2: torch.zeros(4)}
+    works = [comm.irecv(got[1], 1), comm.irecv(got[2], 2)]
+    first = comm.wait_any(works)
+    try:
+        works[first].wait()
+        print(f"index {first} finished without error")
+    except CommError:
+        print(f"index {first} failed")
+    try:
+        comm.irecv(got[2], 2)
+    except CommError:
+        print("a receive from the dead rank fails as it is posted")
+    comm.send(torch.zeros(1), 1, tag=3)
+    second = comm.wait_any([works[0]])
+    works[second].wait()
+    print(f"then rank 1 sent {got[1].tolist()}", flush=True)
+comm.close()
+"""
+
+
+def test_a_dead_peer_fails_only_its_own_receive(tmp_path):
+    """The parameter server's case: one receive posted per worker, and a worker dies. Its
+    receive fails at once; the other worker's still completes. (With one receive from any
+    rank, a worker that announced a message and died would fail every later one: Gloo
+    matches the receive to it.)"""
+    path = tmp_path / "wait_any.py"
+    path.write_text(WAIT_ANY_SCRIPT)
+    run = run_script([str(path)], 3, launcher="gloo", timeout_s=60)
+    assert not run.timed_out, run.stderr
+    assert "index 1 failed" in run.stdout, run.stdout + run.stderr
+    assert "a receive from the dead rank fails as it is posted" in run.stdout, run.stderr
+    assert "then rank 1 sent [1.0, 1.0, 1.0, 1.0]" in run.stdout, run.stdout + run.stderr
 
 
 @needs_mpi
