@@ -53,13 +53,13 @@ def profile_workload(reference: dict, compute_s: float):
 
 def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInputs,
                    reference: dict, ps_bandwidth_bps: float | None = None,
-                   one_push_at_a_time: bool = True) -> dict:
+                   one_push_at_a_time: bool = False) -> dict:
     """The simulator's async run: ``per_update_s`` (after the first round, as the real server
     counts), ``staleness_mean`` and ``staleness_hist`` (counts indexed by staleness, as the real
     server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's link is a worker's.
-    ``one_push_at_a_time``: the server receives one whole push before the next, as
-    ``real/ps_server.py`` does (its loop); False: its link takes as many pushes at once as its
-    rate allows (a server with a receive per worker posted)."""
+    ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
+    allows, as ``real/ps_server.py`` does (a receive posted per worker); True: a server that
+    receives one whole push before it takes the next."""
     workload = profile_workload(reference, compute_s)
     cluster = ClusterConfig(replicas=workers, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s, ps_bandwidth_bps=ps_bandwidth_bps)

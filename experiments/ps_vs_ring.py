@@ -9,11 +9,12 @@ one). One *round* is every worker's gradient in and the weights out once:
 * **Ring, measured:** Gloo's own all-reduce of the same gradient bytes on W hosts at B
   (``real/allreduce.py --algorithms backend``, median of the slowest rank).
 * **Predicted from the calibration alone:** the PS with the simulator's async model, the server's
-  link at k x the calibrated duplex payload rate (``experiments.ps_model.simulate_async``), taking
-  one push at a time as the real server's loop does (``AsyncConfig.one_push_at_a_time``: its
-  inbound is one flow at the worker's rate whatever k is); also, for the plot, the simulator's
-  server taking k pushes at once (``predicted_concurrent_s``: what a server with a receive
-  posted per worker could reach); the ring with ``experiments.model.predict_allreduce_s``.
+  link at k x the calibrated duplex payload rate (``experiments.ps_model.simulate_async``),
+  taking pushes as they come, several at once, as the real server does (a receive posted per
+  worker); also, for the plot, the simulator's server taking one push at a time
+  (``predicted_one_push_s``, ``AsyncConfig.one_push_at_a_time``: its inbound is one flow at the
+  worker's rate whatever k is, so k buys nothing); the ring with
+  ``experiments.model.predict_allreduce_s``.
 * **Alpha-beta closed forms** (``alpha_beta_s``) for the plot and the crossover: ring
   2(W-1)a + 2(W-1)/W n/B; our PS (push the whole gradient, then pull the whole model: a worker's
   link carries 2n serially) max(2a + 2n/B, W n/(kB)); a BytePS-like PS (push and pull
@@ -134,20 +135,20 @@ def measure(point: PsVsRingConfig) -> dict:
 def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = None) -> dict:
     """Seconds per round, predicted from the calibration: the ring, and per server factor the
     simulator's PS with the server's link at k x the duplex payload rate: as the real server
-    works, taking one push at a time (``ps_s``, the fidelity rows), and as a server that takes
-    as many at once as its link allows (``concurrent_s``: what k could buy)."""
+    works, taking pushes as they come, several at once (``ps_s``, the fidelity rows), and as a
+    server that takes one push at a time (``one_push_s``: k then buys nothing)."""
     reference = reference or reference_run(point.model, 32)
     n = profile_workload(reference, 0.0).grad_bytes
     rate = net.duplex_payload_bps
 
-    def ps_round_s(server_bps, one_push_at_a_time=True):
+    def ps_round_s(server_bps, one_push_at_a_time=False):
         sim = simulate_async(point.workers, point.updates, 0.0, net, reference, server_bps,
                              one_push_at_a_time=one_push_at_a_time)
         return point.workers * sim["per_update_s"]
 
     return {"grad_bytes": n, "ring_s": predict_allreduce_s("backend", point.workers, n, net),
-            "concurrent_s": {k: ps_round_s(k * rate, False) for k in point.server_factors},
-            "ps_s": {k: ps_round_s(k * rate) for k in point.server_factors}}
+            "ps_s": {k: ps_round_s(k * rate) for k in point.server_factors},
+            "one_push_s": {k: ps_round_s(k * rate, True) for k in point.server_factors}}
 
 
 def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_fn=predict) -> list[dict]:
@@ -168,7 +169,7 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
             k = ps["server_factor"]
             out.append({"config": f"PS server link {k:g}x {point.label}", "scheme": "ps",
                         "server_factor": k, **common, "predicted_s": predicted["ps_s"][k],
-                        "measured_s": ps["round_s"], "predicted_concurrent_s": predicted["concurrent_s"][k],
+                        "measured_s": ps["round_s"], "predicted_one_push_s": predicted["one_push_s"][k],
                         "alpha_beta_s": alpha_beta_s("ps", server_factor=k, **ab),
                         "alpha_beta_pipelined_s": alpha_beta_s("ps-pipelined", server_factor=k, **ab),
                         "measured": ps["summary"]})
@@ -196,10 +197,10 @@ def plot(rows_: list[dict], path) -> None:
                   latency_s=ring["latency_s"])
         ax.plot(ks, [r["measured_s"] for r in ps], "o", color="C0", label="PS measured")
         ax.plot(ks, [r["predicted_s"] for r in ps], "-", color="C0", alpha=0.6,
-                label="PS simulator, one push at a time (as the real server)")
-        if all("predicted_concurrent_s" in r for r in ps):
-            ax.plot(ks, [r["predicted_concurrent_s"] for r in ps], ":", color="C0", alpha=0.8,
-                    label="PS simulator, k pushes at once")
+                label="PS simulator (as the real server: pushes as they come)")
+        if all("predicted_one_push_s" in r for r in ps):
+            ax.plot(ks, [r["predicted_one_push_s"] for r in ps], ":", color="C0", alpha=0.8,
+                    label="PS simulator, one push at a time")
         ax.axhline(ring["measured_s"], color="C1", ls="-",
                    label="ring (Gloo) measured")
         ax.axhline(ring["predicted_s"], color="C1", ls="--", alpha=0.6, label="ring predicted")

@@ -105,8 +105,7 @@ def predict_async(config, net: NetworkInputs, reference: dict | None = None) -> 
                             latency_s=net.latency_s)
     service_s = reference["summary"].get("idle_time_s") or 0.0
     result = AsyncSimulation(AsyncConfig(cluster, workload, updates=config.updates, seed=0,
-                                         service_time_s=service_s,
-                                         one_push_at_a_time=True)).run()  # as real/ps_server.py
+                                         service_time_s=service_s)).run()
     ends, skip = result.update_end_s, config.workers  # as the real server: drop the first round
     per_update_s = (ends[-1] - ends[skip - 1]) / (len(ends) - skip)
     return {"per_update_s": float(per_update_s), "staleness_mean": float(result.staleness.mean())}

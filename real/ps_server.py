@@ -1,17 +1,19 @@
 """The parameter server (rank 0): apply gradients in arrival order, reply with the new weights.
 
-A receive for the next push header of every worker is always posted, and
-``Communicator.wait_any`` takes whichever arrives first. The loop, one push at a time:
+The receives for every worker's next push (its header and its gradient, one buffer each) are
+always posted, so pushes flow in as soon as workers send them, several at once, sharing the
+server's link as in the simulator; ``Communicator.wait_any`` takes whichever header arrives
+first. The loop, one push at a time:
 
 1. take the first header to arrive (whoever is ready first is served first) and check it
    (``ps_protocol.check_push``: ours, a push, from that rank, on the version that rank was
-   sent, its next step, full size), then receive the payload from that rank only;
+   sent, its next step, full size), then wait for that rank's gradient (its own tag);
 2. staleness = server version − pushed version (the updates applied between the worker's pull
    and this gradient's application). With ``max_staleness`` s and staleness > s the gradient is
    dropped and the worker is sent the current weights to compute again (``RETRY``): drop and
    recompute, the simulator's rule (``dsgd_sim/parameter_server.py``). Otherwise SGD applies it
    (learning rate divided by 1 + staleness with ``staleness_lr="inverse"``);
-3. post the receive for that worker's next header, then send the reply (``WEIGHTS`` or
+3. post the receives for that worker's next push, then send the reply (``WEIGHTS`` or
    ``RETRY`` with a copy of the new weights and their version) without waiting for it to
    leave: the next push is taken while the reply is on its way, as in the simulator;
 4. once the stop condition holds (``updates`` applied or ``time_s`` elapsed) every worker is sent
@@ -80,7 +82,6 @@ class ParameterServer:
         self.config, self.comm = config, comm
         self.model = build_model(config.model, config.seed)
         self.weights, _ = flatten_parameters(self.model)
-        self.grad = torch.zeros_like(self.weights)
         self.optimizer = torch.optim.SGD([self.weights], lr=config.lr, momentum=config.momentum)
         self.version = 0
         self.workers = list(range(1, comm.world_size))
@@ -89,8 +90,10 @@ class ParameterServer:
         self.applied = {w: 0 for w in self.workers}
         self.lost: list[int] = []
         self.last_loss = "none"  # why the last worker was lost
-        self.headers = {w: empty_header() for w in self.workers}  # each worker's next push
+        self.headers = {w: empty_header() for w in self.workers}  # each worker's next push:
+        self.grads = {w: torch.zeros_like(self.weights) for w in self.workers}  # its gradient
         self.pending: dict[int, object] = {}  # worker -> the posted receive of that header
+        self.payloads: dict[int, object] = {}  # worker -> the posted receive of that gradient
         self.reply_headers = {w: empty_header() for w in self.workers}
         self.reply_weights: dict[int, torch.Tensor] = {}  # worker -> the copy sent last
         self.replies: dict[int, list] = {}  # worker -> the sends of its last reply
@@ -122,9 +125,12 @@ class ParameterServer:
         return time.perf_counter() - self.log.origin_s
 
     def expect(self, worker: int) -> None:
-        """Post the receive for ``worker``'s next push header (a dead worker is lost)."""
+        """Post the receives for ``worker``'s next push, header and gradient (a dead worker is
+        lost). Both posted ahead, its push flows the moment it is sent, alongside others'."""
         try:
             self.pending[worker] = self.comm.irecv(self.headers[worker], worker, PUSH_TAG)
+            self.payloads[worker] = self.comm.irecv(self.grads[worker], worker,
+                                                    payload_tag(worker))
         except CommError as error:
             self.lose(worker, error)
 
@@ -154,11 +160,12 @@ class ParameterServer:
         """Receive ``source``'s gradient, apply or drop it, and reply."""
         arrived_s = self.now()
         try:
-            self.comm.recv(self.grad, source, payload_tag(source))
+            self.payloads.pop(source).wait()
         except CommError as error:
             self.lose(source, error)
             return
-        if not bool(torch.isfinite(self.grad).all()):
+        grad = self.grads[source]
+        if not bool(torch.isfinite(grad).all()):
             self.refuse(source)
             raise ProtocolError(f"rank {source} pushed a gradient with NaN or infinite values "
                                 f"(its step {header.step})")
@@ -170,18 +177,18 @@ class ParameterServer:
             self.log.dropped_compute_s += header.compute_s
             self.reply(source, RETRY)
             return
-        self.apply(staleness)
+        self.apply(grad, staleness)
         self.record(source, header, staleness, arrived_s, received_s)
         if on_update is not None:
             on_update(self.version)
         self.reply(source, STOP if self.finished() else WEIGHTS)
 
-    def apply(self, staleness: int) -> None:
+    def apply(self, grad: torch.Tensor, staleness: int) -> None:
         lr = self.config.lr
         if self.config.staleness_lr == "inverse":
             lr /= 1 + staleness
         self.optimizer.param_groups[0]["lr"] = lr
-        self.weights.grad = self.grad
+        self.weights.grad = grad
         self.optimizer.step()
         self.version += 1
 
@@ -254,6 +261,7 @@ class ParameterServer:
         self.finish_reply(worker)
         self.alive.discard(worker)
         self.pending.pop(worker, None)
+        self.payloads.pop(worker, None)
         try:
             self.comm.send(Header(ERROR, 0, self.version, 0).encode(), worker, REPLY_TAG)
         except CommError:
@@ -261,6 +269,7 @@ class ParameterServer:
 
     def lose(self, worker: int, error: CommError) -> None:
         self.pending.pop(worker, None)
+        self.payloads.pop(worker, None)
         self.last_loss = f"rank {worker}: {error}"
         if worker in self.alive:
             self.alive.discard(worker)
