@@ -12,6 +12,7 @@ import datetime
 import itertools
 import os
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -60,6 +61,7 @@ class TorchWork(Work):
             self.watcher = threading.Thread(target=self._watch, daemon=True,
                                             name=f"watch {self.what}")
             self.watcher.start()
+            self.comm.watchers.append(self.watcher)
 
     def _watch(self) -> None:
         error = None
@@ -98,6 +100,7 @@ class TorchCommunicator(Communicator):
         self.closed = False
         self.completions = threading.Condition()  # notified by TorchWork watchers
         self.completion_order = itertools.count()
+        self.watchers: list[threading.Thread] = []
 
     @classmethod
     def create(cls, backend: str | None, timeout_s: float, check_sizes: bool) -> TorchCommunicator:
@@ -264,6 +267,12 @@ class TorchCommunicator(Communicator):
         if self.closed:
             return
         self.closed = True
+        # A watcher still inside Gloo's wait when the interpreter exits is killed in C++ code
+        # (std::terminate, the process aborts): let each finish first. Its wait ends when its
+        # peer sends or exits, or after the timeout at the latest.
+        deadline = time.monotonic() + self.timeout_s
+        for watcher in self.watchers:
+            watcher.join(max(0.0, deadline - time.monotonic()))
         if dist.is_initialized():
             if self.is_world:
                 dist.destroy_process_group()

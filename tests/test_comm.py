@@ -348,6 +348,8 @@ if comm.rank == 2:
 if comm.rank == 1:
     comm.recv(torch.zeros(1), 0, tag=3)
     comm.send(torch.full((4,), 1.0), 0)
+    time.sleep(1.0)  # rank 0 is closing by now, with a watched receive of this pending
+    comm.send(torch.full((4,), 5.0), 0, tag=4)
 if comm.rank == 0:
     got = {1: torch.zeros(4), 2: torch.zeros(4)}
     works = [comm.irecv(got[1], 1), comm.irecv(got[2], 2)]
@@ -365,7 +367,13 @@ if comm.rank == 0:
     second = comm.wait_any([works[0]])
     works[second].wait()
     print(f"then rank 1 sent {got[1].tolist()}", flush=True)
-comm.close()
+    last = comm.irecv(got[1], 1, tag=4)
+    last.watch()
+    comm.close()
+    print(f"closed after the watcher: {not last.watcher.is_alive()}, it got "
+          f"{got[1].tolist()}", flush=True)
+else:
+    comm.close()
 """
 
 
@@ -381,6 +389,8 @@ def test_a_dead_peer_fails_only_its_own_receive(tmp_path):
     assert "index 1 failed" in run.stdout, run.stdout + run.stderr
     assert "a receive from the dead rank fails as it is posted" in run.stdout, run.stderr
     assert "then rank 1 sent [1.0, 1.0, 1.0, 1.0]" in run.stdout, run.stdout + run.stderr
+    # a watcher still inside Gloo at exit would abort the process: close() lets it finish
+    assert "closed after the watcher: True, it got [5.0, 5.0, 5.0, 5.0]" in run.stdout, run.stderr
 
 
 @needs_mpi
