@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from real.testbed import Testbed, TestbedConfig, TestbedError
+from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 
 from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
@@ -77,11 +77,11 @@ def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = D
     command = (f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'experiments/duplex_probe.py'))} "
                f"--peer host$((1 - {{rank}})) --sizes {','.join(map(str, sizes))} "
                f"--repeats {repeats} --idle {idle_s:.4f} --json {{out}}/duplex.json")
-    with Testbed(config) as bed:
+    with scratch_testbed(config) as bed:
         result = bed.run(command, timeout_s=300)
-    if not result.ok:
-        tail = (result.hosts[0].stderr().strip().splitlines() or ["(no output)"])[-1]
-        raise TestbedError(f"duplex probe failed (exit {result.exit_status()}): {tail}")
+        if not result.ok:
+            tail = (result.hosts[0].stderr().strip().splitlines() or ["(no output)"])[-1]
+            raise TestbedError(f"duplex probe failed (exit {result.exit_status()}): {tail}")
     per_host = [h.json["duplex.json"]["bulk"] for h in result.hosts]
     medians = [statistics.median(max(times) for times in zip(*(host[i]["seconds"] for host in per_host)))
                for i in range(len(sizes))]
@@ -110,12 +110,23 @@ def _run(config, command: str, json_name: str | tuple[str, ...], timeout_s: floa
     rendezvous, not the host, decides which rank is 0). With a tuple of names, a dict of each of
     those files (all from the same host)."""
     label = getattr(config, "label", f"H={config.hosts} {config.bandwidth_bps / 1e6:g}Mbps")
-    with Testbed(TestbedConfig(hosts=config.hosts, bandwidth_bps=config.bandwidth_bps)) as bed:
+    bed = TestbedConfig(hosts=config.hosts, bandwidth_bps=config.bandwidth_bps)
+    return run_collect(bed, command, json_name, label, timeout_s)
+
+
+def run_collect(bed_config: TestbedConfig, command: str, json_name: str | tuple[str, ...],
+                label: str, timeout_s: float) -> dict:
+    """Run ``command`` on a fresh test bed of ``bed_config`` (removed after, output included);
+    the ``json_name`` file of the one host that wrote it, or with a tuple of names a dict of
+    those files (all from that host). ``TestbedError`` naming ``label`` and the failing host's
+    last line."""
+    with scratch_testbed(bed_config) as bed:
         result = bed.run(command, timeout_s=timeout_s, echo=False)
-    if not result.ok:
-        failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
-        tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
-        raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
+        if not result.ok:
+            failed = next((h for h in result.hosts if h.returncode and not h.stopped),
+                          result.hosts[0])
+            tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
+            raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
     names = json_name if isinstance(json_name, tuple) else (json_name,)
     written = [h.json for h in result.hosts if all(n in h.json for n in names)]
     if len(written) != 1:

@@ -84,14 +84,5 @@ def run_on_testbed(bed_config, command: str, json_name: str, label: str,
                    timeout_s: float = 600.0) -> dict:
     """Run ``command`` on a fresh test bed of ``bed_config``; the ``json_name`` file of the one
     host that wrote it. ``TestbedError`` naming ``label`` and the failing host's last line."""
-    from real.testbed import Testbed, TestbedError
-    with Testbed(bed_config) as bed:
-        result = bed.run(command, timeout_s=timeout_s, echo=False)
-    if not result.ok:
-        failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
-        tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
-        raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
-    written = [h.json[json_name] for h in result.hosts if json_name in h.json]
-    if len(written) != 1:
-        raise TestbedError(f"{label}: {len(written)} hosts wrote {json_name}, expected 1")
-    return written[0]
+    from .measure import run_collect
+    return run_collect(bed_config, command, json_name, label, timeout_s)

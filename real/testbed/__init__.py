@@ -17,15 +17,18 @@ From Python (what experiments use)::
     with Testbed(TestbedConfig(hosts=4, bandwidth_bps=100e6)) as bed:
         result = bed.run("python script.py --rank {rank}", timeout_s=600)
 
+``Testbed`` keeps the hosts' output folder (a new temporary one unless given);
+``scratch_testbed(config)`` removes it with the test bed.
+
 Modules: ``config`` (what a test bed is), ``network`` (namespaces, links, shapers, cleanup),
 ``launch`` (commands on hosts, output), ``bed`` (the ``Testbed`` that ties them together),
 ``probe`` and ``calibrate`` (measuring the network). Needs root, iproute2 and util-linux.
 """
 
-from real.testbed.bed import Host, Testbed, signals_raise
+from real.testbed.bed import Host, Testbed, scratch_testbed, signals_raise
 from real.testbed.config import TestbedConfig
 from real.testbed.launch import HostResult, RunResult
 from real.testbed.network import TestbedError, unavailable_reason
 
 __all__ = ["Host", "HostResult", "RunResult", "Testbed", "TestbedConfig", "TestbedError",
-           "signals_raise", "unavailable_reason"]
+           "scratch_testbed", "signals_raise", "unavailable_reason"]

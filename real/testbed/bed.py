@@ -258,6 +258,14 @@ def _reap(process: subprocess.Popen) -> None:
         pass
 
 
+@contextmanager
+def scratch_testbed(config: TestbedConfig):
+    """A :class:`Testbed` whose hosts' output folder goes with it: for programs that read what
+    they need (``HostResult.json``, ``stderr()``) inside the ``with``."""
+    with tempfile.TemporaryDirectory(prefix="testbed-") as out, Testbed(config, out) as bed:
+        yield bed
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP arrived; raised so that ``finally`` blocks tear the test bed down."""
 

@@ -32,7 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from real.testbed.bed import Testbed
+from real.testbed.bed import Testbed, scratch_testbed
 from real.testbed.config import TestbedConfig
 from real.testbed.network import TestbedError
 
@@ -165,7 +165,7 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
         raise ValueError(f"calibration runs on 2 hosts, got {config.hosts}")
     if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes):
         raise ValueError(f"calibration needs two or more increasing transfer sizes, got {sizes}")
-    with Testbed(config) as bed:
+    with scratch_testbed(config) as bed:
         raw = measure(bed, sizes, pings, repeats, timeout_s)
         raw_gloo = measure_gloo(bed, sizes, pings, repeats, timeout_s) if gloo else None
     record = summarise(raw, config)
