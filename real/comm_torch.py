@@ -61,7 +61,8 @@ class TorchWork(Work):
             self.watcher = threading.Thread(target=self._watch, daemon=True,
                                             name=f"watch {self.what}")
             self.watcher.start()
-            self.comm.watchers.append(self.watcher)
+            watchers = self.comm.watchers  # the live ones, for close(): as many as works pending
+            watchers[:] = [t for t in watchers if t.is_alive()] + [self.watcher]
 
     def _watch(self) -> None:
         error = None

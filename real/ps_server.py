@@ -2,8 +2,8 @@
 
 The receives for every worker's next push (its header and its gradient, one buffer each) are
 always posted, so pushes flow in as soon as workers send them, several at once, sharing the
-server's link as in the simulator; ``Communicator.wait_any`` takes whichever header arrives
-first. The loop, one push at a time:
+server's link as TCP shares it; ``Communicator.wait_any`` takes whichever header arrives first.
+The loop, one push at a time:
 
 1. take the first header to arrive (whoever is ready first is served first) and check it
    (``ps_protocol.check_push``: ours, a push, from that rank, on the version that rank was
