@@ -10,9 +10,9 @@ would, not what the shared CPU's does):
 * **sync:** ``real/sync.py``, W replicas on W hosts, ``updates / W`` steps (the same number of
   samples: every step takes one batch per replica); time per step = the median iteration.
 
-Both predicted from the calibration alone: ``experiments.sync_model.predict_async`` and
-``predict_sync_s`` (fidelity rows, seconds); the staleness histogram from the same simulator
-run (``experiments.ps_model.simulate_async``). Throughput in samples/s; the loss curves (the
+Both predicted from the calibration alone: ``experiments.ps_model.simulate_async`` (what
+``experiments.sync_model.predict_async`` runs; seconds per update and the staleness histogram,
+one simulation) and ``predict_sync_s`` (fidelity rows, seconds). Throughput in samples/s; the loss curves (the
 scripts' ``loss_curve``: per applied update / per step, seconds and loss) are measured only.
 Each script keeps its own default learning rate (async: SGD lr 0.1 on each 32-sample gradient;
 sync: SGD lr 0.05, momentum 0.9 on the W x 32-sample average), recorded in the results.
@@ -24,10 +24,12 @@ from dataclasses import asdict, dataclass, field
 
 from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig
 from .model import NetworkInputs
-from .ps_model import rank_command, reference_run, run_on_testbed, simulate_async
+from .measure import rank_command, run_collect
+from .ps_model import reference_run, simulate_async
 
 SYNC_WARMUP_STEPS = 5
 DROPPED_KEYS = ("update_log",)  # per-update lists the results file does not keep
+TESTBED_TIMEOUT_S = 600.0  # one test bed's command
 
 
 @dataclass(frozen=True)
@@ -100,15 +102,15 @@ def measure(point: AsyncVsSyncConfig) -> dict:
                "--threads", "1", "--no-progress", "--model", point.model,
                "--batch-size", str(point.batch_size)]
     run_async, run_sync = point.async_run, point.sync_run
-    summary_async = run_on_testbed(
+    summary_async = run_collect(
         TestbedConfig(hosts=run_async.hosts, bandwidth_bps=point.bandwidth_bps),
         rank_command("real/async_ps.py", compute + ["--updates", str(point.updates)], "async.json"),
-        "async.json", f"async {point.label}")
-    summary_sync = run_on_testbed(
+        "async.json", f"async {point.label}", TESTBED_TIMEOUT_S)
+    summary_sync = run_collect(
         TestbedConfig(hosts=run_sync.hosts, bandwidth_bps=point.bandwidth_bps),
         rank_command("real/sync.py", compute + ["--steps", str(run_sync.steps), "--warmup-steps",
                                                 str(run_sync.warmup_steps)], "sync.json"),
-        "sync.json", f"sync {point.label}")
+        "sync.json", f"sync {point.label}", TESTBED_TIMEOUT_S)
     return {"async": {k: v for k, v in summary_async.items() if k not in DROPPED_KEYS},
             "sync": summary_sync}
 
@@ -116,15 +118,13 @@ def measure(point: AsyncVsSyncConfig) -> dict:
 def predict(point: AsyncVsSyncConfig, net: NetworkInputs, reference: dict | None = None) -> dict:
     """Seconds per applied update (async) and per step (sync), the staleness histogram, and the
     throughputs they imply (samples/s)."""
-    from .sync_model import predict_async, predict_sync_s
+    from .sync_model import predict_sync_s
     reference = reference or reference_run(point.model, point.batch_size)
-    per_update = predict_async(point.async_run, net, reference)
-    hist = simulate_async(point.workers, point.updates, point.emulate_compute_s, net, reference)
+    sim = simulate_async(point.workers, point.updates, point.emulate_compute_s, net, reference)
     step_s = predict_sync_s(point.sync_run, net, reference)
-    return {"per_update_s": per_update["per_update_s"],
-            "staleness_mean": per_update["staleness_mean"],
-            "staleness_hist": hist["staleness_hist"], "step_s": step_s,
-            "async_samples_per_s": point.batch_size / per_update["per_update_s"],
+    return {"per_update_s": sim["per_update_s"], "staleness_mean": sim["staleness_mean"],
+            "staleness_hist": sim["staleness_hist"], "step_s": step_s,
+            "async_samples_per_s": point.batch_size / sim["per_update_s"],
             "sync_samples_per_s": point.workers * point.batch_size / step_s}
 
 

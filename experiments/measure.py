@@ -65,7 +65,7 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
     the next round's seconds (slowest rank, median over chains), and what was run."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", "4", "--repeats", str(repeats),
             "--threads", "1", "--timeout", "120s"]
-    command = _rank_command("experiments/ring_probe.py", args) + " --json {out}/rounds.json"
+    command = rank_command("experiments/ring_probe.py", args, "rounds.json")
     return _run(config, command, "rounds.json", timeout_s=900)
 
 
@@ -90,10 +90,13 @@ def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = D
             "transfers": [{"bytes": n, "median_s": t} for n, t in zip(sizes, medians)]}
 
 
-def _rank_command(script: str, args: list[str]) -> str:
+def rank_command(script: str, args: list[str], json_name: str | None = None) -> str:
+    """``script`` on every host as rank ``{rank}`` of ``{hosts}``; with ``json_name``, writing
+    ``{out}/json_name``."""
     python = shlex.quote(sys.executable)
     return (f"RANK={{rank}} WORLD_SIZE={{hosts}} {python} {shlex.quote(str(REPO / script))} "
-            + " ".join(shlex.quote(a) for a in args))
+            + " ".join(shlex.quote(a) for a in args)
+            + (f" --json {{out}}/{json_name}" if json_name else ""))
 
 
 def _torchrun_command(script: str, args: list[str], run_id: str) -> str:
@@ -151,7 +154,7 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0) -> list
         args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
                 ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
                 "--timeout", "120s", "--threads", "1"]
-        commands.append(_rank_command("real/allreduce.py", args) + f" --json {{out}}/{name}.json")
+        commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
     files = _run(config, " && ".join(commands), tuple(f"{name}.json" for name, _, _ in groups),
                  timeout_s)
     return [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]
@@ -166,7 +169,7 @@ def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:
     if config.launcher == "torchrun":
         command = _torchrun_command("real/sync.py", args, "multinode") + " --json {out}/sync.json"
     else:
-        command = _rank_command("real/sync.py", args) + " --json {out}/sync.json"
+        command = rank_command("real/sync.py", args, "sync.json")
     return _run(config, command, "sync.json", timeout_s)
 
 
@@ -176,5 +179,5 @@ def measure_async(config: AsyncRunConfig, timeout_s: float = 900.0) -> dict:
     args = ["--model", config.model, "--updates", str(config.updates), "--batch-size",
             str(config.batch_size), "--emulate-compute", f"{config.emulate_compute_s}s",
             "--threads", "1", "--no-progress"]
-    command = _rank_command("real/async_ps.py", args) + " --json {out}/async.json"
+    command = rank_command("real/async_ps.py", args, "async.json")
     return _run(config, command, "async.json", timeout_s)

@@ -1,24 +1,21 @@
-"""The parameter server on the test bed, as the simulator sees it, and one run on a test bed.
+"""The parameter server on the test bed, as the simulator sees it.
 
 ``simulate_async`` is ``experiments.sync_model.predict_async`` opened up: the same inputs (the
 calibrated network, the single-process profile's gradient size and data/optimizer time as the
 server's apply time, the first round dropped as the real server drops it) with two more knobs,
 the server's link rate (``ps_bandwidth_bps``: a server host faster than the workers') and the
 compute time (0: workers only exchange, the server's ceiling), and the whole staleness
-histogram in the result. With the defaults it gives what ``predict_async`` gives (a test checks).
+histogram in the result; ``predict_async`` calls it with the defaults.
 
-``run_on_testbed`` runs one command on a fresh test bed (any ``TestbedConfig``, a faster or slower
-host included) and returns the JSON file the one host that wrote it left.
+Runs on the test bed go through ``experiments.measure.run_collect`` (any ``TestbedConfig``, a
+faster or slower host included) and ``experiments.measure.rank_command``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
-import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -30,9 +27,6 @@ from dsgd_sim.workload import load_profile
 from .configs import SyncRunConfig
 from .model import NetworkInputs
 from .sync_model import single_process_profile
-
-REPO = Path(__file__).resolve().parent.parent
-
 
 def reference_run(model: str, batch_size: int) -> dict:
     """The single-process profile and summary of ``model`` (no network), as the other
@@ -71,18 +65,3 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     return {"per_update_s": float((ends[-1] - ends[skip - 1]) / (len(ends) - skip)),
             "staleness_mean": float(result.staleness.mean()),
             "staleness_hist": np.bincount(result.staleness).tolist()}
-
-
-def rank_command(script: str, args: list[str], json_name: str) -> str:
-    """``script`` on every host as rank ``{rank}`` of ``{hosts}``, writing ``{out}/json_name``."""
-    return (f"RANK={{rank}} WORLD_SIZE={{hosts}} {shlex.quote(sys.executable)} "
-            f"{shlex.quote(str(REPO / script))} " + " ".join(shlex.quote(a) for a in args)
-            + f" --json {{out}}/{json_name}")
-
-
-def run_on_testbed(bed_config, command: str, json_name: str, label: str,
-                   timeout_s: float = 600.0) -> dict:
-    """Run ``command`` on a fresh test bed of ``bed_config``; the ``json_name`` file of the one
-    host that wrote it. ``TestbedError`` naming ``label`` and the failing host's last line."""
-    from .measure import run_collect
-    return run_collect(bed_config, command, json_name, label, timeout_s)

@@ -29,11 +29,12 @@ from dataclasses import asdict, dataclass, field
 
 from .configs import MBIT, Experiment
 from .model import NetworkInputs, predict_allreduce_s
-from .ps_model import (profile_workload, rank_command, reference_run, run_on_testbed,
-                       simulate_async)
+from .measure import rank_command, run_collect
+from .ps_model import profile_workload, reference_run, simulate_async
 
 SCHEMES = ("ring", "ps", "ps-pipelined")  # alpha_beta_s's schemes
 DROPPED_KEYS = ("update_log", "loss_curve")  # long per-update lists not kept in the results file
+TESTBED_TIMEOUT_S = 600.0  # one test bed's command
 
 
 @dataclass(frozen=True)
@@ -116,17 +117,17 @@ def measure(point: PsVsRingConfig) -> dict:
     n = grad_bytes(build_model(point.model, 0))
     ring_args = ["--sizes", f"{n}B", "--algorithms", "backend", "--iters", str(point.iters),
                  "--warmup", "1", "--timeout", "120s"]
-    ring = run_on_testbed(TestbedConfig(hosts=point.workers, bandwidth_bps=point.bandwidth_bps),
-                          rank_command("real/allreduce.py", ring_args, "ring.json"), "ring.json",
-                          f"ring {point.label}")["results"][0]
+    ring = run_collect(TestbedConfig(hosts=point.workers, bandwidth_bps=point.bandwidth_bps),
+                       rank_command("real/allreduce.py", ring_args, "ring.json"), "ring.json",
+                       f"ring {point.label}", TESTBED_TIMEOUT_S)["results"][0]
     ps = []
     for k in point.server_factors:
         bed = TestbedConfig(hosts=point.workers + 1, bandwidth_bps=point.bandwidth_bps,
                             slow_host_bps=k * point.bandwidth_bps, slow_rank=0)
         args = ["--model", point.model, "--updates", str(point.updates), "--emulate-compute", "0",
                 "--threads", "1", "--no-progress"]
-        summary = run_on_testbed(bed, rank_command("real/async_ps.py", args, "ps.json"), "ps.json",
-                                 f"PS k={k:g} {point.label}")
+        summary = run_collect(bed, rank_command("real/async_ps.py", args, "ps.json"), "ps.json",
+                              f"PS k={k:g} {point.label}", TESTBED_TIMEOUT_S)
         ps.append({"server_factor": k, "round_s": point.workers / summary["updates_per_s"],
                    "summary": {key: v for key, v in summary.items() if key not in DROPPED_KEYS}})
     return {"grad_bytes": n, "ring_s": ring["time_s"], "ring": ring, "ps": ps}

@@ -91,21 +91,9 @@ def predict_async(config, net: NetworkInputs, reference: dict | None = None) -> 
     """Seconds per applied update and mean staleness the simulator predicts for an
     ``AsyncRunConfig``: workers = hosts - 1, the server's link shared by pushes and replies, the
     server's apply time = the optimizer/data time of the single-process run (no network)."""
-    from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
+    from .ps_model import simulate_async  # it imports this module
     reference = reference or single_process_profile(SyncRunConfig(
         hosts=1, bandwidth_bps=config.bandwidth_bps, model=config.model,
         batch_size=config.batch_size))
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(reference["profile"], handle)
-    try:
-        workload = load_profile(handle.name).with_compute(Constant(config.emulate_compute_s))
-    finally:
-        os.unlink(handle.name)
-    cluster = ClusterConfig(replicas=config.workers, bandwidth_bps=net.duplex_payload_bps,
-                            latency_s=net.latency_s)
-    service_s = reference["summary"].get("idle_time_s") or 0.0
-    result = AsyncSimulation(AsyncConfig(cluster, workload, updates=config.updates, seed=0,
-                                         service_time_s=service_s)).run()
-    ends, skip = result.update_end_s, config.workers  # as the real server: drop the first round
-    per_update_s = (ends[-1] - ends[skip - 1]) / (len(ends) - skip)
-    return {"per_update_s": float(per_update_s), "staleness_mean": float(result.staleness.mean())}
+    sim = simulate_async(config.workers, config.updates, config.emulate_compute_s, net, reference)
+    return {"per_update_s": sim["per_update_s"], "staleness_mean": sim["staleness_mean"]}
