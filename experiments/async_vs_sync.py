@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig
 from .model import NetworkInputs
-from .measure import rank_command, run_collect
+from .measure import rank_command, run_collect, testbed_config
 from .ps_model import reference_run, simulate_async
 
 SYNC_WARMUP_STEPS = 5
@@ -97,17 +97,16 @@ def async_vs_sync(quick: bool = False) -> Experiment:
 # -- measure and predict -----------------------------------------------------------------------
 def measure(point: AsyncVsSyncConfig) -> dict:
     """The async run (W + 1 hosts) and the sync run (W hosts): their summaries."""
-    from real.testbed import TestbedConfig
     compute = ["--emulate-compute", f"{point.emulate_compute_s}s", "--real-gradients",
                "--threads", "1", "--no-progress", "--model", point.model,
                "--batch-size", str(point.batch_size)]
     run_async, run_sync = point.async_run, point.sync_run
     summary_async = run_collect(
-        TestbedConfig(hosts=run_async.hosts, bandwidth_bps=point.bandwidth_bps),
+        testbed_config(run_async.hosts, point.bandwidth_bps),
         rank_command("real/async_ps.py", compute + ["--updates", str(point.updates)], "async.json"),
         "async.json", f"async {point.label}", TESTBED_TIMEOUT_S)
     summary_sync = run_collect(
-        TestbedConfig(hosts=run_sync.hosts, bandwidth_bps=point.bandwidth_bps),
+        testbed_config(run_sync.hosts, point.bandwidth_bps),
         rank_command("real/sync.py", compute + ["--steps", str(run_sync.steps), "--warmup-steps",
                                                 str(run_sync.warmup_steps)], "sync.json"),
         "sync.json", f"sync {point.label}", TESTBED_TIMEOUT_S)

@@ -36,6 +36,18 @@ DUPLEX_SIZES = [1, 16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_00
 ROUND_SIZES_QUICK = [64, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
 ROUND_SIZES_FULL = ROUND_SIZES_QUICK + [16 << 20]
 # which hosts of an experiment point run a ring all-reduce (the async server runs none)
+CONGESTION_CONTROL = "reno"
+"""Every test bed's TCP congestion control (``TestbedConfig.congestion_control``; None: the
+machine's). ``experiments/run.py --congestion-control`` sets it for a whole run."""
+
+
+def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
+    """The test bed of ``hosts`` hosts at ``bandwidth_bps`` that every experiment and calibration
+    runs on (``settings``: any other ``TestbedConfig`` field, a faster server host for one)."""
+    return TestbedConfig(hosts=hosts, bandwidth_bps=bandwidth_bps,
+                         congestion_control=CONGESTION_CONTROL, **settings)
+
+
 RING_HOSTS = {"allreduce": "hosts", "sync": "hosts", "ps_vs_ring": "workers",
               "async_vs_sync": "workers"}
 
@@ -51,11 +63,11 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = ()) -> 
     ``duplex`` section (the payload rate when both hosts send to each other at once) and a
     ``rounds`` section: per host count in ``hosts``, ring rounds timed on a test bed of that many
     hosts (``measure_rounds``)."""
-    config = TestbedConfig(hosts=2, bandwidth_bps=bandwidth_bps)
+    config = testbed_config(2, bandwidth_bps)
     record = calibrate(config, CALIBRATION_SIZES, pings=100 if quick else 200, repeats=3)
     record["duplex"] = measure_duplex(config)
     sizes = ROUND_SIZES_QUICK if quick else ROUND_SIZES_FULL
-    record["rounds"] = {str(h): measure_rounds(TestbedConfig(hosts=h, bandwidth_bps=bandwidth_bps),
+    record["rounds"] = {str(h): measure_rounds(testbed_config(h, bandwidth_bps),
                                                sizes) for h in hosts}
     return record
 
@@ -113,7 +125,7 @@ def _run(config, command: str, json_name: str | tuple[str, ...], timeout_s: floa
     rendezvous, not the host, decides which rank is 0). With a tuple of names, a dict of each of
     those files (all from the same host)."""
     label = getattr(config, "label", f"H={config.hosts} {config.bandwidth_bps / 1e6:g}Mbps")
-    bed = TestbedConfig(hosts=config.hosts, bandwidth_bps=config.bandwidth_bps)
+    bed = testbed_config(config.hosts, config.bandwidth_bps)
     return run_collect(bed, command, json_name, label, timeout_s)
 
 

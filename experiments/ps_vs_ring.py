@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 from .configs import MBIT, Experiment
 from .model import NetworkInputs, predict_allreduce_s
-from .measure import rank_command, run_collect
+from .measure import rank_command, run_collect, testbed_config
 from .ps_model import profile_workload, reference_run, simulate_async
 
 SCHEMES = ("ring", "ps", "ps-pipelined")  # alpha_beta_s's schemes
@@ -113,17 +113,16 @@ def crossover_k(scheme: str, workers: int, n_bytes: float, rate_bps: float,
 def measure(point: PsVsRingConfig) -> dict:
     """One ring test bed, then one PS test bed per server factor; seconds per round of each."""
     from real.models import build_model, grad_bytes
-    from real.testbed import TestbedConfig
     n = grad_bytes(build_model(point.model, 0))
     ring_args = ["--sizes", f"{n}B", "--algorithms", "backend", "--iters", str(point.iters),
                  "--warmup", "1", "--timeout", "120s"]
-    ring = run_collect(TestbedConfig(hosts=point.workers, bandwidth_bps=point.bandwidth_bps),
+    ring = run_collect(testbed_config(point.workers, point.bandwidth_bps),
                        rank_command("real/allreduce.py", ring_args, "ring.json"), "ring.json",
                        f"ring {point.label}", TESTBED_TIMEOUT_S)["results"][0]
     ps = []
     for k in point.server_factors:
-        bed = TestbedConfig(hosts=point.workers + 1, bandwidth_bps=point.bandwidth_bps,
-                            slow_host_bps=k * point.bandwidth_bps, slow_rank=0)
+        bed = testbed_config(point.workers + 1, point.bandwidth_bps,
+                             slow_host_bps=k * point.bandwidth_bps, slow_rank=0)
         args = ["--model", point.model, "--updates", str(point.updates), "--emulate-compute", "0",
                 "--threads", "1", "--no-progress"]
         summary = run_collect(bed, rank_command("real/async_ps.py", args, "ps.json"), "ps.json",

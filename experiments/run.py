@@ -133,8 +133,11 @@ def header_lines(meta: dict) -> list[str]:
                     for c in meta["calibration"])
     rounds = "; ".join(f"{', '.join(sorted(c.get('rounds', {}), key=int)) or 'no'} hosts at "
                        f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"])
+    tcp = meta.get("congestion_control", "system")
+    tcp = "the machine's default" if tcp == "system" else tcp.capitalize() if tcp == "reno" else tcp
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
-            f"average {meta['load_average']}) in {meta['wall_s'] / 60:.1f} min. Every measured "
+            f"average {meta['load_average']}, TCP congestion control: {tcp}) in "
+            f"{meta['wall_s'] / 60:.1f} min. Every measured "
             "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
             "sync: over steps after warm-up); the 2 CPU cores are shared by every host and by other "
             "jobs (the load averages are the machine's, those jobs included), so repeated runs "
@@ -174,9 +177,15 @@ def parse_args(argv=None):
     parser.add_argument("--out", metavar="DIR",
                         help="write results and their RESULTS.md into DIR (default: "
                              "experiments/results, and experiments/RESULTS.md)")
+    parser.add_argument("--congestion-control", default="reno", metavar="NAME",
+                        help="every test bed's TCP congestion control (default reno; 'system': "
+                             "this machine's default)")
     args = parser.parse_args(argv)
     try:
         args.experiments = select(args.names, args.quick)
+        if args.congestion_control != "system":
+            from real.testbed import TestbedConfig
+            TestbedConfig(congestion_control=args.congestion_control)  # checks the name
     except ValueError as error:
         parser.error(str(error))
     return args
@@ -219,16 +228,21 @@ def main(argv=None) -> int:
 
 
 def measure_all(args) -> list[dict]:
+    from experiments import measure
     from experiments.measure import calibrate_rate, ring_hosts
+    measure.CONGESTION_CONTROL = None if args.congestion_control == "system" else args.congestion_control
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate)) for rate in rates]
     (RESULTS / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta = {"command": "python experiments/run.py" + (" --quick" if args.quick else "")
-            + (f" --out {args.out}" if args.out else "") + "".join(f" {n}" for n in args.names),
+            + (f" --out {args.out}" if args.out else "")
+            + (f" --congestion-control {args.congestion_control}"
+               if args.congestion_control != "reno" else "") + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
-            "cpus": os.cpu_count(), "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "cpus": os.cpu_count(), "congestion_control": args.congestion_control,
+            "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
             "wall_s": 0.0}
     (RESULTS / "run.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -79,6 +79,8 @@ def test_config_rejects_bad_values_naming_them():
         TestbedConfig(subnet="8.8.8.0/24")
     with pytest.raises(ValueError, match="smaller than one frame"):
         TestbedConfig(burst_bytes=1000)
+    with pytest.raises(ValueError, match="'reno; reboot'"):
+        TestbedConfig(congestion_control="reno; reboot")
 
 
 def test_shaper_time_counts_headers_of_every_frame_and_the_burst():
@@ -120,6 +122,34 @@ def test_run_gives_every_host_its_identity_and_collects_output_and_json(tmp_path
                                           str(max(1, len(os.sched_getaffinity(0)) // 3)))
         assert host.json == {"result.json": {"rank": rank, "addr": f"10.77.0.{rank + 1}"}}
     assert_nothing_left(bed.run_id)
+
+
+@needs_namespaces
+def test_every_host_uses_the_chosen_congestion_control_or_the_machines(tmp_path):
+    command = "cat /proc/sys/net/ipv4/tcp_congestion_control"
+    with Testbed(TestbedConfig(hosts=2), tmp_path / "reno") as bed:
+        result = bed.run(command, timeout_s=30)
+    assert [h.stdout().strip() for h in result.hosts] == ["reno", "reno"]
+    machine = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    with Testbed(TestbedConfig(hosts=2, congestion_control=None), tmp_path / "system") as bed:
+        result = bed.run(command, timeout_s=30)
+    # a new namespace starts from the machine's default
+    assert [h.stdout().strip() for h in result.hosts] == [machine, machine]
+
+
+@needs_namespaces
+def test_a_congestion_control_a_namespace_may_not_use_is_refused_in_one_line():
+    allowed = Path(network.ALLOWED_SYSCTL).read_text().split()
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    refused = next((n for n in available + ["nosuchcc"] if n not in allowed))
+    before = set(network.list_namespaces())
+    done = cli("run", "--congestion-control", refused, "--quiet", "--", "true")
+    out, err = done.communicate(timeout=60)
+    assert done.returncode == 1
+    assert err.strip().splitlines()[-1].endswith(
+        f"cannot use TCP congestion control {refused!r} in a namespace here "
+        f"(this machine allows: {', '.join(allowed)}; {network.ALLOWED_SYSCTL} lists them)")
+    assert set(network.list_namespaces()) <= before  # the half-made test bed is gone
 
 
 @needs_namespaces

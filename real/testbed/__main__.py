@@ -38,6 +38,9 @@ def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> No
     parser.add_argument("--mtu", type=int, default=1500, help="link MTU in bytes (default 1500)")
     parser.add_argument("--subnet", default="10.77.0.0/24", help="host addresses (default 10.77.0.0/24)")
     parser.add_argument("--master-port", type=int, default=29500, help="MASTER_PORT and {port}")
+    parser.add_argument("--congestion-control", default="reno", metavar="NAME",
+                        help="every host's TCP congestion control (default reno; 'system': this "
+                             "machine's default for a new namespace)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +79,9 @@ def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Te
         check_output_file("--json", args.json)  # before the test bed is built, not after the run
         return TestbedConfig(hosts=getattr(args, "hosts", 2), bandwidth_bps=args.bandwidth, slow_host_bps=args.slow_host,
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
-                             mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port)
+                             mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port,
+                             congestion_control=None if args.congestion_control == "system"
+                             else args.congestion_control)
     except ValueError as exc:
         parser.error(str(exc))
 

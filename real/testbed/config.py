@@ -11,11 +11,22 @@ segment's payload. At a 1500-byte MTU a segment carries 1448 payload bytes in a 
 so a long TCP transfer moves payload at 1448/1514 = 95.6% of the rate (``payload_efficiency``).
 The bucket starts full, so the first ``burst_bytes`` of a transfer that follows an idle period
 pass at the speed of the virtual link, not at the rate.
+
+Every host's TCP uses one congestion control, Reno unless told otherwise, not whatever this
+machine's default is (BBR on some, CUBIC on most): the test bed should behave the same on every
+machine, and a namespace may only pick from the machine's allowed list
+(``net.ipv4.tcp_allowed_congestion_control``), which always holds Reno. The choice matters on a
+shaped link: BBR caps what a flow has in flight at about twice its rate times the *smallest* round
+trip it has seen (here tens of microseconds), so once other flows or the reverse direction's data
+fill the shaper's queue, a BBR flow cannot keep its share of the link busy (see
+``experiments/RESULTS.md``). At the sub-millisecond round trips of the test bed, CUBIC grows its
+window as Reno does.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 ETHERNET_HEADER_BYTES = 14
@@ -54,6 +65,9 @@ class TestbedConfig:
     switch, so two test beds may use the same subnet without seeing each other."""
     master_port: int = 29500
     """Port given to commands as MASTER_PORT and ``{port}``."""
+    congestion_control: str | None = "reno"
+    """TCP congestion control of every host (``net.ipv4.tcp_congestion_control`` in its
+    namespace); None: whatever a new namespace gets on this machine."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= 64:
@@ -73,6 +87,10 @@ class TestbedConfig:
             raise ValueError(f"burst {self.burst_bytes} B is smaller than one frame ({self.frame_bytes} B)")
         if not self.queue_s > 0:
             raise ValueError(f"queue must be a positive time, got {self.queue_s} s")
+        if self.congestion_control is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,15}",
+                                                                    self.congestion_control):
+            raise ValueError(f"congestion control must be a kernel name such as reno or cubic, "
+                             f"got {self.congestion_control!r}")
         if not 1 <= self.master_port <= 65535:
             raise ValueError(f"master port must be 1..65535, got {self.master_port}")
         try:
@@ -132,5 +150,5 @@ class TestbedConfig:
             "limit_bytes": self.limit_for(self.bandwidth_bps), "queue_s": self.queue_s,
             "mtu_bytes": self.mtu_bytes, "frame_bytes": self.frame_bytes,
             "payload_efficiency": self.payload_efficiency, "subnet": self.subnet,
-            "master_port": self.master_port,
+            "master_port": self.master_port, "congestion_control": self.congestion_control,
         }

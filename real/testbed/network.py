@@ -109,11 +109,37 @@ def _create_host(run_id: str, rank: int, config: TestbedConfig) -> None:
     ip("-n", namespace, "addr", "add", f"{config.address(rank)}/{config.prefix_len}", "dev", HOST_IFNAME)
     ip("-n", namespace, "link", "set", HOST_IFNAME, "up")
     ip("-n", namespace, "link", "set", "lo", "up")  # local agents (torchrun) talk over loopback
+    if config.congestion_control:
+        set_congestion_control(namespace, config.congestion_control)
     rate_bps = config.rate_bps(rank)
     shaper = ["tbf", "rate", f"{int(rate_bps)}bit", "burst", str(config.burst_for(rate_bps)),
               "limit", str(config.limit_for(rate_bps))]
     tc(namespace, "qdisc", "replace", "dev", HOST_IFNAME, "root", *shaper)  # uplink
     tc(switch, "qdisc", "replace", "dev", port, "root", *shaper)  # downlink
+
+
+CONGESTION_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
+ALLOWED_SYSCTL = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+
+def set_congestion_control(namespace: str, name: str) -> None:
+    """Make ``name`` the TCP congestion control of new connections in ``namespace``; a
+    TestbedError saying which ones this machine lets a namespace pick when it cannot."""
+    done = _run_tool(["ip", "netns", "exec", namespace, "sh", "-c",
+                      f"echo {name} > {CONGESTION_SYSCTL}"], check=False)
+    if done.returncode != 0:
+        try:
+            allowed = Path(ALLOWED_SYSCTL).read_text().split()
+        except OSError:
+            allowed = []
+        raise TestbedError(f"cannot use TCP congestion control {name!r} in a namespace here "
+                           f"(this machine allows: {', '.join(allowed) or 'unknown'}; "
+                           f"{ALLOWED_SYSCTL} lists them)")
+
+
+def congestion_control(namespace: str) -> str:
+    """The TCP congestion control new connections get in ``namespace``."""
+    return _run_tool(["ip", "netns", "exec", namespace, "cat", CONGESTION_SYSCTL], check=True).stdout.strip()
 
 
 def _write_hosts_files(run_id: str, config: TestbedConfig) -> None:
