@@ -21,10 +21,13 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   rounds of an algorithm (the simulator's ``dsgd_sim.collectives`` round lists) through a token
   bucket; the bucket holds what refilled during the barrier before the call (as long as a
   1-element all_reduce, measured) and during each round's latency.
-* **A duplex exchange starts slowly.** With both directions busy, an exchange of n bytes each way
-  takes longer than the bucket and the duplex rate give (a ramp: each sender's pacing and
-  round-trip estimate start off every exchange while its ACKs queue behind its own data), by an
-  amount that grows with n and levels off after a few MB. The calibration times the duplex
+* **A duplex exchange may start slowly.** With both directions busy, an exchange of n bytes each
+  way can take longer than the bucket and the duplex rate give (a ramp: each sender's congestion
+  control starts off every exchange while its ACKs queue behind its own data), by an amount that
+  grows with n and levels off after a few MB. How much depends on the congestion control: with
+  BBR (its pacing rate and in-flight cap set by the round trip it measures) 4 MB each way at
+  50 Mbit/s took 748 ms, with Reno, the test bed's default, 683 ms, which the bucket and the
+  duplex rate account for. The calibration times the duplex
   exchange at the rounds' own sizes (``duplex_probe.py``, 16 kB ... 16 MB, network only);
   ``startup_excess_s`` is the measured time less that ideal, interpolated, and every round pays
   it: a round of a measured size then costs what that exchange measured.
