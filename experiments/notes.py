@@ -5,15 +5,30 @@ regenerating RESULTS.md keeps them). Figures quoted here come from the committed
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid: median 3.6% over 132 all-reduce rows, worst 158% — the target (3% / 8%) is "
+        "**Full grid: median 3.7% over 132 all-reduce rows, worst 128% — the target (3% / 8%) is "
         "met where the shaped links are the bottleneck and missed where the 2 cores are.** "
-        "Rows of ≥ 256 kB on 2 and 4 hosts at 50 and 200 Mbit/s: 48 rows, median 1.5%, worst "
-        "10.0%; every 50 Mbit/s row of ≥ 256 kB (8 hosts included): 33 rows, median 1.1%, worst "
-        "7.6%. The misses: 64 kB calls (27 rows, median 15.9%), which take a few milliseconds, "
-        "where a rank's wake-up on a shared core is a large share; 8 hosts at 200 and 1000 "
-        "Mbit/s (30 rows, median 12.2%), where eight ranks and eight hosts' links share 2 cores; "
-        "and sub-millisecond calls at 1000 Mbit/s (worst: naive 64 kB on 2 hosts, predicted "
-        "1.96 ms, measured 0.76 ms).",
+        "Rows of ≥ 256 kB on 2 and 4 hosts at 50 and 200 Mbit/s: 48 rows, median 0.3%, worst "
+        "17.9%; every 50 Mbit/s row of ≥ 256 kB (8 hosts included): 33 rows, median 0.2%, worst "
+        "7.2% (the previous full grid, with the machine's BBR: 1.5% / 10.0% and 1.1% / 7.6%). "
+        "The misses: 64 kB calls (27 rows, median 12.5%), which take a few milliseconds, where a "
+        "rank's wake-up on a shared core is a large share; 8 hosts at 200 and 1000 Mbit/s (30 "
+        "rows, median 13.2%), where eight ranks and eight hosts' links share 2 cores; and 1000 "
+        "Mbit/s (45 rows, median 10.1%; worst: Gloo's 64 kB on 2 hosts, predicted 1.65 ms, "
+        "measured 0.72 ms).",
+        "**Reno, not BBR.** The test bed now sets every host's TCP congestion control to Reno "
+        "(`--congestion-control`); the rows before used the machine's default, BBR. On the "
+        "network-bound rows it removed the start-up ramp the model had to carry: a 4 MiB ring "
+        "round at 50 Mbit/s took 748–782 ms with BBR and 716–719 ms with Reno on 2, 4 and 8 "
+        "hosts, which is the bucket and the duplex payload rate and nothing else (4 MB each way "
+        "in the duplex probe: 748 against 683 ms). The largest change is in the parameter "
+        "server (the `async` note).",
+        "**This run's ring probe ran slow where the cores are the bottleneck, the rows did "
+        "not.** 8 hosts at 200 Mbit/s: a 4 MiB round took 257 ms (206 ms in the previous full "
+        "grid) while the measured all-reduces moved by a few per cent (Gloo's 4 MB: 402 against "
+        "388 ms), so those 15 rows came out 11–108% slow where the previous grid had them "
+        "−27…+2%; the same at 4 hosts and 1000 Mbit/s (1 MiB round 12.0 against 9.1 ms). One "
+        "probe, minutes before the rows, on a shared 2-core VM is the limit here (the note on "
+        "run-to-run drift below).",
         "**Measured rounds, not corrections to α-β.** The model now takes each round's cost from "
         "`experiments/ring_probe.py`, run on a test bed of the row's host count and rate before "
         "the experiments: chains of 4 rounds in which every rank sends to its right and receives "
