@@ -1,7 +1,9 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). Figures quoted here come from the committed full-grid run
 (``experiments/results/full/``, ``python experiments/run.py --out experiments/results/full``,
-42.2 min) unless a note names another command; each report's own figures are in its tables."""
+41.5 min, Reno on every host) unless a note names another run or command
+(``experiments/results/full-ps/``: the parameter-server experiments with the machine's BBR);
+each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
@@ -37,10 +39,13 @@ NOTES: dict[str, list[str]] = {
         "composes an algorithm's rounds from that table (`dsgd_sim.collectives.RoundCosts`, also "
         "`ClusterConfig(round_costs=…)` for sync). Same run, same calibration "
         "(`python -m experiments.ablation --results experiments/results/full`): all 132 rows "
-        "3.6% / 158% (median / worst) with the measured rounds, 6.3% / 97% with the previous "
-        "model (2-host calibration, the shaper's bucket, the duplex start-up table), 7.0% / 96% "
-        "without its start-up table; ≥ 1 MB outside 4 hosts at 200 Mbit/s 2.7% against 5.4%; "
-        "4 hosts at 200 Mbit/s 3.5% against 8.6%. The 2-host corrections could not see what "
+        "3.7% / 128% (median / worst) with the measured rounds, 3.3% / 95% with the 2-host "
+        "model (the shaper's bucket, the duplex rate and start-up table), 3.1% / 94% without "
+        "its start-up table; ≥ 1 MB outside 4 hosts at 200 Mbit/s 1.2% against 1.6%; 4 hosts "
+        "at 200 Mbit/s 3.5% against 4.9% and 7.8%. With BBR (the previous full grid) the "
+        "2-host model was far behind (6.3% and 7.0% against 3.6% overall): Reno left little "
+        "start-up for the table to carry, and this run's slow probe on 8 hosts (below) cost "
+        "the rounds model its overall lead. The 2-host corrections cannot see what "
         "4 and 8 hosts pay, nor the window dynamics of back-to-back duplex rounds.",
         "**The largest error of the previous runs was ours: spinning OpenMP threads.** Each host's "
         "rank ran torch with a thread per core (2), so 4 hosts ran 8 threads on 2 cores, and after "
@@ -89,50 +94,59 @@ NOTES: dict[str, list[str]] = {
         "Gloo's own 749 ms.",
     ],
     "sync": [
-        "**Full grid: median 2.5% over 12 rows, worst 10.6%.** mlp (0.94 MB of gradients, one "
-        "bucket, Gloo's all-reduce), 2, 4 and 8 replicas at 50 and 200 Mbit/s, compute emulated "
-        "(50 ms sleep) or real (one CPU thread a replica, the simulator's `cores` = 2). The "
-        "simulator's iteration: the single-process profile of the same model and batch for "
-        "compute and overhead, and the measured rounds of as many hosts for the all-reduce. "
-        "All six 50 Mbit/s rows within +0.1…+4.0%; at 200 Mbit/s 2 and 4 replicas within "
-        "−2.7…+0.6% except real compute on 4 (−6.8%), and 8 replicas −6.0% (emulated) and "
-        "−10.6% (real): 8 processes on 2 cores, the many-hosts case of the all-reduce rows.",
+        "**Full grid: median 7.5% over 12 rows, worst 43.6% — a loaded machine in the 200 "
+        "Mbit/s rows.** mlp (0.94 MB of gradients, one bucket, Gloo's all-reduce), 2, 4 and 8 "
+        "replicas at 50 and 200 Mbit/s, compute emulated (50 ms sleep) or real (one CPU thread "
+        "a replica, the simulator's `cores` = 2). The simulator's iteration: the single-process "
+        "profile of the same model and batch for compute and overhead, and the measured rounds "
+        "of as many hosts for the all-reduce. At 50 Mbit/s five of six rows within "
+        "−1.7…−0.1% (8 replicas with real compute −12.3%: 8 processes on 2 cores). At 200 "
+        "Mbit/s every row came out slow, −5…−44%: the machine was busy (load average 6.1 on 2 "
+        "cores; the ranks' 50 ms sleeps took 66.7 ms). The two 2-replica rows measured again "
+        "alone minutes later: 94.5 ms (predicted 90.8, −3.9%) and 43.4 ms (42.0, −3.2%); in "
+        "the quick grid of the same code −5.7% and −2.5%; the previous full grid (BBR) had all "
+        "four 2- and 4-replica rows at 200 Mbit/s within −2.7…+0.6% except one (−6.8%).",
     ],
     "multinode": [
         "The multi-node path works on the test bed: four hosts, each running its own `torchrun` "
         "agent (`--nnodes 4 --rdzv-backend c10d --rdzv-endpoint host0:port`), rendezvous at "
-        "host 0's store, and a sync run of 20 steps completes: 118.6 ms per step in the full "
-        "grid (predicted 119.7 ms, +1.0%), as fast as ranks started directly (119.1 ms, the "
-        "`sync` row). `tests/test_experiments.py` runs the same 4-host launch for 6 steps "
-        "(about 20 s) where namespaces can be made.",
+        "host 0's store, and a sync run of 20 steps completes: 150.0 ms per step in the full "
+        "grid (predicted 122.4 ms, −18.4%, in the same loaded stretch as the `sync` rows at "
+        "200 Mbit/s: 139.2 ms for ranks started directly); 120.5 ms in the quick grid "
+        "(+7.1%), 118.6 ms in the previous full grid (+1.0%). `tests/test_experiments.py` "
+        "runs the same 4-host launch for 6 steps (about 20 s) where namespaces can be made.",
     ],
     "async": [
-        "**The parameter server was rebuilt in this run's code, and the simulator is 23–31% fast "
-        "wherever the server's link is the bottleneck.** Figures from `sudo python "
-        "experiments/run.py --out experiments/results/full-ps async ps_vs_ring async_vs_sync` "
-        "(18 min; `experiments/results/full/` holds the previous server's). The server "
-        "(`real/ps_server.py`) now keeps a receive posted for every worker's next push, header "
-        "and gradient, and replies without waiting for the reply to leave. With 2 workers at "
-        "200 Mbit/s the prediction is exact (66.8 ms predicted, 66.8 measured, +0.1%); with 4 "
-        "and 8 workers, where the server's link carries a push every n/B = 41 ms, the "
-        "simulator says 41.4 ms an update and the server takes 57–60 ms (−27…−31%); at 50 "
-        "Mbit/s all three rows are 23–30% fast. Staleness means agree to the third digit "
-        "(2.97 and 6.86 against 2.97 and 6.84–6.86).",
-        "**Why: the simulator's server NIC takes messages in arrival order; TCP shares the link "
-        "among them.** `dsgd_sim`'s server NIC (`FifoShare`) serves pushes one after another at "
-        "a worker's rate, so they pipeline. The real server's concurrent pushes are TCP "
-        "connections sharing the server's link, which finish close together and leave the link "
-        "idle in between (the reason `dsgd_sim/fifo_share.py` gives for not modelling TCP "
-        "sharing). A server NIC shared max-min fairly is not an option of the simulator; "
-        "tried by hand (not kept), it erred the other way, too slow. The real staleness "
-        "histograms show the sharing: spread around "
-        "W − 1 ([1, 10, 94, 604, 75, 13, 2, 1] for 4 workers) where the simulator's round "
-        "robin gives one spike. Not the shaper's queue: with a 10 ms queue instead of 100 ms "
-        "the zero-compute round of 4 workers at 200 Mbit/s grew from 204–217 ms to 253–261 ms "
-        "(`sudo python -m real.testbed run --hosts 5 --bandwidth 200Mbps --queue 10ms -- "
-        "'RANK={rank} WORLD_SIZE={hosts} python real/async_ps.py --model mlp --updates 200 "
-        "--emulate-compute 0 --threads 1 --no-progress --json {out}/ps.json'`, two runs each). "
-        "A model of TCP flows that start apart but share a link is what is missing; not built.",
+        "**TCP's congestion control decides how busy the server's link is, and the simulator "
+        "assumes it busy whenever a push waits.** The test bed now runs Reno on every host "
+        "(`experiments/results/full`); the parameter-server runs before it used the machine's "
+        "BBR (`experiments/results/full-ps`, the same server code). At 200 Mbit/s, where the "
+        "server's link carries a push every n/B = 41 ms, Reno brought the measurements to the "
+        "prediction: seconds per update with 4 workers −15.9% (BBR −31.2%), with 8 −22.7% "
+        "(−27.5%), 2 workers −3.1% (+0.1%); in `async_vs_sync` −8.4% and −8.4% (BBR −29.8% and "
+        "−23.7%); the quick grid −9.5% (BBR −32.4%). Why BBR loses: it caps a flow's data in "
+        "flight near twice its rate times the *smallest* round trip it has seen, here 13 µs; "
+        "`ss -tin` on a worker showed a BBR push with 94–124 segments in flight and a smoothed "
+        "round trip of 8–12 ms (the server's queue and its replies ahead of the ACKs), at most "
+        "112–180 Mbit/s for a flow that should fill 200.",
+        "**At 50 Mbit/s Reno is worse, and the simulator is 23–39% fast.** The rows: 2, 4 and 8 "
+        "workers −28.5%, −39.4%, −22.7% (BBR −22.8%, −29.5%, −27.4%). A worker's connection "
+        "sits idle while the server takes the other pushes (half a second at 50 Mbit/s), longer "
+        "than TCP's retransmission timeout, and Linux then restarts its window from 10 segments "
+        "(`net.ipv4.tcp_slow_start_after_idle`). Measured on 4 workers with no compute: 1.16 s "
+        "a round with the restart, 0.90 s with the sysctl set to 0 (BBR 0.87 s, the simulator "
+        "0.64 s) (`sudo python -m real.testbed run --hosts 5 --bandwidth 50Mbps -- 'sysctl -qw "
+        "net.ipv4.tcp_slow_start_after_idle=0; RANK={rank} WORLD_SIZE={hosts} python "
+        "real/async_ps.py --model mlp --updates 150 --emulate-compute 0 --threads 1 "
+        "--no-progress --json {out}/ps.json'`, one run each). The simulator has no congestion "
+        "window; what is left after the restart is not found. A model of TCP flows that start "
+        "apart, restart their windows and share a link is what is missing; not built.",
+        "**Staleness.** Means agree to the third digit; the real histograms spread around "
+        "W − 1 where the simulator's FIFO server NIC gives one spike (the real pushes are TCP "
+        "flows sharing the link; the simulator's `FifoShare` serves them in arrival order), "
+        "less with Reno than with BBR (the `async_vs_sync` note). "
+        "Not the shaper's queue: with a 10 ms queue instead of 100 ms (BBR) the zero-compute "
+        "round of 4 workers at 200 Mbit/s grew from 204–217 ms to 253–261 ms.",
         "**Why the server was rebuilt.** Its loop used to take a header from any worker and only "
         "then post that worker's payload receive. Under Gloo a receive from any rank is matched "
         "to the first worker that announces a push; a worker killed between its announcement "
@@ -141,28 +155,27 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
-        "**A faster server link now pays, and the ring still wins.** mlp (0.94 MB), no compute, "
+        "**A faster server link pays, and the ring still wins.** mlp (0.94 MB), no compute, "
         "seconds per round (every worker's gradient in, the weights out once), server link at "
-        "1× / 2× / 4× / 8× the workers' (`experiments/results/full-ps`): 4 workers at 50 Mbit/s "
-        "874 / 376 / 317 / 315 ms against the ring's 246 ms; at 200 Mbit/s 215 / 105 / 90 / 97 "
-        "ms against 67 ms; 8 workers at 200 Mbit/s 437 / 195 / 157 / 136 ms against 145 ms. "
-        "The previous server, taking one push at a time (`experiments/results/full`), could not "
-        "use the faster link: 822 / 676 / 652 / 637, 202 / 175 / 166 / 169 and 402 / 348 / 330 "
-        "/ 341 ms. At 1× the new one is 6–9% slower: its pushes share the link as TCP flows "
-        "(the `async` note). With 8 workers and an 8× link the PS (136 ms) even beats the "
-        "measured ring (145 ms); that is the ring's 8 ranks on 2 cores, not the network: α-β "
-        "puts the ring at 1.75·n/B and our PS's floor at 2n/B.",
-        "**Fidelity.** The ring rows +3.4%, +9.9%, −4.2%. The PS rows at 4× and 8× with 4 "
-        "workers −13.9…+6.9%, and the simulator's floor of 2n/B (push, then pull) is where the "
-        "measurements level off; at 1× and 2× −10…−24%, and with 8 workers at 4× and 8× "
-        "−47% and −39% (nine processes on 2 cores). The dotted line in the plot is the "
-        "simulator's server taking one push at a time.",
+        "1× / 2× / 4× / 8× the workers' (Reno, `experiments/results/full`): 4 workers at 50 "
+        "Mbit/s 1211 / 357 / 319 / 317 ms against the ring's 242 ms; at 200 Mbit/s 168 / 107 / "
+        "94 / 90 ms against 73 ms; 8 workers at 200 Mbit/s 330 / 193 / 132 / 147 ms against "
+        "137 ms. With BBR (`experiments/results/full-ps`, same server): 874 / 376 / 317 / 315, "
+        "215 / 105 / 90 / 97 and 437 / 195 / 157 / 136 ms. The server that took one push at a "
+        "time could not use a faster link at all (822 / 676 / 652 / 637 ms, 4 workers at "
+        "50 Mbit/s). The 1× round at 50 Mbit/s is Reno's window restart (the `async` note).",
+        "**Fidelity.** The ring rows −0.3%, −1.8%, +6.7%. The PS rows at 1× with 200 Mbit/s "
+        "−4.7% and −2.8% (BBR −22.8% and −24.2%); at 4× and 8× with 4 workers −14.2…+1.9%, and "
+        "the simulator's floor of 2n/B (push, then pull) is where the measurements level off; "
+        "with 8 workers at 4× and 8× −39% and −45% (nine processes on 2 cores); 4 workers at "
+        "50 Mbit/s 1× −46.9%. The dotted line in the plot is the simulator's server taking one "
+        "push at a time.",
         "**Where the crossover is.** α-β per round (n = 0.94 MB, B = the calibrated duplex "
         "payload rate): ring 2(W−1)/W·n/B. Our PS pushes the whole gradient and then pulls the "
         "whole model, so a worker's link carries 2n one after the other: its floor 2n/B is "
         "above the ring for every W (2 > 2(W−1)/W), no crossover at any k. A BytePS-like server "
         "that pipelines push and pull in chunks has the floor n/B and crosses the ring at "
-        "k* = W²/(2(W−1)) (2.67 for W = 4, the plot's dotted line). Our server now takes every "
+        "k* = W²/(2(W−1)) (2.67 for W = 4, the plot's dotted line). Our server takes every "
         "worker's push at once, as BytePS needs; chunked, pipelined push and pull it does not "
         "do.",
     ],
@@ -170,20 +183,22 @@ NOTES: dict[str, list[str]] = {
         "**Sync moves more samples per second from 4 workers on; async's server link caps it.** "
         "mlp, every gradient computed for real and padded to 50 ms (`--emulate-compute 50ms "
         "--real-gradients`), 200 Mbit/s, 800 async updates against 800 / W sync steps (the same "
-        "samples), `experiments/results/full-ps`: 2 workers async 484 samples/s against sync "
-        "694; 4 workers 542 against 1,074; 8 workers 589 against 1,460. The server takes a "
-        "push per n/B = 41 ms of its link, so async stops scaling at 2–3 workers, while a sync "
-        "step grows only by the ring's 2(W−1)/W·n/B. Fidelity: sync per step +0.7%, +5.3%, "
-        "+8.2%; async per update +1.0%, −29.8%, −23.7% (the `async` note).",
-        "**Staleness.** Means agree (0.999, 2.993, 6.96 measured against 0.999, 2.993, 6.97). "
-        "The histograms agree exactly for 2 workers ([1, 799]); for 4 and 8 the simulator's "
-        "round robin gives a spike at W − 1 where the real server's concurrent pushes spread "
-        "around it (the `async` note).",
+        "samples): 2 workers async 481 samples/s against sync 694; 4 workers 731 against "
+        "1,051; 8 workers 731 against 1,430. The server takes a push per n/B = 41 ms of its "
+        "link, so async stops scaling at 3–4 workers, while a sync step grows only by the "
+        "ring's 2(W−1)/W·n/B. Fidelity: sync per step −0.6%, +1.1%, +11.5% (8 ranks on 2 "
+        "cores); async per update −1.5%, −8.4%, −8.4% (with BBR, `experiments/results/full-"
+        "ps`: +1.0%, −29.8%, −23.7%; the `async` note).",
+        "**Staleness.** Means agree to the last digit (0.999, 2.993, 6.965 measured and "
+        "predicted). The histograms agree exactly for 2 workers ([1, 799]); for 4 and 8 the "
+        "simulator's round robin gives a spike at W − 1 and the real server's concurrent pushes "
+        "spread around it a little: 4 workers [1, 1, 6, 787, 5] (BBR: [1, 10, 94, 604, 75, 13, "
+        "2, 1] in the `async` experiment), 8 workers 695 of 800 at 7, 45 at 6 and 43 at 8.",
         "**Loss against wall-clock (measured only; each script's own default optimizer: async "
         "SGD lr 0.1 on 32-sample gradients, sync lr 0.05 with momentum 0.9 on W × 32-sample "
         "averages, so this compares them as shipped, not tuned).** Final loss, sync then "
-        "async, and when each finished: 2 workers 0.93 at 36.9 s, 0.42 at 52.8 s; 4 workers "
-        "0.70 at 23.8 s, 0.54 at 47.1 s; 8 workers 0.60 at 17.6 s, 0.84 at 43.3 s. Sync "
+        "async, and when each finished: 2 workers 0.93 at 36.9 s, 0.49 at 53.2 s; 4 workers "
+        "0.70 at 24.4 s, 0.52 at 35.0 s; 8 workers 0.60 at 17.9 s, 0.80 at 35.2 s. Sync "
         "finishes the same samples first in every case; async's per-gradient updates reach a "
         "lower loss with 2 and 4 workers, and its staleness of W − 1 costs it at 8.",
     ],
