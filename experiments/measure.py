@@ -35,7 +35,6 @@ DUPLEX_SIZES = [1, 16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_00
 # message to past the largest round an experiment sends (naive ring: the whole buffer)
 ROUND_SIZES_QUICK = [64, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
 ROUND_SIZES_FULL = ROUND_SIZES_QUICK + [16 << 20]
-# which hosts of an experiment point run a ring all-reduce (the async server runs none)
 CONGESTION_CONTROL = "reno"
 """Every test bed's TCP congestion control (``TestbedConfig.congestion_control``; None: the
 machine's). ``experiments/run.py --congestion-control`` sets it for a whole run."""
@@ -48,6 +47,7 @@ def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfi
                          congestion_control=CONGESTION_CONTROL, **settings)
 
 
+# which hosts of an experiment point run a ring all-reduce (the async server runs none)
 RING_HOSTS = {"allreduce": "hosts", "sync": "hosts", "ps_vs_ring": "workers",
               "async_vs_sync": "workers"}
 

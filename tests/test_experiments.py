@@ -205,6 +205,22 @@ def test_runner_rejects_an_unknown_experiment_with_one_line_and_status_2():
     assert "'nope'" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_runner_rejects_a_bad_congestion_control_name_before_any_test_bed():
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--congestion-control",
+                           "reno; reboot", "multinode"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "'reno; reboot'" in done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr
+
+
+def test_every_experiment_test_bed_takes_the_runs_congestion_control(monkeypatch):
+    from experiments import measure
+    assert measure.testbed_config(3, 50e6).congestion_control == "reno"
+    monkeypatch.setattr(measure, "CONGESTION_CONTROL", None)
+    bed = measure.testbed_config(5, 50e6, slow_host_bps=200e6, slow_rank=0)
+    assert (bed.congestion_control, bed.rate_bps(0), bed.rate_bps(1)) == (None, 200e6, 50e6)
+
+
 def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--report-only",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
