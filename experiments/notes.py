@@ -22,7 +22,8 @@ NOTES: dict[str, list[str]] = {
         "network-bound rows it removed the start-up ramp the model had to carry: a 4 MiB ring "
         "round at 50 Mbit/s took 748–782 ms with BBR and 716–719 ms with Reno on 2, 4 and 8 "
         "hosts, which is the bucket and the duplex payload rate and nothing else (4 MB each way "
-        "in the duplex probe: 748 against 683 ms). The largest change is in the parameter "
+        "in the duplex probe: 748 against 683 ms; the BBR figures are the previous full grid's, "
+        "`experiments/run.py --congestion-control system` measures them again). The largest change is in the parameter "
         "server (the `async` note).",
         "**This run's ring probe ran slow where the cores are the bottleneck, the rows did "
         "not.** 8 hosts at 200 Mbit/s: a 4 MiB round took 257 ms (206 ms in the previous full "
@@ -128,7 +129,12 @@ NOTES: dict[str, list[str]] = {
         "flight near twice its rate times the *smallest* round trip it has seen, here 13 µs; "
         "`ss -tin` on a worker showed a BBR push with 94–124 segments in flight and a smoothed "
         "round trip of 8–12 ms (the server's queue and its replies ahead of the ACKs), at most "
-        "112–180 Mbit/s for a flow that should fill 200.",
+        "112–180 Mbit/s for a flow that should fill 200. Per update, one run each: 56.6 and 58.6 "
+        "ms with BBR, 47.1 ms with Reno (`sudo python -m real.testbed run --hosts 5 --bandwidth "
+        "200Mbps --congestion-control system -- 'RANK={rank} WORLD_SIZE={hosts} python "
+        "real/async_ps.py --model mlp --updates 150 --emulate-compute 50ms --threads 1 "
+        "--no-progress --json {out}/ps.json'`, and without `--congestion-control system` for "
+        "Reno).",
         "**At 50 Mbit/s Reno is worse, and the simulator is 23–39% fast.** The rows: 2, 4 and 8 "
         "workers −28.5%, −39.4%, −22.7% (BBR −22.8%, −29.5%, −27.4%). A worker's connection "
         "sits idle while the server takes the other pushes (half a second at 50 Mbit/s), longer "

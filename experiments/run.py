@@ -34,6 +34,8 @@ from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs, predict_allreduce_s  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_allreduce, plot_async, plot_sync, write_results_md  # noqa: E402
+from dsgd_sim.argparse_oneline import argparse_type  # noqa: E402
+from real.testbed.config import parse_congestion_control  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
@@ -134,7 +136,7 @@ def header_lines(meta: dict) -> list[str]:
     rounds = "; ".join(f"{', '.join(sorted(c.get('rounds', {}), key=int)) or 'no'} hosts at "
                        f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"])
     tcp = meta.get("congestion_control", "system")
-    tcp = "the machine's default" if tcp == "system" else tcp.capitalize() if tcp == "reno" else tcp
+    tcp = {"reno": "Reno", "system": "the machine's default"}.get(tcp, tcp)
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
             f"average {meta['load_average']}, TCP congestion control: {tcp}) in "
             f"{meta['wall_s'] / 60:.1f} min. Every measured "
@@ -178,14 +180,12 @@ def parse_args(argv=None):
                         help="write results and their RESULTS.md into DIR (default: "
                              "experiments/results, and experiments/RESULTS.md)")
     parser.add_argument("--congestion-control", default="reno", metavar="NAME",
+                        type=argparse_type(parse_congestion_control, "congestion control"),
                         help="every test bed's TCP congestion control (default reno; 'system': "
                              "this machine's default)")
     args = parser.parse_args(argv)
     try:
         args.experiments = select(args.names, args.quick)
-        if args.congestion_control != "system":
-            from real.testbed import TestbedConfig
-            TestbedConfig(congestion_control=args.congestion_control)  # checks the name
     except ValueError as error:
         parser.error(str(error))
     return args
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
 def measure_all(args) -> list[dict]:
     from experiments import measure
     from experiments.measure import calibrate_rate, ring_hosts
-    measure.CONGESTION_CONTROL = None if args.congestion_control == "system" else args.congestion_control
+    measure.CONGESTION_CONTROL = args.congestion_control
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate)) for rate in rates]
@@ -238,10 +238,10 @@ def measure_all(args) -> list[dict]:
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta = {"command": "python experiments/run.py" + (" --quick" if args.quick else "")
             + (f" --out {args.out}" if args.out else "")
-            + (f" --congestion-control {args.congestion_control}"
+            + (f" --congestion-control {args.congestion_control or 'system'}"
                if args.congestion_control != "reno" else "") + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
-            "cpus": os.cpu_count(), "congestion_control": args.congestion_control,
+            "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
             "wall_s": 0.0}

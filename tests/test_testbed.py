@@ -24,6 +24,7 @@ import pytest
 
 from real.testbed import Testbed, TestbedConfig, bed as bed_module, network
 from real.testbed.calibrate import measure, shaper_time_s, summarise
+from real.testbed.config import parse_congestion_control
 from real.testbed.launch import substitute
 from tests.dist_helpers import have_mpiexec
 
@@ -81,6 +82,8 @@ def test_config_rejects_bad_values_naming_them():
         TestbedConfig(burst_bytes=1000)
     with pytest.raises(ValueError, match="'reno; reboot'"):
         TestbedConfig(congestion_control="reno; reboot")
+    # the flag's "system" means the machine's default (None), any other name is kept
+    assert (parse_congestion_control("system"), parse_congestion_control("cubic")) == (None, "cubic")
 
 
 def test_shaper_time_counts_headers_of_every_frame_and_the_burst():

@@ -12,7 +12,7 @@ from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
 from real.testbed.calibrate import calibrate
-from real.testbed.config import TestbedConfig
+from real.testbed.config import TestbedConfig, parse_congestion_control
 
 EXAMPLES = """examples:
   python -m real.testbed run --hosts 2 --bandwidth 100Mbps -- \\
@@ -39,6 +39,7 @@ def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> No
     parser.add_argument("--subnet", default="10.77.0.0/24", help="host addresses (default 10.77.0.0/24)")
     parser.add_argument("--master-port", type=int, default=29500, help="MASTER_PORT and {port}")
     parser.add_argument("--congestion-control", default="reno", metavar="NAME",
+                        type=_units(parse_congestion_control, "congestion control"),
                         help="every host's TCP congestion control (default reno; 'system': this "
                              "machine's default for a new namespace)")
 
@@ -80,8 +81,7 @@ def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Te
         return TestbedConfig(hosts=getattr(args, "hosts", 2), bandwidth_bps=args.bandwidth, slow_host_bps=args.slow_host,
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
                              mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port,
-                             congestion_control=None if args.congestion_control == "system"
-                             else args.congestion_control)
+                             congestion_control=args.congestion_control)
     except ValueError as exc:
         parser.error(str(exc))
 

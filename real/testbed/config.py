@@ -36,6 +36,17 @@ SHAPER_TIMER_SLACK_S = 1e-3  # the bucket holds at least this long at the rate (
 MIN_BURST_FRAMES = 10
 
 
+def parse_congestion_control(text: str) -> str | None:
+    """A ``--congestion-control`` value: a kernel name (reno, cubic, bbr, ...) as it is, or None
+    for ``system`` (the machine's default); ValueError naming anything else."""
+    if text == "system":
+        return None
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,15}", text):
+        raise ValueError(f"congestion control must be a kernel name such as reno or cubic, "
+                         f"or system, got {text!r}")
+    return text
+
+
 @dataclass
 class TestbedConfig:
     """An emulated cluster: ``hosts`` hosts on one switch, each link capped in both directions.
@@ -87,10 +98,8 @@ class TestbedConfig:
             raise ValueError(f"burst {self.burst_bytes} B is smaller than one frame ({self.frame_bytes} B)")
         if not self.queue_s > 0:
             raise ValueError(f"queue must be a positive time, got {self.queue_s} s")
-        if self.congestion_control is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,15}",
-                                                                    self.congestion_control):
-            raise ValueError(f"congestion control must be a kernel name such as reno or cubic, "
-                             f"got {self.congestion_control!r}")
+        if self.congestion_control is not None:
+            parse_congestion_control(self.congestion_control)
         if not 1 <= self.master_port <= 65535:
             raise ValueError(f"master port must be 1..65535, got {self.master_port}")
         try:

@@ -137,11 +137,6 @@ def set_congestion_control(namespace: str, name: str) -> None:
                            f"{ALLOWED_SYSCTL} lists them)")
 
 
-def congestion_control(namespace: str) -> str:
-    """The TCP congestion control new connections get in ``namespace``."""
-    return _run_tool(["ip", "netns", "exec", namespace, "cat", CONGESTION_SYSCTL], check=True).stdout.strip()
-
-
 def _write_hosts_files(run_id: str, config: TestbedConfig) -> None:
     """Per-host /etc/hosts and /etc/resolv.conf (``ip netns exec`` mounts them over /etc's).
 
