@@ -108,6 +108,9 @@ def back_to_back(tensors: list[torch.Tensor]) -> torch.Tensor | None:
                                                   (step * len(tensors),))
 
 
+UNFINISHED: list = []  # sends (and unwaited collectives) still pending at close (see settle)
+
+
 class MpiWork(Work):
     """A pending MPI request; ``wait()`` runs under the watchdog and checks received sizes."""
 
@@ -118,6 +121,7 @@ class MpiWork(Work):
         self.source = None
         self.done = False
         self.error: CommError | None = None
+        comm.pending.add(self)
 
     def wait(self) -> None:
         if self.error is not None:
@@ -131,6 +135,7 @@ class MpiWork(Work):
     def finish(self, status) -> None:
         """The request has completed with ``status``: check the size, run ``then``."""
         self.done = True
+        self.comm.pending.discard(self)
         if self.expect_bytes is not None:
             self.source = status.Get_source()
             got = status.Get_count(MPI.BYTE)
@@ -159,6 +164,7 @@ class MpiCommunicator(Communicator):
         self.tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         self.device = torch.device("cpu")
         self.broken = self.closed = False
+        self.pending: set[MpiWork] = set()  # requests not yet completed (see close)
 
     @classmethod
     def create(cls, timeout_s: float, check_sizes: bool) -> MpiCommunicator:
@@ -345,4 +351,23 @@ class MpiCommunicator(Communicator):
             sys.stderr.write(f"rank {self.world_rank}: communication failed; aborting the MPI job\n")
             sys.stderr.flush()
             MPI.COMM_WORLD.Abort(1)
+        self.settle()
         self.mpi.Free()
+
+    def settle(self) -> None:
+        """Cancel the receives still posted; keep the sends still leaving alive to the end.
+
+        A request left behind keeps MPI pointed at its buffer. A receive would write a late
+        message (a worker's push the server no longer wants) into memory Python has freed by
+        then, so it is cancelled and completed here. A send may wait for a peer that is done
+        (its receive cancelled): it is not waited for, but its buffer is kept until the process
+        ends (``UNFINISHED``), so MPI never reads freed memory either."""
+        for work in list(self.pending):
+            if work.expect_bytes is None:
+                UNFINISHED.append(work)
+                continue
+            self.call(f"cancel the {work.what}", work.request.Cancel)
+            status = MPI.Status()
+            self.call(work.what, lambda: work.request.Wait(status))
+            work.done = True
+        self.pending.clear()
