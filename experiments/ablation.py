@@ -4,8 +4,9 @@
 
 All predictions come from the same run's calibration (network only); only the model differs:
 
-* ``rounds``: the ring rounds timed on a test bed of the row's host count (``ring_probe.py``),
-  composed by the simulator (the model the experiments use);
+* ``rounds``: the ring rounds timed on a test bed of the row's host count (``ring_probe.py``:
+  on the row's own test bed before its rows, where ``allreduce.json`` holds those tables; else
+  the calibration's), composed by the simulator (the model the experiments use);
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
   duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;
 * ``shaper, no start-up``: the same without the start-up table.
@@ -41,10 +42,14 @@ GROUPS = {
 MODELS = ("rounds", "shaper", "shaper, no start-up")
 
 
-def errors(rows: list[dict], nets: dict, model: str) -> list[float]:
+def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None) -> list[float]:
+    """|error| of each row under ``model``; ``tables``: point label -> its own ring-probe record."""
     out = []
     for r in rows:
         net = nets[r["bandwidth_bps"]]
+        label = f"H={r['hosts']} {r['bandwidth_bps'] / 1e6:g}Mbps"
+        if tables and label in tables:
+            net = net.with_rounds(r["hosts"], tables[label])
         if model == "shaper, no start-up":
             net = dataclasses.replace(net, duplex_transfers=())
         predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net,
@@ -53,15 +58,15 @@ def errors(rows: list[dict], nets: dict, model: str) -> list[float]:
     return out
 
 
-def ablation(calibration: list[dict], rows: list[dict]) -> dict:
-    """Per group and model: (rows, median |error|, worst |error|)."""
+def ablation(calibration: list[dict], rows: list[dict], tables: dict | None = None) -> dict:
+    """Per group and model: (rows, median |error|, worst |error|); ``tables`` as ``errors``."""
     nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     table = {}
     for name, keep in GROUPS.items():
         chosen = [r for r in rows if keep(r)]
         if chosen:
             table[name] = {model: (len(e), statistics.median(e), max(e))
-                           for model, e in ((m, errors(chosen, nets, m)) for m in MODELS)}
+                           for model, e in ((m, errors(chosen, nets, m, tables)) for m in MODELS)}
     return table
 
 
@@ -72,10 +77,11 @@ def main(argv=None) -> int:
     folder = Path(args.results)
     try:
         calibration = json.loads((folder / "calibration.json").read_text())
-        rows = json.loads((folder / "allreduce.json").read_text())["rows"]
+        allreduce = json.loads((folder / "allreduce.json").read_text())
+        rows = allreduce["rows"]
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"cannot read the results in {folder}: {error}")
-    for name, result in ablation(calibration, rows).items():
+    for name, result in ablation(calibration, rows, allreduce.get("rounds")).items():
         n = result[MODELS[0]][0]
         print(f"{name}: {n} rows; " + "; ".join(
             f"{model} median {med:.1%} worst {worst:.1%}" for model, (_, med, worst) in result.items()))

@@ -47,9 +47,9 @@ def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfi
                          congestion_control=CONGESTION_CONTROL, **settings)
 
 
-# which hosts of an experiment point run a ring all-reduce (the async server runs none)
-RING_HOSTS = {"allreduce": "hosts", "sync": "hosts", "ps_vs_ring": "workers",
-              "async_vs_sync": "workers"}
+# which hosts of an experiment point run a ring all-reduce (the async server runs none); the
+# all-reduce points time their own rounds on their own test bed (``measure_allreduce``)
+RING_HOSTS = {"sync": "hosts", "ps_vs_ring": "workers", "async_vs_sync": "workers"}
 
 
 def ring_hosts(points, bandwidth_bps: float) -> list[int]:
@@ -75,10 +75,31 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = ()) -> 
 def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) -> dict:
     """``experiments/ring_probe.py`` on every host of a fresh test bed: per size, the first and
     the next round's seconds (slowest rank, median over chains), and what was run."""
+    return _run(config, probe_command(sizes, repeats), "rounds.json", timeout_s=900)
+
+
+def probe_command(sizes: list[int], repeats: int = 5, json_name: str = "rounds.json") -> str:
+    """``experiments/ring_probe.py`` at ``sizes`` on every host, writing ``{out}/json_name``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", "4", "--repeats", str(repeats),
             "--threads", "1", "--timeout", "120s"]
-    command = rank_command("experiments/ring_probe.py", args, "rounds.json")
-    return _run(config, command, "rounds.json", timeout_s=900)
+    return rank_command("experiments/ring_probe.py", args, json_name)
+
+
+def bracket(before: dict, after: dict) -> dict:
+    """One round table from two ``ring_probe.py`` records of the same sizes, taken before and
+    after a measurement: per size the mean of the two first and next rounds; both records kept."""
+    rows = [{"bytes": b["bytes"], "first_s": (b["first_s"] + a["first_s"]) / 2,
+             "next_s": (b["next_s"] + a["next_s"]) / 2}
+            for b, a in zip(before["results"], after["results"], strict=True)]
+    return {**before, "results": rows, "before": before["results"], "after": after["results"]}
+
+
+def round_sizes_up_to(largest_bytes: int, quick: bool) -> list[int]:
+    """The probe's grid (``ROUND_SIZES_QUICK``/``_FULL``) up to the first size that reaches
+    ``largest_bytes``: beyond the last size the round costs extend its slope."""
+    grid = ROUND_SIZES_QUICK if quick else ROUND_SIZES_FULL
+    reach = next((i for i, n in enumerate(grid) if n >= largest_bytes), len(grid) - 1)
+    return grid[:reach + 1]
 
 
 def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = DUPLEX_SIZES) -> dict:
@@ -151,25 +172,40 @@ def run_collect(bed_config: TestbedConfig, command: str, json_name: str | tuple[
 
 SMALL_ALLREDUCE_BYTES = 1_000_000  # below this a call takes milliseconds and wake-ups move it
 SMALL_ITERS_FACTOR = 5             # ... so it gets this many times the iterations (cheap)
+BRACKET_REPEATS = 3                # ring-probe chains per size on each side of an all-reduce point
 
 
-def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0) -> list[dict]:
-    """``real/allreduce.py`` on ``config.hosts`` hosts: its result rows (median seconds per
-    algorithm and size, slowest rank's time). Sizes under ``SMALL_ALLREDUCE_BYTES`` run first,
-    in their own call with ``SMALL_ITERS_FACTOR`` times the iterations, on the same test bed."""
+def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
+                      quick: bool = False) -> dict:
+    """``real/allreduce.py`` on ``config``'s test bed, calibrated there: ``results``, the
+    all-reduce rows (median seconds per algorithm and size, slowest rank's time), and ``rounds``,
+    the ring rounds timed by ``experiments/ring_probe.py`` on the same hosts just before the rows
+    and again just after (``bracket``: their mean per size), up to the largest round the point
+    sends (a naive ring's whole buffer). Sizes under ``SMALL_ALLREDUCE_BYTES`` run first, in their
+    own call with ``SMALL_ITERS_FACTOR`` times the iterations.
+
+    Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
+    emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
+    206 ms for a 4 MiB round in one run, 257 ms in the next), and a table from another moment
+    carries that drift into every prediction made from it; probes on either side of the rows
+    share their conditions. The probe still measures only rounds, never an all-reduce."""
     groups = [("small", [s for s in config.sizes_bytes if s < SMALL_ALLREDUCE_BYTES],
                config.iters * SMALL_ITERS_FACTOR),
               ("large", [s for s in config.sizes_bytes if s >= SMALL_ALLREDUCE_BYTES], config.iters)]
     groups = [g for g in groups if g[1]]
-    commands = []
+    round_sizes = round_sizes_up_to(max(config.sizes_bytes), quick)
+    # 3 chains a size each side (small sizes 27): with both sides, more than one 5-chain probe
+    commands = [probe_command(round_sizes, BRACKET_REPEATS, "rounds_before.json")]
     for name, sizes, iters in groups:
         args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
                 ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
                 "--timeout", "120s", "--threads", "1"]
         commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
-    files = _run(config, " && ".join(commands), tuple(f"{name}.json" for name, _, _ in groups),
-                 timeout_s)
-    return [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]
+    commands.append(probe_command(round_sizes, BRACKET_REPEATS, "rounds_after.json"))
+    files = _run(config, " && ".join(commands), ("rounds_before.json", "rounds_after.json")
+                 + tuple(f"{name}.json" for name, _, _ in groups), timeout_s)
+    return {"rounds": bracket(files["rounds_before.json"], files["rounds_after.json"]),
+            "results": [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]}
 
 
 def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:

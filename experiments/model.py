@@ -47,7 +47,7 @@ The bucket model stays for a host count without a table.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dsgd_sim.collectives import ALGORITHMS, RoundCosts, allreduce_time_s
 
@@ -91,6 +91,12 @@ class NetworkInputs:
                    tcp_latency_s=record.get("latency_s", 0.0),
                    round_costs={int(h): RoundCosts.from_rows(t["results"])
                                 for h, t in (record.get("rounds") or {}).items()})
+
+    def with_rounds(self, hosts: int, probe: dict) -> "NetworkInputs":
+        """These inputs with ``probe`` (a ``ring_probe.py`` record) as the round costs on
+        ``hosts`` hosts."""
+        return replace(self, round_costs={**self.round_costs,
+                                          hosts: RoundCosts.from_rows(probe["results"])})
 
     @property
     def duplex_payload_bps(self) -> float:

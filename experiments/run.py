@@ -42,18 +42,23 @@ RESULTS = HERE / "results"   # where results go (--out)
 REPORT = HERE / "RESULTS.md"  # the report written from them
 
 
-def allreduce_rows(experiment, net_by_rate: dict, measure) -> list[dict]:
-    """Measure every point of the all-reduce experiment; one row per (point, algorithm, size)."""
-    rows = []
+def allreduce_rows(experiment, net_by_rate: dict, measure) -> tuple[list[dict], dict]:
+    """Measure every point of the all-reduce experiment; one row per (point, algorithm, size),
+    predicted from the rate's calibration with the ring rounds timed on the point's own test bed
+    just before its rows (``measure.measure_allreduce``). Also returns those round tables, by
+    point label."""
+    rows, tables = [], {}
     for point in experiment.points:
-        net = net_by_rate[point.bandwidth_bps]
-        for m in measure(point):
+        measured = measure(point)
+        tables[point.label] = measured["rounds"]
+        net = net_by_rate[point.bandwidth_bps].with_rounds(point.hosts, measured["rounds"])
+        for m in measured["results"]:
             predicted = predict_allreduce_s(m["algorithm"], point.hosts, m["bytes"], net)
             rows.append({"config": f"{m['algorithm']} {m['bytes'] / 1e6:g}MB {point.label}",
                          "algorithm": m["algorithm"], "bytes": m["bytes"], "hosts": point.hosts,
                          "bandwidth_bps": point.bandwidth_bps, "predicted_s": predicted,
                          "measured_s": m["time_s"]})
-    return rows
+    return rows, tables
 
 
 def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
@@ -82,11 +87,13 @@ def async_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
     return rows
 
 
-def run_experiment(experiment, net_by_rate: dict) -> dict:
+def run_experiment(experiment, net_by_rate: dict, quick: bool = False) -> dict:
     from experiments import measure
     started = time.monotonic()
+    extra = {}
     if experiment.name == "allreduce":
-        rows = allreduce_rows(experiment, net_by_rate, measure.measure_allreduce)
+        rows, extra["rounds"] = allreduce_rows(
+            experiment, net_by_rate, lambda p: measure.measure_allreduce(p, quick=quick))
         plot, draw = "allreduce.png", plot_allreduce
     elif experiment.name == "async":
         from experiments.sync_model import predict_async
@@ -105,7 +112,7 @@ def run_experiment(experiment, net_by_rate: dict) -> dict:
     return {"name": experiment.name, "question": experiment.question, "plot": plot,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "points": [p.as_dict() for p in experiment.points], "rows": rows,
-            "wall_s": time.monotonic() - started}
+            "wall_s": time.monotonic() - started, **extra}
 
 
 def repeatability(rows: list[dict], previous_path: Path) -> dict | None:
@@ -249,7 +256,7 @@ def measure_all(args) -> list[dict]:
     results = []
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
-        result = run_experiment(experiment, net_by_rate)
+        result = run_experiment(experiment, net_by_rate, args.quick)
         result["command"] = meta["command"]
         result["inputs"] = {str(rate): net_by_rate[rate].as_dict() for rate in experiment.bandwidths_bps}
         result["repeatability"] = repeatability(result["rows"], RESULTS / f"{experiment.name}.json")

@@ -8,9 +8,12 @@ import pytest
 from dist_helpers import run_script
 from dsgd_sim.collectives import RoundCosts
 from experiments.configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
-from experiments.measure import ring_hosts
+from experiments.configs import Experiment
+from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, ring_hosts,
+                                 round_sizes_up_to)
 from experiments.model import NetworkInputs, predict_allreduce_s
 from experiments.ring_probe import main as probe_main
+from experiments.run import allreduce_rows
 
 ROWS = [{"bytes": 64, "first_s": 0.5e-3, "next_s": 0.6e-3},
         {"bytes": 1 << 20, "first_s": 0.170, "next_s": 0.180},
@@ -42,11 +45,48 @@ def test_allreduce_on_a_calibrated_host_count_is_its_rounds_at_the_measured_cost
     assert without != pytest.approx(0.170 + 5 * 0.180)
 
 
-def test_ring_hosts_are_the_hosts_that_run_an_all_reduce_at_each_rate():
+def test_ring_hosts_are_the_hosts_whose_runs_need_the_calibrations_rounds_at_each_rate():
+    # the all-reduce points time their own rounds; the async server's bed runs no ring
     points = [AllReduceConfig(2, 50e6, (64_000,)), AllReduceConfig(4, 200e6, (64_000,)),
-              SyncRunConfig(8, 200e6), AsyncRunConfig(5, 200e6)]  # the server's bed runs no ring
+              SyncRunConfig(8, 200e6), SyncRunConfig(2, 50e6), AsyncRunConfig(5, 200e6)]
     assert ring_hosts(points, 50e6) == [2]
-    assert ring_hosts(points, 200e6) == [4, 8]
+    assert ring_hosts(points, 200e6) == [8]
+    assert ring_hosts(points[:2], 200e6) == []
+
+
+def test_round_sizes_reach_the_largest_round_and_stop_there():
+    assert round_sizes_up_to(4_000_000, quick=False) == ROUND_SIZES_FULL[:-1]  # 4 MiB reaches it
+    assert round_sizes_up_to(16_000_000, quick=False) == ROUND_SIZES_FULL
+    assert round_sizes_up_to(50, quick=True) == [64]
+    assert round_sizes_up_to(1 << 30, quick=True) == ROUND_SIZES_QUICK  # past the grid: all of it
+
+
+def test_bracketing_probes_average_per_size_and_keep_both_records():
+    after = [{"bytes": r["bytes"], "first_s": 3 * r["first_s"], "next_s": 2 * r["next_s"]} for r in ROWS]
+    table = bracket({"world_size": 4, "results": ROWS}, {"world_size": 4, "results": after})
+    assert table["world_size"] == 4 and table["before"] == ROWS and table["after"] == after
+    assert [r["first_s"] for r in table["results"]] == pytest.approx([2 * r["first_s"] for r in ROWS])
+    assert [r["next_s"] for r in table["results"]] == pytest.approx([1.5 * r["next_s"] for r in ROWS])
+    with pytest.raises(ValueError):  # a probe that lost a size cannot be paired
+        bracket({"results": ROWS}, {"results": after[:-1]})
+
+
+def test_allreduce_rows_are_predicted_from_the_points_own_rounds_not_the_calibrations():
+    net = NetworkInputs.from_calibration(CALIBRATION)  # holds a 4-host table: ROWS
+    own = [{**r, "next_s": 2 * r["next_s"]} for r in ROWS]
+    point = AllReduceConfig(4, 50e6, (4 << 20,), algorithms=("ring",))
+
+    def fake_measure(p):
+        assert p is point
+        return {"rounds": {"results": own},
+                "results": [{"algorithm": "ring", "bytes": 4 << 20, "time_s": 2.0}]}
+
+    experiment = Experiment("allreduce", "?", (point,))
+    rows, tables = allreduce_rows(experiment, {50e6: net}, fake_measure)
+    assert tables == {point.label: {"results": own}}
+    assert rows[0]["predicted_s"] == pytest.approx(0.170 + 5 * 2 * 0.180)  # 6 rounds of 1 MiB
+    assert rows[0]["measured_s"] == 2.0
+    assert net.round_costs[4] == RoundCosts.from_rows(ROWS)  # the calibration's own is unchanged
 
 
 def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
