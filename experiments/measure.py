@@ -87,10 +87,16 @@ def probe_command(sizes: list[int], repeats: int = 5, json_name: str = "rounds.j
 
 def bracket(before: dict, after: dict) -> dict:
     """One round table from two ``ring_probe.py`` records of the same sizes, taken before and
-    after a measurement: per size the mean of the two first and next rounds; both records kept."""
-    rows = [{"bytes": b["bytes"], "first_s": (b["first_s"] + a["first_s"]) / 2,
-             "next_s": (b["next_s"] + a["next_s"]) / 2}
-            for b, a in zip(before["results"], after["results"], strict=True)]
+    after a measurement: per size the median over the chains of both (one probe split in two
+    halves around the measurement, so that a burst of load during one half moves the median
+    less than it moves that half's); both records kept."""
+    rows = []
+    for b, a in zip(before["results"], after["results"], strict=True):
+        if b["bytes"] != a["bytes"]:
+            raise ValueError(f"probes of different sizes: {b['bytes']} and {a['bytes']} bytes")
+        rows.append({"bytes": b["bytes"], **{
+            key: statistics.median(b[f"{key[:-2]}_chains_s"] + a[f"{key[:-2]}_chains_s"])
+            for key in ("first_s", "next_s")}})
     return {**before, "results": rows, "before": before["results"], "after": after["results"]}
 
 

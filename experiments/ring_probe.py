@@ -6,7 +6,7 @@ of ``--rounds`` such rounds back to back after a barrier, at each size of ``--si
 the same communicator the all-reduces use (Gloo or MPI), and reports per size the median over
 ``--repeats`` chains of the slowest rank's time to the end of the first round (``first_s``: a
 round started on an idle network) and of the later rounds' mean (``next_s``: a round that
-follows another). No reduction, no algorithm: the simulator composes those
+follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``. No reduction, no algorithm: the simulator composes those
 (``dsgd_sim.collectives.RoundCosts``)::
 
     torchrun --nproc-per-node 4 experiments/ring_probe.py --sizes 16KiB,256KiB,4MiB --json rounds.json
@@ -77,7 +77,8 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
         first = [float(m[0]) for m in marks[i, :chains[i]]]
         later = [float(m[-1] - m[0]) / (rounds - 1) for m in marks[i, :chains[i]]]
         rows.append({"bytes": 4 * max(1, n // 4), "first_s": statistics.median(first),
-                     "next_s": statistics.median(later)})
+                     "next_s": statistics.median(later), "first_chains_s": first,
+                     "next_chains_s": later})
     return rows
 
 

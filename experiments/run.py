@@ -225,6 +225,10 @@ def main(argv=None) -> int:
     except TestbedError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the test bed in use has been torn down on the way out
+        print(f"experiments/run.py: interrupted; the experiments finished before it are in "
+              f"{RESULTS}", file=sys.stderr)
+        return 130
     meta = json.loads((RESULTS / "run.json").read_text())
     meta["wall_s"] = time.monotonic() - started
     (RESULTS / "run.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -213,6 +213,22 @@ def test_runner_rejects_a_bad_congestion_control_name_before_any_test_bed():
     assert "Traceback" not in done.stderr
 
 
+def test_runner_interrupted_says_so_in_one_line_and_exits_130(monkeypatch, tmp_path, capsys):
+    import real.testbed
+    from experiments import run
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(run, "measure_all", interrupted)
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    assert run.main(["--out", str(tmp_path), "multinode"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and str(tmp_path) in err
+
+
 def test_every_experiment_test_bed_takes_the_runs_congestion_control(monkeypatch):
     from experiments import measure
     assert measure.testbed_config(3, 50e6).congestion_control == "reno"

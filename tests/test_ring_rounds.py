@@ -2,6 +2,7 @@
 record that holds them, and the all-reduce predictions that compose them."""
 
 import json
+import statistics
 
 import pytest
 
@@ -61,14 +62,22 @@ def test_round_sizes_reach_the_largest_round_and_stop_there():
     assert round_sizes_up_to(1 << 30, quick=True) == ROUND_SIZES_QUICK  # past the grid: all of it
 
 
-def test_bracketing_probes_average_per_size_and_keep_both_records():
-    after = [{"bytes": r["bytes"], "first_s": 3 * r["first_s"], "next_s": 2 * r["next_s"]} for r in ROWS]
-    table = bracket({"world_size": 4, "results": ROWS}, {"world_size": 4, "results": after})
-    assert table["world_size"] == 4 and table["before"] == ROWS and table["after"] == after
-    assert [r["first_s"] for r in table["results"]] == pytest.approx([2 * r["first_s"] for r in ROWS])
-    assert [r["next_s"] for r in table["results"]] == pytest.approx([1.5 * r["next_s"] for r in ROWS])
+def chains(first: list[float], later: list[float], size: int = 1 << 20) -> dict:
+    return {"bytes": size, "first_s": sorted(first)[len(first) // 2],
+            "next_s": sorted(later)[len(later) // 2], "first_chains_s": first, "next_chains_s": later}
+
+
+def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both_records():
+    before = [chains([1.0, 1.1, 1.2], [2.0, 2.1, 2.2])]
+    after = [chains([5.0, 1.15, 5.0], [2.05, 9.0, 2.15])]  # a burst in two chains of one half
+    table = bracket({"world_size": 4, "results": before}, {"world_size": 4, "results": after})
+    assert table["world_size"] == 4 and table["before"] == before and table["after"] == after
+    assert table["results"] == [{"bytes": 1 << 20, "first_s": pytest.approx(1.175),
+                                 "next_s": pytest.approx(2.125)}]
     with pytest.raises(ValueError):  # a probe that lost a size cannot be paired
-        bracket({"results": ROWS}, {"results": after[:-1]})
+        bracket({"results": before}, {"results": []})
+    with pytest.raises(ValueError, match="different sizes"):
+        bracket({"results": before}, {"results": [chains([1.0], [2.0], size=64)]})
 
 
 def test_allreduce_rows_are_predicted_from_the_points_own_rounds_not_the_calibrations():
@@ -98,6 +107,8 @@ def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
     assert table["world_size"] == 2 and table["rounds"] == 3 and table["threads_per_rank"] >= 1
     assert [r["bytes"] for r in table["results"]] == [64, 16384]
     assert all(r["first_s"] > 0 and r["next_s"] > 0 for r in table["results"])
+    assert all(len(r["first_chains_s"]) == len(r["next_chains_s"]) == 2 * 9  # 9x up to 256 KiB
+               and r["first_s"] == statistics.median(r["first_chains_s"]) for r in table["results"])
     RoundCosts.from_rows(table["results"])  # what the calibration hands the simulator
 
 
