@@ -5,7 +5,7 @@
 All predictions come from the same run's calibration (network only); only the model differs:
 
 * ``rounds``: the ring rounds timed on a test bed of the row's host count (``ring_probe.py``:
-  on the row's own test bed before its rows, where ``allreduce.json`` holds those tables; else
+  on the row's own test bed before and after its rows, where ``allreduce.json`` holds those tables; else
   the calibration's), composed by the simulator (the model the experiments use);
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
   duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;

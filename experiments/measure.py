@@ -186,9 +186,10 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
     """``real/allreduce.py`` on ``config``'s test bed, calibrated there: ``results``, the
     all-reduce rows (median seconds per algorithm and size, slowest rank's time), and ``rounds``,
     the ring rounds timed by ``experiments/ring_probe.py`` on the same hosts just before the rows
-    and again just after (``bracket``: their mean per size), up to the largest round the point
-    sends (a naive ring's whole buffer). Sizes under ``SMALL_ALLREDUCE_BYTES`` run first, in their
-    own call with ``SMALL_ITERS_FACTOR`` times the iterations.
+    and again just after (``bracket``: per size the median over both probes' chains), up to the
+    largest round the point sends (a naive ring's whole buffer). Sizes under
+    ``SMALL_ALLREDUCE_BYTES`` run first, in their own call with ``SMALL_ITERS_FACTOR`` times the
+    iterations.
 
     Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
     emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took

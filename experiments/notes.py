@@ -23,7 +23,7 @@ NOTES: dict[str, list[str]] = {
         "network-bound rows it removed the start-up ramp the model had to carry: a 4 MiB ring "
         "round at 50 Mbit/s took 748–782 ms with BBR and 716–719 ms with Reno on 2, 4 and 8 "
         "hosts, which is the bucket and the duplex payload rate and nothing else (4 MB each way "
-        "in the duplex probe: 748 against 683 ms; the BBR figures are the previous full grid's, "
+        "in the duplex probe: 748 against 683 ms; the BBR figures are an earlier full grid's, "
         "`experiments/run.py --congestion-control system` measures them again). The largest change is in the parameter "
         "server (the `async` note).",
         "**Every all-reduce point calibrates its own test bed, on both sides of its rows.** The "
@@ -106,8 +106,8 @@ NOTES: dict[str, list[str]] = {
         "until the peer has posted the matching receive; with 2 hosts both neighbours are one "
         "peer on one TCP connection, and a ring that posted its receives after its sends let "
         "the directions take turns (4 MB at 50 Mbit/s: 1.33 s). Every receive is posted before "
-        "the sends that precede it on the wire (`real/allreduce.py`): 723 ms in the full grid, "
-        "Gloo's own 749 ms.",
+        "the sends that precede it on the wire (`real/allreduce.py`): 684 ms in the full grid, "
+        "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
         "**Full grid: median 2.5% over 12 rows, worst 26.2% — 8 replicas at 200 Mbit/s.** "

@@ -6,8 +6,8 @@ of ``--rounds`` such rounds back to back after a barrier, at each size of ``--si
 the same communicator the all-reduces use (Gloo or MPI), and reports per size the median over
 ``--repeats`` chains of the slowest rank's time to the end of the first round (``first_s``: a
 round started on an idle network) and of the later rounds' mean (``next_s``: a round that
-follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``. No reduction, no algorithm: the simulator composes those
-(``dsgd_sim.collectives.RoundCosts``)::
+follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``. No reduction,
+no algorithm: the simulator composes those (``dsgd_sim.collectives.RoundCosts``)::
 
     torchrun --nproc-per-node 4 experiments/ring_probe.py --sizes 16KiB,256KiB,4MiB --json rounds.json
 

@@ -45,7 +45,7 @@ REPORT = HERE / "RESULTS.md"  # the report written from them
 def allreduce_rows(experiment, net_by_rate: dict, measure) -> tuple[list[dict], dict]:
     """Measure every point of the all-reduce experiment; one row per (point, algorithm, size),
     predicted from the rate's calibration with the ring rounds timed on the point's own test bed
-    just before its rows (``measure.measure_allreduce``). Also returns those round tables, by
+    just before and just after its rows (``measure.measure_allreduce``). Also returns those round tables, by
     point label."""
     rows, tables = [], {}
     for point in experiment.points:
@@ -153,8 +153,10 @@ def header_lines(meta: dict) -> list[str]:
             "differ per row by the Repeatability figure under each table.", "",
             f"Calibration of the last run (network only, 2 hosts): {cal}; and ring rounds timed "
             f"on test beds of {rounds} (`experiments/ring_probe.py`, in `calibration.json`), "
-            "from which the all-reduces and sync steps are predicted. Each experiment below was "
-            "predicted from the calibration made in its own run."]
+            "from which the sync steps and the rings of the other experiments are predicted; each "
+            "all-reduce point times its own rounds on its own hosts, before and after its rows "
+            "(in `allreduce.json`). Each experiment below was predicted from the calibration "
+            "made in its own run."]
 
 
 def load_results(names: list[str]) -> list[dict]:
