@@ -26,6 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from experiments.configs import bed_label  # noqa: E402
 from experiments.model import NetworkInputs, predict_allreduce_s  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -47,7 +48,7 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None)
     out = []
     for r in rows:
         net = nets[r["bandwidth_bps"]]
-        label = f"H={r['hosts']} {r['bandwidth_bps'] / 1e6:g}Mbps"
+        label = bed_label(r["hosts"], r["bandwidth_bps"])
         if tables and label in tables:
             net = net.with_rounds(r["hosts"], tables[label])
         if model == "shaper, no start-up":

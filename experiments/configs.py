@@ -18,6 +18,11 @@ ALLREDUCE_ALGORITHMS = ("ring", "naive", "backend")  # real/allreduce.py's names
 LAUNCHERS = ("direct", "torchrun")  # how a sync run's ranks are started (experiments/measure.py)
 
 
+def bed_label(hosts: int, bandwidth_bps: float) -> str:
+    """A test bed's name in rows and tables: ``H=4 200Mbps``."""
+    return f"H={hosts} {bandwidth_bps / MBIT:g}Mbps"
+
+
 @dataclass(frozen=True)
 class AllReduceConfig:
     """One all-reduce benchmark run: ``hosts`` hosts (one rank each) at ``bandwidth_bps`` per link,
@@ -48,7 +53,7 @@ class AllReduceConfig:
 
     @property
     def label(self) -> str:
-        return f"H={self.hosts} {self.bandwidth_bps / MBIT:g}Mbps"
+        return bed_label(self.hosts, self.bandwidth_bps)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,7 +92,7 @@ class SyncRunConfig:
     def label(self) -> str:
         compute = f"emulate {self.emulate_compute_s * 1e3:g}ms" if self.emulate_compute_s else "cpu"
         launcher = " torchrun c10d" if self.launcher == "torchrun" else ""
-        return f"H={self.hosts} {self.bandwidth_bps / MBIT:g}Mbps {self.model} {compute}{launcher}"
+        return f"{bed_label(self.hosts, self.bandwidth_bps)} {self.model} {compute}{launcher}"
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -21,7 +21,7 @@ from pathlib import Path
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 
-from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
+from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -94,9 +94,9 @@ def bracket(before: dict, after: dict) -> dict:
     for b, a in zip(before["results"], after["results"], strict=True):
         if b["bytes"] != a["bytes"]:
             raise ValueError(f"probes of different sizes: {b['bytes']} and {a['bytes']} bytes")
-        rows.append({"bytes": b["bytes"], **{
-            key: statistics.median(b[f"{key[:-2]}_chains_s"] + a[f"{key[:-2]}_chains_s"])
-            for key in ("first_s", "next_s")}})
+        rows.append({"bytes": b["bytes"],
+                     "first_s": statistics.median(b["first_chains_s"] + a["first_chains_s"]),
+                     "next_s": statistics.median(b["next_chains_s"] + a["next_chains_s"])})
     return {**before, "results": rows, "before": before["results"], "after": after["results"]}
 
 
@@ -151,7 +151,7 @@ def _run(config, command: str, json_name: str | tuple[str, ...], timeout_s: floa
     the ``json_name`` file of the host that wrote it (rank 0's host: under torchrun the
     rendezvous, not the host, decides which rank is 0). With a tuple of names, a dict of each of
     those files (all from the same host)."""
-    label = getattr(config, "label", f"H={config.hosts} {config.bandwidth_bps / 1e6:g}Mbps")
+    label = getattr(config, "label", bed_label(config.hosts, config.bandwidth_bps))
     bed = testbed_config(config.hosts, config.bandwidth_bps)
     return run_collect(bed, command, json_name, label, timeout_s)
 
