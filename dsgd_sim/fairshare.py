@@ -81,3 +81,16 @@ class FairShare:
                 del self._jobs[done]
                 done.succeed()
         self._reschedule()
+
+
+class CappedFairShare:
+    """``FairShare`` with one rate cap for every job (a server NIC whose messages each cross a
+    worker's link): ``submit(amount)``, as ``FifoShare`` takes it, served fairly, not in order."""
+
+    def __init__(self, env: simpy.Environment, capacity: float, cap: float):
+        if not cap > 0:
+            raise ValueError(f"cap must be positive, got {cap!r}")
+        self._share, self.cap = FairShare(env, capacity), float(cap)
+
+    def submit(self, amount: float) -> simpy.Event:
+        return self._share.submit(amount, self.cap)

@@ -44,7 +44,7 @@ import numpy as np
 import simpy
 
 from .cluster import ClusterConfig
-from .fairshare import FairShare
+from .fairshare import CappedFairShare, FairShare
 from .presets import BYTES_PER_PARAM
 from .fifo_share import FifoShare
 from .trace import Trace
@@ -70,6 +70,10 @@ class AsyncConfig:
     # its inbound NIC then carries one push at a time, at most at a worker's rate, however fast
     # the NIC itself; replies still leave while the next push arrives
     one_push_at_a_time: bool = False
+    # the server's NICs share their rate max-min fairly among the messages in flight, as TCP
+    # flows of equal windows do, instead of in arrival order (``FifoShare``): messages that start
+    # together end together (``dsgd_sim/fifo_share.py`` says what that costs)
+    fair_server_nic: bool = False
 
     def __post_init__(self):
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
@@ -172,8 +176,9 @@ class AsyncSimulation:
         cap = cluster.bandwidth_bps / config.servers
         inbound_bps = min(cluster.server_bandwidth_bps, cap) if config.one_push_at_a_time \
             else cluster.server_bandwidth_bps
-        self.inbound = FifoShare(self.env, inbound_bps, cap)
-        self.outbound = FifoShare(self.env, cluster.server_bandwidth_bps, cap)
+        nic = CappedFairShare if config.fair_server_nic else FifoShare
+        self.inbound = nic(self.env, inbound_bps, cap)
+        self.outbound = nic(self.env, cluster.server_bandwidth_bps, cap)
         cores = cluster.cores
         self.cores = FairShare(self.env, cores) if cores and cores < self.workers else None
         self.latency_s, self.service_s = cluster.latency_s, config.service_s

@@ -47,20 +47,22 @@ def profile_workload(reference: dict, compute_s: float):
 
 def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInputs,
                    reference: dict, ps_bandwidth_bps: float | None = None,
-                   one_push_at_a_time: bool = False) -> dict:
+                   one_push_at_a_time: bool = False, fair_server_nic: bool = False) -> dict:
     """The simulator's async run: ``per_update_s`` (after the first round, as the real server
     counts), ``staleness_mean`` and ``staleness_hist`` (counts indexed by staleness, as the real
     server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's link is a worker's.
     ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
     allows, as ``real/ps_server.py`` does (a receive posted per worker); True: a server that
-    receives one whole push before it takes the next."""
+    receives one whole push before it takes the next. ``fair_server_nic``: the server's NICs
+    share their rate fairly among the messages in flight instead of in arrival order."""
     workload = profile_workload(reference, compute_s)
     cluster = ClusterConfig(replicas=workers, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s, ps_bandwidth_bps=ps_bandwidth_bps)
     service_s = reference["summary"].get("idle_time_s") or 0.0
     result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, seed=0,
                                          service_time_s=service_s,
-                                         one_push_at_a_time=one_push_at_a_time)).run()
+                                         one_push_at_a_time=one_push_at_a_time,
+                                         fair_server_nic=fair_server_nic)).run()
     ends, skip = result.update_end_s, workers
     return {"per_update_s": float((ends[-1] - ends[skip - 1]) / (len(ends) - skip)),
             "staleness_mean": float(result.staleness.mean()),

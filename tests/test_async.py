@@ -239,3 +239,19 @@ def test_a_server_taking_one_push_at_a_time_is_held_to_a_workers_rate_however_fa
     assert per_update_s(True) == pytest.approx(push_s, rel=1e-6)  # pushes in turn, each at B
     # four pushes at once through a 4B link: a worker's push-then-pull cycle (2n/B) is the bound
     assert per_update_s(False) == pytest.approx(2 * push_s / 4, rel=1e-6)
+
+
+def test_a_fair_server_nic_ends_equal_pushes_together_so_push_and_reply_phases_alternate():
+    grad_bytes, rate = 1_000_000, 100e6
+    workload = from_preset("resnet50").with_grad_bytes(grad_bytes).with_compute(Constant(0.0))
+    cluster = ClusterConfig(replicas=4, bandwidth_bps=rate, latency_s=0.0)
+
+    def per_update_s(fair):
+        ends = AsyncSimulation(AsyncConfig(cluster, workload, updates=200, service_time_s=0.0,
+                                           fair_server_nic=fair)).run().update_end_s
+        return (ends[-1] - ends[99]) / 100
+
+    push_s = 8 * grad_bytes / rate
+    assert per_update_s(False) == pytest.approx(push_s, rel=1e-6)  # in order: the link always busy
+    # fairly: four pushes end together, then four replies; each link idles half the time
+    assert per_update_s(True) == pytest.approx(2 * push_s, rel=1e-6)
