@@ -20,8 +20,11 @@ halving-doubling    Rabenseifner: recursive-halving reduce-scatter (n/2, n/4, �
 ``ps`` (parameter server) is not a round-based collective: its pushes contend at the server's NIC
 and are simulated flow by flow in ``sync.py`` (through ``fairshare.py``).
 
-Reduction arithmetic (γ in the papers) is not modelled: on a CPU it hides behind the network,
-on GPUs it runs at memory bandwidth, both far faster than the links considered here.
+Reduction arithmetic (γ in the papers) is left out of the α-β time: on GPUs it runs at memory
+bandwidth, far faster than the links considered here, and a library's pipelined ring (NCCL's,
+Gloo's) overlaps it with the transfers. A ring that reduces between its rounds pays it in full:
+:func:`reduction_sizes` lists what each algorithm adds after a round, and measured rounds may carry
+what that costs (``RoundCosts.reduce_s``).
 
 **Measured rounds instead of α and B.** Where a cluster's rounds have been timed (every rank
 sending one message to its right neighbour and receiving one from its left, chains of rounds
@@ -63,6 +66,23 @@ def halving_doubling(p: int, n_bytes: float) -> Rounds:
     return fold + halving + halving[::-1] + fold
 
 
+def reduction_sizes(algorithm: str, p: int, n_bytes: float) -> list[float]:
+    """Bytes each rank adds into its buffer after a round, round by round, for an algorithm that
+    reduces between rounds (the reduce phases; gathers and broadcasts only copy)."""
+    if p == 1 or n_bytes == 0:
+        return []
+    if algorithm == "ring":
+        return [n_bytes / p] * (p - 1)
+    if algorithm == "naive-ring":
+        return [n_bytes] * (p - 1)
+    if algorithm == "tree":
+        return [n_bytes] * math.ceil(math.log2(p))
+    if algorithm == "halving-doubling":
+        power = 1 << (p.bit_length() - 1)
+        return ([n_bytes] if power != p else []) + [n_bytes / 2**k for k in range(1, power.bit_length())]
+    raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+
+
 ALGORITHMS = {
     "ring": ring,
     "naive-ring": naive_ring,
@@ -77,38 +97,52 @@ ALGORITHM_NAMES = (*ALGORITHMS, PARAMETER_SERVER)
 class RoundCosts:
     """Measured seconds of one round (each rank sends ``bytes`` to one peer and receives as much)
     at increasing sizes: ``first_s`` for a round started on an idle network, ``next_s`` for one
-    that follows another back to back. Between sizes the cost is interpolated linearly; below
-    the smallest it is the smallest's; above the largest it grows along the last two points."""
+    that follows another back to back; optionally ``reduce_s``, at the same sizes, for a rank to
+    add what a round brought into its buffer (empty: not measured, costs nothing). Between sizes a cost is
+    interpolated linearly; below the smallest it is the smallest's; above the largest it grows
+    along the last two points."""
 
     sizes_bytes: tuple[float, ...]
     first_s: tuple[float, ...]
     next_s: tuple[float, ...]
+    reduce_s: tuple[float, ...] = ()
 
     def __post_init__(self):
         n = len(self.sizes_bytes)
         if n < 2 or len(self.first_s) != n or len(self.next_s) != n:
             raise ValueError(f"round costs need at least 2 sizes, each with a first and a next "
                              f"time; got {n} sizes, {len(self.first_s)} and {len(self.next_s)} times")
+        if len(self.reduce_s) not in (0, n):
+            raise ValueError(f"round costs: {n} sizes but {len(self.reduce_s)} reduce times "
+                             f"(none, or one per size)")
         if any(b <= a for a, b in zip(self.sizes_bytes, self.sizes_bytes[1:])) \
                 or self.sizes_bytes[0] <= 0:
             raise ValueError(f"round-cost sizes must be positive and increasing, got {self.sizes_bytes}")
         if not all(math.isfinite(t) and t > 0 for t in (*self.first_s, *self.next_s)):
             raise ValueError("round-cost times must be positive seconds")
+        if not all(math.isfinite(t) and t >= 0 for t in self.reduce_s):
+            raise ValueError("reduce times must be seconds >= 0")
 
     @classmethod
     def from_rows(cls, rows: list[dict]) -> "RoundCosts":
-        """From ``[{"bytes": n, "first_s": t1, "next_s": t2}, ...]`` (any order)."""
+        """From ``[{"bytes": n, "first_s": t1, "next_s": t2}, ...]`` (any order), with
+        ``reduce_s`` too where every row has it."""
         try:
             rows = sorted(rows, key=lambda r: float(r["bytes"]))
+            reduce = tuple(float(r["reduce_s"]) for r in rows) if all("reduce_s" in r for r in rows) \
+                else ()
             return cls(tuple(float(r["bytes"]) for r in rows), tuple(float(r["first_s"]) for r in rows),
-                       tuple(float(r["next_s"]) for r in rows))
+                       tuple(float(r["next_s"]) for r in rows), reduce)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"bad round-cost rows ({error}): each needs bytes, first_s and next_s") \
                 from None
 
     def as_rows(self) -> list[dict]:
-        return [{"bytes": n, "first_s": a, "next_s": b}
+        rows = [{"bytes": n, "first_s": a, "next_s": b}
                 for n, a, b in zip(self.sizes_bytes, self.first_s, self.next_s)]
+        for row, t in zip(rows, self.reduce_s):
+            row["reduce_s"] = t
+        return rows
 
     def _at(self, times: tuple[float, ...], size: float) -> float:
         sizes = self.sizes_bytes
@@ -123,6 +157,10 @@ class RoundCosts:
 
     def next_round_s(self, size_bytes: float) -> float:
         return self._at(self.next_s, size_bytes)
+
+    def reduce_time_s(self, sizes_bytes: list[float]) -> float:
+        """Seconds to add each of ``sizes_bytes`` after its round (0 when not measured)."""
+        return sum(self._at(self.reduce_s, n) for n in sizes_bytes) if self.reduce_s else 0.0
 
     def rounds_time_s(self, rounds: Rounds) -> float:
         """Seconds for ``rounds`` run back to back, the first on an idle network."""

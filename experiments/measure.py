@@ -22,6 +22,7 @@ from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 
 from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label
+from .ring_probe import COLUMNS as PROBE_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -95,8 +96,8 @@ def bracket(before: dict, after: dict) -> dict:
         if b["bytes"] != a["bytes"]:
             raise ValueError(f"probes of different sizes: {b['bytes']} and {a['bytes']} bytes")
         rows.append({"bytes": b["bytes"],
-                     "first_s": statistics.median(b["first_chains_s"] + a["first_chains_s"]),
-                     "next_s": statistics.median(b["next_chains_s"] + a["next_chains_s"])})
+                     **{f"{c}_s": statistics.median(b[f"{c}_chains_s"] + a[f"{c}_chains_s"])
+                        for c in PROBE_COLUMNS if f"{c}_chains_s" in b}})
     return {**before, "results": rows, "before": before["results"], "after": after["results"]}
 
 

@@ -38,7 +38,10 @@ Those four corrections describe two hosts. **Measured rounds** (``round_costs``)
 wherever the calibration holds a ring-round table for the number of hosts predicted: every
 H-host test bed the experiments use is timed by ``experiments/ring_probe.py`` (chains of rounds,
 each rank sending to its right and receiving from its left through Gloo, at a grid of sizes of its
-own), and the simulator's ``RoundCosts`` composes an algorithm's rounds from that table. What
+own), and the simulator's ``RoundCosts`` composes an algorithm's rounds from that table. The hand-written rings
+(``real/allreduce.py``) also pay the addition the probe times after its chains (``reduce_s``),
+once per reduce round (``dsgd_sim.collectives.reduction_sizes``): the next round cannot leave
+before it. What
 the table holds and the corrections above miss: the duplex TCP dynamics of back-to-back rounds,
 and the wake-ups of H ranks and the kernel work of H hosts' links on the machine's shared cores.
 The bucket model stays for a host count without a table.
@@ -49,13 +52,16 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
-from dsgd_sim.collectives import ALGORITHMS, RoundCosts, allreduce_time_s
+from dsgd_sim.collectives import ALGORITHMS, RoundCosts, allreduce_time_s, reduction_sizes
 
 ACK_FRAME_BYTES = 66  # 14 Ethernet + 20 IP + 32 TCP (with timestamps), no payload
 SEGMENTS_PER_ACK = 2  # Linux delayed ACK: one ACK for every second full segment
 
 # real/allreduce.py's algorithm names -> the simulator's; Gloo's own all-reduce is a ring
 SIM_ALGORITHM = {"ring": "ring", "naive": "naive-ring", "backend": "ring"}
+# real/allreduce.py's hand-written rings add what arrived before the next round can leave; Gloo's
+# own ring is left at its rounds (it reduces in C++ as its segments arrive)
+REDUCES_BETWEEN_ROUNDS = {"ring", "naive"}
 
 
 @dataclass(frozen=True)
@@ -193,15 +199,18 @@ def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkIn
                         measured_rounds: bool = True) -> float:
     """Seconds for one all-reduce of ``n_bytes`` over ``hosts`` hosts (one rank each), started
     after a barrier: the simulator's rounds of the algorithm at the costs measured on a test bed
-    of ``hosts`` hosts when the calibration has them (and ``measured_rounds``); otherwise the
+    of ``hosts`` hosts when the calibration has them (and ``measured_rounds``), plus the
+    additions measured there that a hand-written ring makes between rounds; otherwise the
     rounds through the shaper, each with the duplex start-up measured at its size, plus the
     fixed cost of a call."""
     if algorithm not in SIM_ALGORITHM:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
     table = net.round_costs.get(hosts) if measured_rounds else None
     if table is not None:
-        return allreduce_time_s(SIM_ALGORITHM[algorithm], hosts, n_bytes, net.latency_s,
-                                net.duplex_payload_bps, round_costs=table)
+        reduce_s = (table.reduce_time_s(reduction_sizes(SIM_ALGORITHM[algorithm], hosts, n_bytes))
+                    if algorithm in REDUCES_BETWEEN_ROUNDS else 0.0)
+        return reduce_s + allreduce_time_s(SIM_ALGORITHM[algorithm], hosts, n_bytes, net.latency_s,
+                                          net.duplex_payload_bps, round_costs=table)
     network_s = shaped_rounds_time_s(allreduce_messages(algorithm, hosts, n_bytes), net.latency_s,
                                      net.duplex_payload_bps, net.bucket_payload_bytes,
                                      idle_before_s=net.call_overhead_s,

@@ -6,8 +6,9 @@ of ``--rounds`` such rounds back to back after a barrier, at each size of ``--si
 the same communicator the all-reduces use (Gloo or MPI), and reports per size the median over
 ``--repeats`` chains of the slowest rank's time to the end of the first round (``first_s``: a
 round started on an idle network) and of the later rounds' mean (``next_s``: a round that
-follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``. No reduction,
-no algorithm: the simulator composes those (``dsgd_sim.collectives.RoundCosts``)::
+follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``. After each chain
+every rank also times what a hand-written ring does between rounds: adding the buffer that just
+arrived into a sum (``reduce_s``, ``reduce_chains_s``). No algorithm: the simulator composes those (``dsgd_sim.collectives.RoundCosts``)::
 
     torchrun --nproc-per-node 4 experiments/ring_probe.py --sizes 16KiB,256KiB,4MiB --json rounds.json
 
@@ -36,8 +37,10 @@ from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
 TAG = 31
 
 
-def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor], rounds: int) -> list[float]:
-    """After a barrier, ``rounds`` ring rounds back to back; seconds at the end of each."""
+def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
+                rounds: int) -> tuple[list[float], torch.Tensor]:
+    """After a barrier, ``rounds`` ring rounds back to back: the seconds at the end of each, and
+    the buffer the last round received into."""
     outgoing, incoming = buffers
     right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
     comm.barrier()
@@ -49,36 +52,48 @@ def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor], rounds: int) -
         send.wait()
         outgoing, incoming = incoming, outgoing  # pass on what arrived, as a ring does
         marks.append(time.perf_counter() - start)
-    return marks
+    return marks, outgoing
+
+
+def reduce_s(arrived: torch.Tensor, total: torch.Tensor) -> float:
+    """Seconds to add a buffer that has just arrived (in whatever cache state a round leaves it)
+    into a running sum, as a hand-written ring does between its rounds; every rank at once,
+    after the same chain."""
+    start = time.perf_counter()
+    total.add_(arrived)
+    return time.perf_counter() - start
 
 
 SMALL_BYTES = 256 << 10  # rounds this small take milliseconds, and wake-ups make them noisy:
 SMALL_FACTOR = 9         # they get this many times the chains (for about the price of one large one)
+COLUMNS = ("first", "next", "reduce")  # per chain: first round, mean later round, reduction
 
 
 def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
     """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
-    to ``SMALL_BYTES``) of the slowest rank's first round and mean later round, after one
-    warm-up chain per size. Sizes interleave across repeats, so a burst of other load spreads
-    over all of them."""
+    to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
+    what arrived last (``reduce_s``), after one warm-up chain per size. Sizes interleave across repeats, so a burst of other load spreads over all of them."""
     buffers = {n: (torch.ones(max(1, n // 4)), torch.empty(max(1, n // 4))) for n in sizes}
+    totals = {n: torch.zeros(max(1, n // 4)) for n in sizes}
     for n in sizes:
         chain_marks(comm, buffers[n], rounds)
     chains = [repeats * (SMALL_FACTOR if n <= SMALL_BYTES else 1) for n in sizes]
-    marks = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
+    times = torch.zeros(len(sizes), max(chains), len(COLUMNS), dtype=torch.float64)
     for rep in range(max(chains)):
         for i, n in enumerate(sizes):
             if rep < chains[i]:
-                marks[i, rep] = torch.tensor(chain_marks(comm, buffers[n], rounds),
+                marks, arrived = chain_marks(comm, buffers[n], rounds)
+                times[i, rep] = torch.tensor([marks[0], (marks[-1] - marks[0]) / (rounds - 1),
+                                              reduce_s(arrived, totals[n])],
                                              dtype=torch.float64)
-    comm.all_reduce(marks, op="max")  # each chain's time is its slowest rank's
+    comm.all_reduce(times, op="max")  # each chain's time is its slowest rank's
     rows = []
     for i, n in enumerate(sizes):
-        first = [float(m[0]) for m in marks[i, :chains[i]]]
-        later = [float(m[-1] - m[0]) / (rounds - 1) for m in marks[i, :chains[i]]]
-        rows.append({"bytes": 4 * max(1, n // 4), "first_s": statistics.median(first),
-                     "next_s": statistics.median(later), "first_chains_s": first,
-                     "next_chains_s": later})
+        row = {"bytes": 4 * max(1, n // 4)}
+        per_chain = {c: times[i, :chains[i], k].tolist() for k, c in enumerate(COLUMNS)}
+        row.update({f"{c}_s": statistics.median(v) for c, v in per_chain.items()})
+        row.update({f"{c}_chains_s": v for c, v in per_chain.items()})
+        rows.append(row)
     return rows
 
 
@@ -113,7 +128,7 @@ def main(argv=None) -> None:
         if comm.rank == 0:
             for r in rows:
                 print(f"{r['bytes']:>10} B  first {r['first_s'] * 1e3:9.3f} ms  "
-                      f"next {r['next_s'] * 1e3:9.3f} ms")
+                      f"next {r['next_s'] * 1e3:9.3f} ms  reduce {r['reduce_s'] * 1e3:8.3f} ms")
             if args.json:
                 Path(args.json).write_text(json.dumps(
                     {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,

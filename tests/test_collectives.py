@@ -5,7 +5,7 @@ import math
 import pytest
 
 from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
-from dsgd_sim.collectives import RoundCosts, allreduce_time_s
+from dsgd_sim.collectives import RoundCosts, allreduce_time_s, reduction_sizes
 from dsgd_sim.compute import Constant
 
 COMPUTE_S = 0.05
@@ -119,6 +119,31 @@ def test_simulated_sync_iteration_uses_the_clusters_round_costs():
     got = SyncSimulation(SyncConfig(measured, workload, iterations=3)).run().iteration_s
     assert got == pytest.approx([want] * 3)
     assert SyncSimulation(SyncConfig(plain, workload, iterations=3)).run().iteration_s[0] < want
+
+
+def test_reduction_sizes_are_what_each_algorithm_adds_between_its_rounds():
+    assert reduction_sizes("ring", 4, 8000) == [2000, 2000, 2000]  # reduce-scatter only
+    assert reduction_sizes("naive-ring", 3, 8000) == [8000, 8000]
+    assert reduction_sizes("tree", 5, 8000) == [8000] * 3  # reduce phase, ceil(lg 5) levels
+    assert reduction_sizes("halving-doubling", 4, 8000) == [4000, 2000]
+    assert reduction_sizes("halving-doubling", 6, 8000) == [8000, 4000, 2000]  # fold, then halve
+    assert reduction_sizes("ring", 1, 8000) == [] and reduction_sizes("ring", 4, 0) == []
+    with pytest.raises(ValueError, match="unknown"):
+        reduction_sizes("ps", 4, 8000)
+
+
+def test_round_costs_carry_measured_reductions_and_cost_nothing_without_them():
+    rows = [{"bytes": 1000, "first_s": 1.0, "next_s": 1.5, "reduce_s": 0.1},
+            {"bytes": 3000, "first_s": 2.0, "next_s": 2.5, "reduce_s": 0.3}]
+    costs = RoundCosts.from_rows(rows)
+    assert costs.reduce_time_s([2000, 2000, 1000]) == pytest.approx(0.2 + 0.2 + 0.1)
+    assert costs.as_rows() == rows
+    assert RoundCosts.from_rows([rows[0], {k: v for k, v in rows[1].items() if k != "reduce_s"}]
+                                ).reduce_time_s([2000]) == 0.0  # a column only if every row has it
+    with pytest.raises(ValueError, match="2 sizes but 1 reduce"):
+        RoundCosts((1000.0, 2000.0), (1.0, 2.0), (1.0, 2.0), reduce_s=(0.1,))
+    with pytest.raises(ValueError, match=">= 0"):
+        RoundCosts((1000.0, 2000.0), (1.0, 2.0), (1.0, 2.0), reduce_s=(0.1, -0.1))
 
 
 @pytest.mark.parametrize("rows,message", [

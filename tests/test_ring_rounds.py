@@ -19,6 +19,7 @@ from experiments.run import allreduce_rows
 ROWS = [{"bytes": 64, "first_s": 0.5e-3, "next_s": 0.6e-3},
         {"bytes": 1 << 20, "first_s": 0.170, "next_s": 0.180},
         {"bytes": 4 << 20, "first_s": 0.680, "next_s": 0.700}]
+REDUCE_ROWS = [{**r, "reduce_s": 2e-9 * r["bytes"]} for r in ROWS]
 CALIBRATION = {"bandwidth_bps": 50e6, "goodput_bps": 47.8e6, "frame_bytes": 1514,
                "gloo": {"latency_s": 100e-6, "all_reduce_1_element_s": {"median": 250e-6}},
                "rounds": {"4": {"results": ROWS}}}
@@ -40,6 +41,14 @@ def test_allreduce_on_a_calibrated_host_count_is_its_rounds_at_the_measured_cost
     assert predict_allreduce_s("naive", 4, 4 << 20, net) == pytest.approx(0.680 + 2 * 0.700)
     assert predict_allreduce_s("ring", 4, 2 << 20, net) == pytest.approx(
         table.first_round_s(512 << 10) + 5 * table.next_round_s(512 << 10))
+    # with the additions measured: the hand-written rings add what arrived after each reduce
+    # round (ring: 3 of 1 MiB; naive: 3 of 4 MiB); Gloo's own stays at its rounds
+    local = NetworkInputs.from_calibration({**CALIBRATION, "rounds": {"4": {"results": REDUCE_ROWS}}})
+    assert predict_allreduce_s("ring", 4, 4 << 20, local) == pytest.approx(
+        0.170 + 5 * 0.180 + 3 * 2e-9 * (1 << 20))
+    assert predict_allreduce_s("naive", 4, 4 << 20, local) == pytest.approx(
+        0.680 + 2 * 0.700 + 3 * 2e-9 * (4 << 20))
+    assert predict_allreduce_s("backend", 4, 4 << 20, local) == pytest.approx(0.170 + 5 * 0.180)
     # a host count without a table, or the table switched off: the shaper model, not the table
     without = predict_allreduce_s("ring", 4, 4 << 20, net, measured_rounds=False)
     assert predict_allreduce_s("ring", 2, 4 << 20, net) != pytest.approx(0.170 + 0.180)
@@ -74,6 +83,10 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
     assert table["world_size"] == 4 and table["before"] == before and table["after"] == after
     assert table["results"] == [{"bytes": 1 << 20, "first_s": pytest.approx(1.175),
                                  "next_s": pytest.approx(2.125)}]
+    # the additions' chains, where the probes timed them, are bracketed the same way
+    row = bracket({"results": [{**chains([1.0], [2.0]), "reduce_chains_s": [0.1, 0.3]}]},
+                  {"results": [{**chains([1.0], [2.0]), "reduce_chains_s": [0.2, 0.9]}]})["results"][0]
+    assert row["reduce_s"] == pytest.approx(0.25)
     with pytest.raises(ValueError):  # a probe that lost a size cannot be paired
         bracket({"results": before}, {"results": []})
     with pytest.raises(ValueError, match="different sizes"):
@@ -107,8 +120,10 @@ def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
     assert table["world_size"] == 2 and table["rounds"] == 3 and table["threads_per_rank"] >= 1
     assert [r["bytes"] for r in table["results"]] == [64, 16384]
     assert all(r["first_s"] > 0 and r["next_s"] > 0 for r in table["results"])
-    assert all(len(r["first_chains_s"]) == len(r["next_chains_s"]) == 2 * 9  # 9x up to 256 KiB
-               and r["first_s"] == statistics.median(r["first_chains_s"]) for r in table["results"])
+    assert all(len(r[f"{c}_chains_s"]) == 2 * 9  # 9x up to 256 KiB
+               and r[f"{c}_s"] == statistics.median(r[f"{c}_chains_s"])
+               for r in table["results"] for c in ("first", "next", "reduce"))
+    assert all(r["reduce_s"] > 0 for r in table["results"])
     RoundCosts.from_rows(table["results"])  # what the calibration hands the simulator
 
 
