@@ -1,4 +1,4 @@
-"""The all-reduce model three ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model four ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation            # reads experiments/results/{calibration,allreduce}.json
 
@@ -6,7 +6,9 @@ All predictions come from the same run's calibration (network only); only the mo
 
 * ``rounds``: the ring rounds timed on a test bed of the row's host count (``ring_probe.py``:
   on the row's own test bed before and after its rows, where ``allreduce.json`` holds those tables; else
-  the calibration's), composed by the simulator (the model the experiments use);
+  the calibration's), composed by the simulator, plus the additions the probe timed for the
+  hand-written rings (the model the experiments use);
+* ``rounds, no additions``: the same rounds without the additions;
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
   duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;
 * ``shaper, no start-up``: the same without the start-up table.
@@ -27,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experiments.configs import bed_label  # noqa: E402
-from experiments.model import NetworkInputs, predict_allreduce_s  # noqa: E402
+from experiments.model import REDUCES_BETWEEN_ROUNDS, NetworkInputs, predict_allreduce_s  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -37,10 +39,12 @@ GROUPS = {
     and not (r["hosts"] == 4 and r["bandwidth_bps"] == 200e6),
     "< 1 MB": lambda r: r["bytes"] < 1_000_000,
     "4 hosts at 200 Mbit/s": lambda r: r["hosts"] == 4 and r["bandwidth_bps"] == 200e6,
+    "hand-written rings, >= 1 MB": lambda r: r["bytes"] >= 1_000_000
+    and r["algorithm"] in REDUCES_BETWEEN_ROUNDS,
 }
 
 
-MODELS = ("rounds", "shaper", "shaper, no start-up")
+MODELS = ("rounds", "rounds, no additions", "shaper", "shaper, no start-up")
 
 
 def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None) -> list[float]:
@@ -53,8 +57,11 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None)
             net = net.with_rounds(r["hosts"], tables[label])
         if model == "shaper, no start-up":
             net = dataclasses.replace(net, duplex_transfers=())
+        if model == "rounds, no additions":
+            net = dataclasses.replace(net, round_costs={
+                h: dataclasses.replace(t, reduce_s=()) for h, t in net.round_costs.items()})
         predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net,
-                                        measured_rounds=model == "rounds")
+                                        measured_rounds=model.startswith("rounds"))
         out.append(abs(predicted - r["measured_s"]) / r["measured_s"])
     return out
 

@@ -276,8 +276,8 @@ def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_witho
     duplex = {"goodput_bps": 46e6, "transfers": [
         {"bytes": n, "median_s": n * 8 / 46e6 + extra}
         for n, extra in ((16_000, 0.0), (2_000_000, 0.015), (4_000_000, 0.015))]}
-    rounds = {"results": [{"bytes": 2_000_000, "first_s": 0.362, "next_s": 0.367},
-                          {"bytes": 4_000_000, "first_s": 0.722, "next_s": 0.731}]}
+    rounds = {"results": [{"bytes": 2_000_000, "first_s": 0.362, "next_s": 0.367, "reduce_s": 0.002},
+                          {"bytes": 4_000_000, "first_s": 0.722, "next_s": 0.731, "reduce_s": 0.004}]}
     calibration = [{**CALIBRATION, "duplex": duplex, "latency_s": 0.0, "rounds": {"2": rounds}}]
     rows = [{"algorithm": "ring", "hosts": 2, "bytes": 4_000_000, "bandwidth_bps": 50e6,
              "measured_s": 0.73}]
@@ -285,3 +285,6 @@ def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_witho
     assert set(result) == set(MODELS) and all(result[m][0] == 1 for m in MODELS)
     # the measured 2 x 15 ms start-up closes some of the gap; the measured rounds more
     assert result["rounds"][1] < result["shaper"][1] < result["shaper, no start-up"][1]
+    # a 4 MB ring on 2 hosts: 2 rounds of 2 MB and one addition of 2 MB (2 ms) between them
+    assert result["rounds"][1] == pytest.approx(abs(0.362 + 0.367 + 0.002 - 0.73) / 0.73)
+    assert result["rounds, no additions"][1] == pytest.approx(abs(0.362 + 0.367 - 0.73) / 0.73)
