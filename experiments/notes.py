@@ -1,23 +1,41 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). Figures quoted here come from the committed full-grid run
 (``experiments/results/full/``, ``python experiments/run.py --out experiments/results/full``,
-49.0 min, Reno on every host) unless a note names another run or command
+49.3 min, Reno on every host) unless a note names another run or command; where a note says
+"the previous full grid" it means the run committed at a29d5d5
 (``experiments/results/full-ps/``: the parameter-server experiments with the machine's BBR);
 each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid: median 3.4% over 132 all-reduce rows, worst 103% — the target (3% / 8%) is "
+        "**Full grid: median 2.5% over 132 all-reduce rows, worst 192% — the target (3% / 8%) is "
         "met where the shaped links are the bottleneck and missed where the 2 cores are.** "
-        "Rows of ≥ 1 MB: 78 rows, median 1.2%, worst 22%; rows of ≥ 256 kB on 2 and 4 hosts at "
-        "50 and 200 Mbit/s: 48 rows, median 0.3%, worst 12%; every 50 Mbit/s row of ≥ 256 kB "
-        "(8 hosts included): 33 rows, median 0.2%, worst 2.9%. The misses: 64 kB calls (27 "
-        "rows, median 17.2%), which take a few milliseconds, where a rank's wake-up on a shared "
-        "core is a large share; 8 hosts at 200 Mbit/s (15 rows, median 8.3%, worst: Gloo's 256 "
-        "kB, predicted 37.0 ms, measured 22.2 ms), where eight ranks and eight hosts' links "
-        "share 2 cores; and 1000 Mbit/s (45 rows, median 6.3%; Gloo's 64 kB on 2 hosts, "
-        "predicted 1.58 ms, measured 0.78 ms). The measurements themselves repeated the "
-        "previous full grid's to a median 1.4% per row.",
+        "Rows of ≥ 1 MB: 78 rows, median 1.3%, worst 50%; every 50 Mbit/s row of ≥ 256 kB "
+        "(8 hosts included): 33 rows, median 0.2%, worst 8.2%. The misses: 64 kB calls (27 "
+        "rows, median 16.5%), which take a few milliseconds, where a rank's wake-up on a shared "
+        "core is a large share (the worst row: Gloo's 64 kB on 2 hosts at 1000 Mbit/s, "
+        "predicted 1.65 ms, measured 0.56 ms); 8 hosts (Gloo's 256 kB at 200 Mbit/s predicted "
+        "43.4 ms, measured 22.0 ms; at 1000 Mbit/s its 256 kB and 1 MB both took 22 ms against "
+        "32–33 ms predicted), where eight ranks and eight hosts' links share 2 cores and Gloo's "
+        "C++ ring pays less per round than the Python-driven probe; and 1000 Mbit/s (45 rows, "
+        "median 4.8%). The previous full grid gave 3.4% / 103%; the machine was busier at the "
+        "start of this one (load average 6.2).",
+        "**The hand-written rings pay their additions.** `real/allreduce.py`'s ring and naive "
+        "ring add what arrived before the next round can leave (the ring's reduce-scatter: "
+        "p − 1 additions of n/p; the naive ring: p − 1 of n), and the probe's rounds carried "
+        "none. The probe now times, after each chain, every rank adding the buffer that just "
+        "arrived into a running sum (`reduce_s`; 2.1 ms for 16 MiB on 2 hosts at 1000 Mbit/s, "
+        "4.0 ms on 4 hosts, 31 ms on 8 hosts at 200 Mbit/s), and the model charges it per "
+        "reduce round (`dsgd_sim.collectives.reduction_sizes`); Gloo's own ring, which reduces "
+        "in C++ as its segments arrive, is left at its rounds. The previous full grid had the "
+        "naive ring at 1000 Mbit/s 3.5–5.1% slower than predicted from 256 kB up; with the "
+        "additions, the naive rows at 1000 Mbit/s have a median of 3.0% (`python -m "
+        "experiments.ablation --results experiments/results/full`: the hand-written rings' 52 "
+        "rows of ≥ 1 MB 1.0% against 1.1% without the additions; all rows 2.5% against 2.6%). "
+        "A small gain, and the right sign. Also looked at: the naive ring clones its buffer "
+        "into new memory each call, and a probe that timed such a copy after its chains "
+        "measured 8 ms for 16 MiB, but the all-reduce rows showed no such cost (the allocator "
+        "hands the freed block back on the next call), so the model leaves it out.",
         "**Reno, not BBR.** The test bed now sets every host's TCP congestion control to Reno "
         "(`--congestion-control`); the rows before used the machine's default, BBR. On the "
         "network-bound rows it removed the start-up ramp the model had to carry: a 4 MiB ring "
@@ -111,23 +129,22 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
-        "**Full grid: median 2.5% over 12 rows, worst 26.2% — 8 replicas at 200 Mbit/s.** "
+        "**Full grid: median 1.8% over 12 rows, worst 45.4% — 8 replicas at 200 Mbit/s.** "
         "mlp (0.94 MB of gradients, one bucket, Gloo's all-reduce), 2, 4 and 8 replicas at 50 "
         "and 200 Mbit/s, compute emulated (50 ms sleep) or real (one CPU thread a replica, the "
         "simulator's `cores` = 2). The simulator's iteration: the single-process profile of "
         "the same model and batch for compute and overhead, and the rounds measured on as "
         "many hosts (the run's opening calibration) for the all-reduce. At 50 Mbit/s every "
-        "row within −1.4…+2.7%; at 200 Mbit/s 2 replicas −3.1% and −0.3%, 4 replicas +7.5% "
-        "and +10.2%, 8 replicas +24.1% and +26.2%. The 8-replica misses are the all-reduce's "
-        "small rounds on 8 hosts (0.94 MB in 14 rounds of 117 kB): Gloo's C++ ring runs them "
-        "faster than the Python-driven probe when 8 ranks share 2 cores (108 ms of "
-        "communication a step against 134–170 ms from the probe's rounds; the all-reduce "
-        "note: Gloo's own 256 kB on 8 hosts is 40% faster than predicted), and the opening "
-        "calibration's 8-host probe ran slower than the all-reduce point's own did later "
-        "(256 KiB round 21.6 against 18.1 ms). The previous full grid ran its 200 Mbit/s rows "
-        "on a loaded machine (load average 6.1, 50 ms sleeps taking 66.7 ms): −5…−44%.",
+        "row within −1.7…+1.9%; at 200 Mbit/s 2 replicas −3.4% and −1.2%, 4 replicas +5.0% "
+        "and +9.5%, 8 replicas +42.1% and +45.4% (previous full grid +24.1% and +26.2%). The "
+        "8-replica misses are the all-reduce's small rounds on 8 hosts (0.94 MB in 14 rounds "
+        "of 117 kB): Gloo's C++ ring runs them faster than the Python-driven probe when 8 "
+        "ranks share 2 cores (the all-reduce note: Gloo's own 256 kB on 8 hosts took half "
+        "the predicted time), and by how much moves from run to run.",
     ],
     "multinode": [
+        "**This run: 4 hosts at 200 Mbit/s, +8.2%** (the paragraph below quotes the previous "
+        "full grid).",
         "The multi-node path works on the test bed: four hosts, each running its own `torchrun` "
         "agent (`--nnodes 4 --rdzv-backend c10d --rdzv-endpoint host0:port`), rendezvous at "
         "host 0's store, and a sync run of 20 steps completes: 120.0 ms per step in the full "
@@ -137,6 +154,10 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
+        "**This run** (the paragraphs below quote the previous full grid): seconds per update, "
+        "2, 4 and 8 workers, 200 Mbit/s −4.2%, −14.1%, −26.4%; 50 Mbit/s −44.7%, −35.7%, "
+        "−21.1%. The simulator's server NIC in arrival order is still fast where TCP shares the "
+        "link (below).",
         "**TCP's congestion control decides how busy the server's link is, and the simulator "
         "assumes it busy whenever a push waits.** The test bed now runs Reno on every host "
         "(`experiments/results/full`); the parameter-server runs before it used the machine's "
@@ -199,6 +220,10 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
+        "**This run** (the paragraphs below quote the previous full grid): ring rows −2.7%, "
+        "+8.5%, +51.6% (8 workers, the `sync` note's miss); PS rows 4 workers at 50 Mbit/s "
+        "1× −47.6%, 2× −29.6%, 4× −0.3%, 8× −1.3%; at 200 Mbit/s −6.5%, −27.1%, −16.3%, "
+        "−14.6%; 8 workers −26.1%, −20.5%, −39.7%, −44.0%.",
         "**A faster server link pays, and the ring still wins.** mlp (0.94 MB), no compute, "
         "seconds per round (every worker's gradient in, the weights out once), server link at "
         "1× / 2× / 4× / 8× the workers' (Reno, `experiments/results/full`): 4 workers at 50 "
@@ -226,6 +251,8 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
+        "**This run** (the paragraphs below quote the previous full grid): sync per step "
+        "+0.1%, +5.3%, +43.2%; async per update −1.8%, −4.8%, −16.0% for 2, 4 and 8 workers.",
         "**Sync moves more samples per second from 4 workers on; async's server link caps it.** "
         "mlp, every gradient computed for real and padded to 50 ms (`--emulate-compute 50ms "
         "--real-gradients`), 200 Mbit/s, 800 async updates against 800 / W sync steps (the same "
