@@ -79,7 +79,8 @@ def reduction_sizes(algorithm: str, p: int, n_bytes: float) -> list[float]:
         return [n_bytes] * math.ceil(math.log2(p))
     if algorithm == "halving-doubling":
         power = 1 << (p.bit_length() - 1)
-        return ([n_bytes] if power != p else []) + [n_bytes / 2**k for k in range(1, power.bit_length())]
+        fold = [n_bytes] if power != p else []
+        return fold + [n_bytes / 2**k for k in range(1, power.bit_length())]
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
 
 
@@ -98,9 +99,9 @@ class RoundCosts:
     """Measured seconds of one round (each rank sends ``bytes`` to one peer and receives as much)
     at increasing sizes: ``first_s`` for a round started on an idle network, ``next_s`` for one
     that follows another back to back; optionally ``reduce_s``, at the same sizes, for a rank to
-    add what a round brought into its buffer (empty: not measured, costs nothing). Between sizes a cost is
-    interpolated linearly; below the smallest it is the smallest's; above the largest it grows
-    along the last two points."""
+    add what a round brought into its buffer (empty: not measured, costs nothing). Between sizes
+    a cost is interpolated linearly; below the smallest it is the smallest's; above the largest
+    it grows along the last two points."""
 
     sizes_bytes: tuple[float, ...]
     first_s: tuple[float, ...]

@@ -38,11 +38,10 @@ Those four corrections describe two hosts. **Measured rounds** (``round_costs``)
 wherever the calibration holds a ring-round table for the number of hosts predicted: every
 H-host test bed the experiments use is timed by ``experiments/ring_probe.py`` (chains of rounds,
 each rank sending to its right and receiving from its left through Gloo, at a grid of sizes of its
-own), and the simulator's ``RoundCosts`` composes an algorithm's rounds from that table. The hand-written rings
-(``real/allreduce.py``) also pay the addition the probe times after its chains (``reduce_s``),
-once per reduce round (``dsgd_sim.collectives.reduction_sizes``): the next round cannot leave
-before it. What
-the table holds and the corrections above miss: the duplex TCP dynamics of back-to-back rounds,
+own), and the simulator's ``RoundCosts`` composes an algorithm's rounds from that table. The
+hand-written rings (``real/allreduce.py``) also pay the addition the probe times after its
+chains (``reduce_s``), once per reduce round (``dsgd_sim.collectives.reduction_sizes``): the
+next round cannot leave before it. What the table holds and the corrections above miss: the duplex TCP dynamics of back-to-back rounds,
 and the wake-ups of H ranks and the kernel work of H hosts' links on the machine's shared cores.
 The bucket model stays for a host count without a table.
 """

@@ -33,10 +33,11 @@ NOTES: dict[str, list[str]] = {
         "additions, the naive rows at 1000 Mbit/s have a median of 3.0% (`python -m "
         "experiments.ablation --results experiments/results/full`: the hand-written rings' 52 "
         "rows of ≥ 1 MB 1.0% against 1.1% without the additions; all rows 2.5% against 2.6%). "
-        "A small gain, and the right sign. Also looked at: the naive ring clones its buffer "
-        "into new memory each call, and a probe that timed such a copy after its chains "
-        "measured 8 ms for 16 MiB, but the all-reduce rows showed no such cost (the allocator "
-        "hands the freed block back on the next call), so the model leaves it out.",
+        "A small gain, and the right sign. Also looked at, in a side check whose probe "
+        "code was not kept: the naive ring clones its buffer into new memory each call, and "
+        "a copy into new memory timed after the probe's chains took 8 ms for 16 MiB on 2 hosts "
+        "at 1000 Mbit/s, but charging it put that test bed's naive rows 4% slow (the "
+        "allocator hands the freed block back on the next call), so the model leaves it out.",
         "**Reno, not BBR.** The test bed now sets every host's TCP congestion control to Reno "
         "(`--congestion-control`); the rows before used the machine's default, BBR. On the "
         "network-bound rows it removed the start-up ramp the model had to carry: a 4 MiB ring "

@@ -8,7 +8,8 @@ the same communicator the all-reduces use (Gloo or MPI), and reports per size th
 round started on an idle network) and of the later rounds' mean (``next_s``: a round that
 follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``. After each chain
 every rank also times what a hand-written ring does between rounds: adding the buffer that just
-arrived into a sum (``reduce_s``, ``reduce_chains_s``). No algorithm: the simulator composes those (``dsgd_sim.collectives.RoundCosts``)::
+arrived into a sum (``reduce_s``, ``reduce_chains_s``). No algorithm: the simulator composes
+those (``dsgd_sim.collectives.RoundCosts``)::
 
     torchrun --nproc-per-node 4 experiments/ring_probe.py --sizes 16KiB,256KiB,4MiB --json rounds.json
 
@@ -55,7 +56,7 @@ def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
     return marks, outgoing
 
 
-def reduce_s(arrived: torch.Tensor, total: torch.Tensor) -> float:
+def time_addition(arrived: torch.Tensor, total: torch.Tensor) -> float:
     """Seconds to add a buffer that has just arrived (in whatever cache state a round leaves it)
     into a running sum, as a hand-written ring does between its rounds; every rank at once,
     after the same chain."""
@@ -72,7 +73,8 @@ COLUMNS = ("first", "next", "reduce")  # per chain: first round, mean later roun
 def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
     """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
     to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
-    what arrived last (``reduce_s``), after one warm-up chain per size. Sizes interleave across repeats, so a burst of other load spreads over all of them."""
+    what arrived last (``reduce_s``), after one warm-up chain per size. Sizes interleave across
+    repeats, so a burst of other load spreads over all of them."""
     buffers = {n: (torch.ones(max(1, n // 4)), torch.empty(max(1, n // 4))) for n in sizes}
     totals = {n: torch.zeros(max(1, n // 4)) for n in sizes}
     for n in sizes:
@@ -84,7 +86,7 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
             if rep < chains[i]:
                 marks, arrived = chain_marks(comm, buffers[n], rounds)
                 times[i, rep] = torch.tensor([marks[0], (marks[-1] - marks[0]) / (rounds - 1),
-                                              reduce_s(arrived, totals[n])],
+                                              time_addition(arrived, totals[n])],
                                              dtype=torch.float64)
     comm.all_reduce(times, op="max")  # each chain's time is its slowest rank's
     rows = []
