@@ -2,7 +2,7 @@
 
     python cuda/bench.py                          # 4096² and 8192², masks 3 5 7 9, table only
     python cuda/bench.py --json cuda/results/h100.json --profile cuda/results/h100-profile.json
-    python cuda/bench.py --sizes 8192 --masks 5 --variants register_blocked,tiled_output
+    python cuda/bench.py --sizes 8192 --masks 5 --variants pipelined,register_blocked
     python cuda/bench.py --channels 32 --sizes 2048   # depthwise: (1, 32, 2048, 2048)
 
 For every image size and mask size it times each kernel variant of tiledconv
@@ -125,7 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--profile", metavar="FILE", help="write a simulator profile (compute_s)")
     p.add_argument("--profile-variant", type=_one(_variants), default=None,
-                   help="variant for --profile (default register_blocked)")
+                   help=f"variant for --profile (default {tiledconv.DEFAULT_VARIANT})")
     p.add_argument("--profile-mask", type=_one(_int_list("mask", _mask_side)), default=5,
                    help="mask side for --profile; must be among --masks (default 5)")
     args = p.parse_args(argv)

@@ -4,7 +4,7 @@ Each variant is exposed as a function of torch tensors::
 
     import sys; sys.path.insert(0, "cuda")   # this folder; see below
     import tiledconv
-    out = tiledconv.conv2d(image, mask, variant="register_blocked")
+    out = tiledconv.conv2d(image, mask, variant="pipelined")
 
 ``image`` is a float32 CUDA tensor of shape (H, W) with a (K, K) mask, or
 (N, C, H, W) with one mask per channel, shape (C, K, K) (depthwise). K is odd,
@@ -64,6 +64,7 @@ class Variant:
     outputs_per_block: tuple[int, int]  # output tile (width, height); 0 = 33 - K
     constant_mask: bool  # mask read from __constant__ c_masks
     summary: str
+    strip_tiles: int = 1  # output tiles per block, down a strip (DSGD_PIPELINED_STRIP_TILES)
 
     def tile(self, mask_size: int) -> tuple[int, int]:
         """Output tile (width, height) one block computes for a K x K mask."""
@@ -87,9 +88,13 @@ VARIANTS: dict[str, Variant] = {
         Variant("register_blocked", "register_blocked.cu", "conv_register_blocked", (32, 8),
                 (128, 32), True,
                 "4x4 outputs per thread, float4 loads and streaming float4 stores"),
+        Variant("pipelined", "pipelined.cu", "conv_pipelined", (32, 8), (128, 32), True,
+                "register_blocked's patches; each block walks a strip of 8 tiles, the next "
+                "tile's rows copied (cp.async) into a ring of shared rows during this one's "
+                "arithmetic", strip_tiles=8),
     )
 }
-DEFAULT_VARIANT = "register_blocked"
+DEFAULT_VARIANT = "pipelined"
 
 
 @dataclass(frozen=True)
@@ -178,8 +183,8 @@ def plan_launches(variant: str, shape: ConvShape) -> list[Launch]:
     """
     v = check_variant(variant)
     tile_w, tile_h = v.tile(shape.mask_size)
-    grid_x = -(-shape.width // tile_w)
-    grid_y = -(-shape.height // tile_h)
+    grid_x = _ceil_div(shape.width, tile_w)
+    grid_y = _ceil_div(_ceil_div(shape.height, tile_h), v.strip_tiles)
     if grid_y > MAX_GRID_YZ:
         raise ValueError(f"image height {shape.height} too large for variant {variant!r} "
                          f"({grid_y} block rows > {MAX_GRID_YZ})")
@@ -192,6 +197,10 @@ def plan_launches(variant: str, shape: ConvShape) -> list[Launch]:
         grid_z = min(shape.batch * count, MAX_GRID_YZ)
         launches.append(Launch((grid_x, grid_y, grid_z), (*v.block, 1), begin, count))
     return launches
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def kernel_source(variant: str) -> str:
@@ -268,7 +277,7 @@ class _GpuRunner:
     def run(self, launches, image, mask, out, shape: ConvShape) -> None:
         cp, k2 = self.cp, self.mask_size**2
         stream = torch.cuda.current_stream(self.device)
-        with cp.cuda.Device(self.device.index), cp.cuda.ExternalStream(stream.cuda_stream):
+        with cp.cuda.Device(self.device.index), _cupy_stream(cp, stream):
             if self.last_launch is not None:
                 stream.wait_event(self.last_launch)
             for launch in launches:
@@ -282,6 +291,27 @@ class _GpuRunner:
                 self.function(launch.grid, launch.block, pointers + ints)
             self.last_launch = torch.cuda.Event()
             self.last_launch.record(stream)
+
+
+class _StreamHandle:
+    """A raw cudaStream_t as the CUDA stream protocol (__cuda_stream__) describes it."""
+
+    def __init__(self, pointer: int):
+        self.pointer = pointer
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.pointer)
+
+
+def _cupy_stream(cp, stream: torch.cuda.Stream):
+    """torch's stream as a CuPy stream, for a `with` block; no copy, no synchronisation.
+
+    CuPy 14 deprecates ExternalStream for Stream.from_external (the stream
+    protocol); older CuPy has only ExternalStream.
+    """
+    if hasattr(cp.cuda.Stream, "from_external"):
+        return cp.cuda.Stream.from_external(_StreamHandle(stream.cuda_stream))
+    return cp.cuda.ExternalStream(stream.cuda_stream, stream.device.index)
 
 
 def _import_cupy():

@@ -215,7 +215,15 @@ def test_plan_covers_the_image_with_tiles_of_each_variant():
     grids = {name: tiledconv.plan_launches(name, shape)[0].grid for name in tiledconv.VARIANTS}
     assert grids == {"naive": (10, 13, 1), "constant": (10, 13, 1), "tiled_input": (11, 4, 1),
                      "tiled_output": (10, 7, 1), "l2_halo": (10, 7, 1),
-                     "register_blocked": (3, 4, 1)}
+                     "register_blocked": (3, 4, 1), "pipelined": (3, 1, 1)}
+
+
+def test_plan_gives_each_pipelined_block_a_strip_of_eight_tiles():
+    # 1000 rows = 32 tiles of 32 rows (the last one partial) = 4 strips of 8.
+    shape = tiledconv.ConvShape(1, 1, 1000, 129, 5)
+    assert tiledconv.plan_launches("pipelined", shape)[0].grid == (2, 4, 1)
+    shape = dataclasses.replace(shape, height=1025)  # 33 tiles: a fifth strip of one tile
+    assert tiledconv.plan_launches("pipelined", shape)[0].grid == (2, 5, 1)
 
 
 def test_plan_splits_channels_into_groups_whose_masks_fit_constant_memory():
@@ -272,7 +280,19 @@ def test_emulated_variant_matches_depthwise_conv2d_on_a_batch(variant):
 
 
 @needs_host_compiler
-@pytest.mark.parametrize("variant", ["constant", "register_blocked"])
+@pytest.mark.parametrize("misalign", [False, True], ids=["float4", "scalar"])
+def test_emulated_pipelined_strips_wrap_their_ring_of_rows(misalign):
+    """Tall images: many tiles per strip (the ring of shared rows wraps), a partial last strip."""
+    gen = torch.Generator().manual_seed(7)
+    for height, width, k in [(300, 8, 3), (301, 20, 15), (520, 4, 1), (97, 132, 7)]:
+        image = torch.randn(height, width, generator=gen)
+        mask = torch.randn(k, k, generator=gen)
+        got = tiledconv_cpu.conv2d_emulated(image, mask, "pipelined", misalign=misalign)
+        assert_matches(got, image, mask, f"pipelined {height}x{width} mask {k}")
+
+
+@needs_host_compiler
+@pytest.mark.parametrize("variant", ["constant", "register_blocked", "pipelined"])
 def test_emulated_channel_groups_and_grid_stride_loop_cover_every_plane(monkeypatch, variant):
     monkeypatch.setattr(tiledconv, "MAX_GRID_YZ", 3)  # forces the kernels' plane loop
     gen = torch.Generator().manual_seed(4)

@@ -17,6 +17,7 @@
 #include "../kernels/tiled_output.cu"
 #include "../kernels/l2_halo.cu"
 #include "../kernels/register_blocked.cu"
+#include "../kernels/pipelined.cu"
 
 namespace emu {
 
@@ -98,6 +99,7 @@ struct Entry {
 static const Entry kKernels[] = {
     DSGD_ENTRIES(conv_naive) DSGD_ENTRIES(conv_constant) DSGD_ENTRIES(conv_tiled_input)
     DSGD_ENTRIES(conv_tiled_output) DSGD_ENTRIES(conv_l2_halo) DSGD_ENTRIES(conv_register_blocked)
+    DSGD_ENTRIES(conv_pipelined)
 };
 
 extern "C" {
