@@ -382,6 +382,37 @@ def test_conv_profile_loads_in_the_simulator_as_per_step_compute(tmp_path):
     assert sum(layer.grad_bytes for layer in workload.layers) == 4 * 2 * 5 * 5
 
 
+RESULT_FILES = sorted(p for p in (CUDA_DIR / "results").glob("*.json")
+                      if "results" in json.loads(p.read_text()))
+
+
+def test_committed_gpu_results_exist():
+    assert "h100.json" in [p.name for p in RESULT_FILES]
+
+
+@pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: p.name)
+def test_committed_gpu_results_keep_the_format_and_their_rows_add_up(path):
+    data = json.loads(path.read_text())
+    assert data["gpu"].startswith("NVIDIA") and data["copy_GBps"] > 0
+    assert data["command"].startswith("python cuda/bench.py")
+    conv2d = {(r["mask"], r["height"], r["width"], r["channels"]): r["time_s"]
+              for r in data["results"] if r["variant"] == "conv2d"}
+    assert conv2d, "no conv2d rows"
+    for row in data["results"]:
+        shape = (row["mask"], row["height"], row["width"], row["channels"])
+        assert row["variant"] in set(tiledconv.VARIANTS) | {"conv2d", "conv2d_tf32"}
+        assert row == pytest.approx(bench.result_row(
+            row["variant"], *shape, time_s=row["time_s"], copy_GBps=data["copy_GBps"],
+            conv2d_time_s=conv2d[shape]), rel=1e-9)
+
+
+def test_committed_gpu_profile_loads_in_the_simulator():
+    from dsgd_sim.workload import load_profile
+    workload = load_profile(str(CUDA_DIR / "results" / "h100-profile.json"))
+    assert workload.name.startswith("conv2d pipelined 5x5")
+    assert 1e-4 < workload.compute.mean_s < 1e-3
+
+
 @pytest.mark.parametrize("samples", [[], [0.001, 0.0], [float("nan")], [True]])
 def test_conv_profile_rejects_unusable_samples(samples):
     with pytest.raises(ValueError):
