@@ -1,31 +1,49 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
-regenerating RESULTS.md keeps them). Figures quoted here come from the committed full-grid run
-(``experiments/results/full/``, ``python experiments/run.py --out experiments/results/full``,
-49.3 min, Reno on every host) unless a note names another run or command; where a note says
-"the previous full grid" it means the run committed at a29d5d5
-(``experiments/results/full-ps/``: the parameter-server experiments with the machine's BBR);
-each report's own figures are in its tables."""
+regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
+full grid (``experiments/results/full/``, ``python experiments/run.py --out
+experiments/results/full``, 45.8 min, Reno on every host, the probe's grid ×2 apart up to
+256 KiB). The later paragraphs quote the full grids they were written with, in the history of
+``experiments/results/full/``: the one committed at e64dd2e (49.3 min, the ×4 grid; ``git show
+e64dd2e:experiments/results/full/RESULTS.md``) unless they name another run or command, and in
+the ``async``, ``ps_vs_ring`` and ``async_vs_sync`` notes the first grid with Reno, before it;
+"the previous full grid" in them is the one committed at a29d5d5
+(``experiments/results/full-ps/``: the parameter-server experiments with the machine's BBR).
+Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid: median 2.5% over 132 all-reduce rows, worst 192% — the target (3% / 8%) is "
+        "**Full grid: median 1.1% over 132 all-reduce rows, worst 164% — the target (3% / 8%) is "
         "met where the shaped links are the bottleneck and missed where the 2 cores are.** "
-        "Rows of ≥ 1 MB: 78 rows, median 1.3%, worst 50%; every 50 Mbit/s row of ≥ 256 kB "
-        "(8 hosts included): 33 rows, median 0.2%, worst 8.2%. The misses: 64 kB calls (27 "
-        "rows, median 16.5%), which take a few milliseconds, where a rank's wake-up on a shared "
-        "core is a large share (the worst row: Gloo's 64 kB on 2 hosts at 1000 Mbit/s, "
-        "predicted 1.65 ms, measured 0.56 ms); 8 hosts (Gloo's 256 kB at 200 Mbit/s predicted "
-        "43.4 ms, measured 22.0 ms; at 1000 Mbit/s its 256 kB and 1 MB both took 22 ms against "
-        "32–33 ms predicted), where eight ranks and eight hosts' links share 2 cores and Gloo's "
-        "C++ ring pays less per round than the Python-driven probe; and 1000 Mbit/s (45 rows, "
-        "median 4.8%). The previous full grid gave 3.4% / 103%; the machine was busier at the "
-        "start of this one (load average 6.2).",
+        "Every 50 Mbit/s row (42, 8 hosts included) within 4.9%, median 0.2%; 2 and 4 hosts at "
+        "50 and 200 Mbit/s: 60 rows, median 0.2%, 5 over 8%; rows of ≥ 1 MB: 78, median 0.5%, "
+        "worst 50.5%. The misses: 64 kB calls (27 rows, median 11.3%), 1000 Mbit/s (45 rows, "
+        "median 3.9%) and 8 hosts (42 rows, median 4.5%). The worst row, the hand-written ring's "
+        "64 kB on 2 hosts at 1000 Mbit/s, was predicted at 1.36 ms and took 0.51 ms: in that "
+        "point's probe a round of 8 to 64 KiB that follows another took 1.1–1.2 ms and a first "
+        "round 0.15–0.21 ms (medians over 54 chains), where the bytes need 0.07–0.5 ms. A round "
+        "on these 2 cores takes either about 0.2 ms or about 1 ms more, and which one depends "
+        "on the code path, not on the size: on another 2-host bed at 1000 Mbit/s, medians of 31 "
+        "chains, the probe's later round took 0.80 ms at 64 B and 0.17–0.24 ms at 8 and 32 KiB, "
+        "the same chain with every receive posted a round ahead (as the rings post them) 0.96, "
+        "0.14 and 1.23 ms, and Gloo's own 64 kB all-reduce 2.19 ms against 0.50 ms for the "
+        "hand-written ring and 0.25 ms for the naive one. A model of that would need the wake-up "
+        "of a rank on a shared core as a distribution of its own; not built. The full grid "
+        "before (e64dd2e, the ×4 grid): median 2.5%, worst 192%; every 50 Mbit/s row of "
+        "≥ 256 kB within 8.2%.",
+        "**The e64dd2e grid, for the paragraphs below: median 2.5% over 132 rows, worst 192%.** "
+        "Rows of ≥ 1 MB: 78 rows, median 1.3%, worst 50%. The misses: 64 kB calls (27 rows, "
+        "median 16.5%; the worst row: Gloo's 64 kB on 2 hosts at 1000 Mbit/s, predicted 1.65 ms, "
+        "measured 0.56 ms); 8 hosts (Gloo's 256 kB at 200 Mbit/s predicted 43.4 ms, measured "
+        "22.0 ms; at 1000 Mbit/s its 256 kB and 1 MB both took 22 ms against 32–33 ms "
+        "predicted), where eight ranks and eight hosts' links share 2 cores and Gloo's C++ ring "
+        "pays less per round than the Python-driven probe; and 1000 Mbit/s (45 rows, median "
+        "4.8%).",
         "**A finer grid where rounds leave the bucket.** The probe's grid used to be ×4 apart "
         "(16, 64, 256 KiB), and a 64 kB all-reduce on 2 hosts sends rounds of 32 kB: the line "
         "between a 16 KiB round, which fits in the shaper's bucket (its first round 0.58 ms at "
         "50 Mbit/s), and a 64 KiB one, which pays its bytes at the rate (11.1 ms), priced the "
         "32 kB round below what it costs. The 64 kB ring and Gloo's all-reduce on 2 hosts at "
-        "50 Mbit/s came out 10–13% fast in three runs in a row (the previous full grid −9.6% "
+        "50 Mbit/s came out 10–13% fast in three runs in a row (the e64dd2e grid −9.6% "
         "and −10.6%, the previous quick grid −10.1% and −10.6%, one more −12.6%), while the "
         "naive ring, whose one round of 64 kB is a measured point, stayed within 2%. The grid "
         "is now ×2 apart from 8 KiB to 256 KiB (`experiments.measure.ROUND_SIZES_QUICK`). "
@@ -34,10 +52,14 @@ NOTES: dict[str, list[str]] = {
         "the hand-written ring's 64 kB on 2 hosts at 200 Mbit/s, 4.59 ms measured against "
         "2.86 ms predicted, with the naive ring at 2.60 ms and Gloo's at 2.58 ms in the same "
         "run (its small-size cost, below). The whole quick grid after it (calm machine, load "
-        "average 1.0): 48 rows, median 0.6%, worst 13.7%.",
+        "average 1.0): 48 rows, median 0.6%, worst 13.7%. On the full grid's files with it, "
+        "`python -m experiments.ablation --results experiments/results/full` gives all 132 rows "
+        "1.1% / 164% (median / worst) with the measured rounds and 1.5% / 96% with the 2-host "
+        "shaper model, under 1 MB 4.2% against 5.1%; the ablation figures in the paragraphs "
+        "below are the e64dd2e grid's files'.",
         "**Tried and not kept: Gloo's own rounds from its all-gather.** Gloo's all-reduce runs "
         "its rounds in C++ with two half-chunks in flight, and on 8 hosts the Python-driven "
-        "rounds over-predict it (the previous full grid: +97% at 256 kB, 200 Mbit/s). Gloo's "
+        "rounds over-predict it (the e64dd2e grid: +97% at 256 kB, 200 Mbit/s). Gloo's "
         "all-gather is a ring of p − 1 rounds of one chunk, also in two halves, so a probe "
         "timed two all-gathers back to back per size and priced Gloo's all-reduce of n as the "
         "first plus the second all-gather of n / p. On one 8-host test bed at 200 Mbit/s "
@@ -49,9 +71,9 @@ NOTES: dict[str, list[str]] = {
         "(Gloo's all-gather posts each send before the matching receive, its all-reduce the "
         "receive first; under Gloo a send waits for the peer's receive notice, which can queue "
         "behind data), and in a quick all-reduce run with it the predictions of Gloo's rows of "
-        "≥ 1 MB were 3–43% above the measurements. Also tried on paper, on the previous full grid's own tables: a Gloo round as the "
-        "larger of a Python-driven round less its fixed cost and a Python-driven round of half "
-        "the size (two halves in flight): Gloo's 44 rows median 6.1% against 2.5%. Neither is "
+        "≥ 1 MB were 3–43% above the measurements. Also tried on paper, on the e64dd2e "
+        "grid's own tables: a Gloo round as the larger of a Python-driven round less its fixed "
+        "cost and a Python-driven round of half the size (two halves in flight): Gloo's 44 rows median 6.1% against 2.5%. Neither is "
         "in the model.",
         "**The hand-written rings pay their additions.** `real/allreduce.py`'s ring and naive "
         "ring add what arrived before the next round can leave (the ring's reduce-scatter: "
@@ -164,22 +186,23 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
-        "**Full grid: median 1.8% over 12 rows, worst 45.4% — 8 replicas at 200 Mbit/s.** "
+        "**Full grid: median 0.9% over 12 rows, worst 23.5% — 8 replicas at 200 Mbit/s.** "
         "mlp (0.94 MB of gradients, one bucket, Gloo's all-reduce), 2, 4 and 8 replicas at 50 "
         "and 200 Mbit/s, compute emulated (50 ms sleep) or real (one CPU thread a replica, the "
         "simulator's `cores` = 2). The simulator's iteration: the single-process profile of "
         "the same model and batch for compute and overhead, and the rounds measured on as "
         "many hosts (the run's opening calibration) for the all-reduce. At 50 Mbit/s every "
-        "row within −1.7…+1.9%; at 200 Mbit/s 2 replicas −3.4% and −1.2%, 4 replicas +5.0% "
-        "and +9.5%, 8 replicas +42.1% and +45.4% (previous full grid +24.1% and +26.2%). The "
-        "8-replica misses are the all-reduce's small rounds on 8 hosts (0.94 MB in 14 rounds "
+        "row within −1.1…+0.3%; at 200 Mbit/s (emulated, then real compute) 2 replicas −1.2% "
+        "and +1.3%, 4 replicas −0.8% and −2.9%, 8 replicas +18.9% and +23.5% (the e64dd2e "
+        "grid: 1.8% / 45.4%, its 8 replicas +42.1% and +45.4%; the one before +24.1% and "
+        "+26.2%). The 8-replica misses are the all-reduce's small rounds on 8 hosts (0.94 MB in 14 rounds "
         "of 117 kB): Gloo's C++ ring runs them faster than the Python-driven probe when 8 "
         "ranks share 2 cores (the all-reduce note: Gloo's own 256 kB on 8 hosts took half "
         "the predicted time), and by how much moves from run to run.",
     ],
     "multinode": [
-        "**This run: 4 hosts at 200 Mbit/s, +8.2%** (the paragraph below quotes the previous "
-        "full grid).",
+        "**Full grid: 4 hosts at 200 Mbit/s, −0.5%** (the e64dd2e grid +8.2%; the paragraph "
+        "below quotes the grid before it).",
         "The multi-node path works on the test bed: four hosts, each running its own `torchrun` "
         "agent (`--nnodes 4 --rdzv-backend c10d --rdzv-endpoint host0:port`), rendezvous at "
         "host 0's store, and a sync run of 20 steps completes: 120.0 ms per step in the full "
@@ -189,9 +212,9 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
-        "**This run** (the paragraphs below quote the previous full grid): seconds per update, "
-        "2, 4 and 8 workers, 200 Mbit/s −4.2%, −14.1%, −26.4%; 50 Mbit/s −44.7%, −35.7%, "
-        "−21.1%. The simulator's server NIC in arrival order is still fast where TCP shares the "
+        "**Full grid** (the paragraphs below quote earlier grids): seconds per update, 2, 4 "
+        "and 8 workers, 200 Mbit/s −0.3%, −8.5%, −22.7%; 50 Mbit/s −3.4%, −46.7%, −22.0% "
+        "(the e64dd2e grid: −4.2%, −14.1%, −26.4%; −44.7%, −35.7%, −21.1%). The simulator's server NIC in arrival order is still fast where TCP shares the "
         "link (below).",
         "**TCP's congestion control decides how busy the server's link is, and the simulator "
         "assumes it busy whenever a push waits.** The test bed now runs Reno on every host "
@@ -255,10 +278,12 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
-        "**This run** (the paragraphs below quote the previous full grid): ring rows −2.7%, "
-        "+8.5%, +51.6% (8 workers, the `sync` note's miss); PS rows 4 workers at 50 Mbit/s "
-        "1× −47.6%, 2× −29.6%, 4× −0.3%, 8× −1.3%; at 200 Mbit/s −6.5%, −27.1%, −16.3%, "
-        "−14.6%; 8 workers −26.1%, −20.5%, −39.7%, −44.0%.",
+        "**Full grid** (the paragraphs below quote earlier grids): ring rows +0.2%, +3.7%, "
+        "+31.0% (8 workers, the `sync` note's miss); PS rows 4 workers at 50 Mbit/s 1× −46.8%, "
+        "2× −36.2%, 4× +1.7%, 8× +2.6%; at 200 Mbit/s −6.2%, −7.7%, −5.1%, −3.5%; 8 workers "
+        "−45.6%, −7.1%, −26.5%, −22.6% (the e64dd2e grid: ring −2.7%, +8.5%, +51.6%; PS "
+        "−47.6%, −29.6%, −0.3%, −1.3%; −6.5%, −27.1%, −16.3%, −14.6%; −26.1%, −20.5%, "
+        "−39.7%, −44.0%).",
         "**A faster server link pays, and the ring still wins.** mlp (0.94 MB), no compute, "
         "seconds per round (every worker's gradient in, the weights out once), server link at "
         "1× / 2× / 4× / 8× the workers' (Reno, `experiments/results/full`): 4 workers at 50 "
@@ -286,8 +311,9 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
-        "**This run** (the paragraphs below quote the previous full grid): sync per step "
-        "+0.1%, +5.3%, +43.2%; async per update −1.8%, −4.8%, −16.0% for 2, 4 and 8 workers.",
+        "**Full grid** (the paragraphs below quote earlier grids): sync per step +0.8%, "
+        "+0.5%, +23.4%; async per update +0.5%, −1.8%, −32.8% for 2, 4 and 8 workers (the "
+        "e64dd2e grid: +0.1%, +5.3%, +43.2%; −1.8%, −4.8%, −16.0%).",
         "**Sync moves more samples per second from 4 workers on; async's server link caps it.** "
         "mlp, every gradient computed for real and padded to 50 ms (`--emulate-compute 50ms "
         "--real-gradients`), 200 Mbit/s, 800 async updates against 800 / W sync steps (the same "

@@ -173,8 +173,10 @@ def regenerate(results: list[dict], meta: dict) -> dict:
     folder = "results/" if REPORT.parent != RESULTS else ""
     header = header_lines(meta)
     header += ["", "The notes under each table are kept with the code (`experiments/notes.py`) and "
-               "quote the committed full grid (`experiments/results/full/RESULTS.md`) unless they "
-               "name another run; this run's own figures are in the tables."]
+               "quote, in the first paragraph of each experiment, the committed full grid "
+               "(`experiments/results/full/RESULTS.md`), and in the later ones the earlier full "
+               "grids they were written with, as they say; this run's own figures are in the "
+               "tables."]
     write_results_md(results, rows, REPORT, header, folder)
     return summarise(rows)
 
