@@ -29,13 +29,17 @@
 // (tiledconv.py, Variant.strip_tiles) must use the same number.
 #define DSGD_PIPELINED_STRIP_TILES 8
 
+// Shared rows in the ring: two tiles' new rows and one halo (see above).
+template <int K>
+__host__ __device__ constexpr int ring_rows() { return 2 * PatchTile<K>::TILE_H + K - 1; }
+
 template <int K>
 __device__ __forceinline__ void stage_rows(float4 (*ring)[PatchTile<K>::QW], const float* in,
                                            int first_row, int rows, int y_strip, int x_tile,
                                            int height, int width, bool vector_io)
 {
     using G = PatchTile<K>;
-    constexpr int RING = 2 * G::TILE_H + K - 1;
+    constexpr int RING = ring_rows<K>();
     const int tid = threadIdx.y * G::BX + threadIdx.x;
     for (int i = tid; i < rows * G::QW; i += G::THREADS) {
         const int s = first_row + i / G::QW, q = i % G::QW;
@@ -58,7 +62,7 @@ conv_pipelined(const float* __restrict__ input, const float* __restrict__ masks,
                int channel_begin, int channel_count, int height, int width)
 {
     using G = PatchTile<K>;
-    constexpr int RING = 2 * G::TILE_H + K - 1;
+    constexpr int RING = ring_rows<K>();
     constexpr int STRIP_TILES = DSGD_PIPELINED_STRIP_TILES;
     __shared__ float4 ring[RING][G::QW];
 
