@@ -77,14 +77,27 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = ()) -> 
 
 
 def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) -> dict:
-    """``experiments/ring_probe.py`` on every host of a fresh test bed: per size, the first and
-    the next round's seconds (slowest rank, median over chains), and what was run."""
-    return _run(config, probe_command(sizes, repeats), "rounds.json", timeout_s=900)
+    """``experiments/ring_probe.py`` on every host of a fresh test bed, in chains as long as a
+    ring all-reduce there (``chain_rounds``): per size, the first and the next round's seconds
+    (slowest rank, median over chains), and what was run."""
+    return _run(config, probe_command(sizes, repeats, rounds=chain_rounds(config.hosts)),
+                "rounds.json", timeout_s=900)
 
 
-def probe_command(sizes: list[int], repeats: int = 5, json_name: str = "rounds.json") -> str:
-    """``experiments/ring_probe.py`` at ``sizes`` on every host, writing ``{out}/json_name``."""
-    args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", "4", "--repeats", str(repeats),
+def chain_rounds(hosts: int) -> int:
+    """Rounds per probe chain on ``hosts`` hosts: as many as the longest all-reduce there (a
+    ring's 2(H - 1): reduce-scatter, then all-gather), at least 4. What a later round costs
+    depends on how long the chain has run when H ranks share the cores (on 8 hosts at
+    1000 Mbit/s a later 8 KiB round took 1.3-1.6 ms in chains of 4 rounds and 1.0 ms in chains
+    of 14), so the probe runs the chain length it prices."""
+    return max(4, 2 * (hosts - 1))
+
+
+def probe_command(sizes: list[int], repeats: int = 5, json_name: str = "rounds.json",
+                  rounds: int = 4) -> str:
+    """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
+    writing ``{out}/json_name``."""
+    args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds), "--repeats", str(repeats),
             "--threads", "1", "--timeout", "120s"]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
@@ -206,13 +219,14 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
     groups = [g for g in groups if g[1]]
     round_sizes = round_sizes_up_to(max(config.sizes_bytes), quick)
     # 3 chains a size each side (small sizes 27): with both sides, more than one 5-chain probe
-    commands = [probe_command(round_sizes, BRACKET_REPEATS, "rounds_before.json")]
+    rounds = chain_rounds(config.hosts)
+    commands = [probe_command(round_sizes, BRACKET_REPEATS, "rounds_before.json", rounds)]
     for name, sizes, iters in groups:
         args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
                 ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
                 "--timeout", "120s", "--threads", "1"]
         commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
-    commands.append(probe_command(round_sizes, BRACKET_REPEATS, "rounds_after.json"))
+    commands.append(probe_command(round_sizes, BRACKET_REPEATS, "rounds_after.json", rounds))
     files = _run(config, " && ".join(commands), ("rounds_before.json", "rounds_after.json")
                  + tuple(f"{name}.json" for name, _, _ in groups), timeout_s)
     return {"rounds": bracket(files["rounds_before.json"], files["rounds_after.json"]),

@@ -10,8 +10,8 @@ from dist_helpers import run_script
 from dsgd_sim.collectives import RoundCosts
 from experiments.configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
 from experiments.configs import Experiment
-from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, ring_hosts,
-                                 round_sizes_up_to)
+from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, chain_rounds,
+                                 probe_command, ring_hosts, round_sizes_up_to)
 from experiments.model import NetworkInputs, predict_allreduce_s
 from experiments.ring_probe import main as probe_main
 from experiments.run import allreduce_rows
@@ -69,6 +69,13 @@ def test_round_sizes_reach_the_largest_round_and_stop_there():
     assert round_sizes_up_to(16_000_000, quick=False) == ROUND_SIZES_FULL
     assert round_sizes_up_to(50, quick=True) == [64]
     assert round_sizes_up_to(1 << 30, quick=True) == ROUND_SIZES_QUICK  # past the grid: all of it
+
+
+def test_probe_chains_are_as_long_as_a_ring_all_reduce_on_as_many_hosts():
+    assert [chain_rounds(h) for h in (2, 3, 4, 8, 16)] == [4, 4, 6, 14, 30]
+    words = probe_command([64, 1 << 20], 3, "r.json", chain_rounds(8)).split()
+    assert words[words.index("--rounds") + 1] == "14"
+    assert words[words.index("--sizes") + 1] == "64B,1048576B"
 
 
 def chains(first: list[float], later: list[float], size: int = 1 << 20) -> dict:
