@@ -1,10 +1,12 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
 full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, 45.8 min, Reno on every host, the probe's grid ×2 apart up to
-256 KiB). The later paragraphs quote the full grids they were written with, in the history of
-``experiments/results/full/``: the one committed at e64dd2e (49.3 min, the ×4 grid; ``git show
-e64dd2e:experiments/results/full/RESULTS.md``) unless they name another run or command, and in
+experiments/results/full``, 59.3 min, Reno on every host, the probe's grid ×2 apart up to
+256 KiB, its chains 2(H − 1) rounds long) and the one before it, committed at 2259b18 (45.8 min,
+chains of 4 rounds). The later paragraphs quote the full grids they were written with, in the
+history of ``experiments/results/full/``: the one committed at e64dd2e (49.3 min, the ×4 grid;
+``git show e64dd2e:experiments/results/full/RESULTS.md``) unless they name another run or
+command (the finer-grid paragraph: 2259b18's), and in
 the ``async``, ``ps_vs_ring`` and ``async_vs_sync`` notes the first grid with Reno, before it;
 "the previous full grid" in them is the one committed at a29d5d5
 (``experiments/results/full-ps/``: the parameter-server experiments with the machine's BBR).
@@ -12,16 +14,23 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid: median 1.1% over 132 all-reduce rows, worst 164% — the target (3% / 8%) is "
-        "met where the shaped links are the bottleneck and missed where the 2 cores are.** "
-        "Every 50 Mbit/s row (42, 8 hosts included) within 4.9%, median 0.2%; 2 and 4 hosts at "
-        "50 and 200 Mbit/s: 60 rows, median 0.2%, 5 over 8%; rows of ≥ 1 MB: 78, median 0.5%, "
-        "worst 50.5%. The misses: 64 kB calls (27 rows, median 11.3%), 1000 Mbit/s (45 rows, "
-        "median 3.9%) and 8 hosts (42 rows, median 4.5%). The worst row, the hand-written ring's "
-        "64 kB on 2 hosts at 1000 Mbit/s, was predicted at 1.36 ms and took 0.51 ms: in that "
-        "point's probe a round of 8 to 64 KiB that follows another took 1.1–1.2 ms and a first "
-        "round 0.15–0.21 ms (medians over 54 chains, `allreduce.json` under `rounds`), where "
-        "the bytes need 0.07–0.5 ms. A round "
+        "**Full grid: median 1.0% over 132 all-reduce rows, worst 85.9% — the target (3% / 8%) "
+        "is met where the shaped links are the bottleneck and missed where the 2 cores are.** "
+        "Every 50 Mbit/s row (42, 8 hosts included) within 10.1%, median 0.2%, one over 8% "
+        "(the hand-written ring's 64 kB on 8 hosts); 2 and 4 hosts at 50 and 200 Mbit/s: 60 "
+        "rows, median 0.3%, one over 8%; rows of ≥ 1 MB: 78, median 0.4%, worst 14.5%. 20 rows "
+        "over 8%, 28 in the grid before (2259b18, probe chains of 4 rounds: median 1.1%, worst "
+        "164%): the chains as long as the ring (next paragraph) took 8 hosts from a median of "
+        "4.5% to 2.5% and 64 kB calls from 11.3% to 3.2%. The misses: 64 kB calls (27 rows, 10 "
+        "over 8%), 1000 Mbit/s (45 rows, median 1.9%, 12 over 8%), 8 hosts at 200 Mbit/s (15 "
+        "rows, median 6.7%; Gloo's 256 kB +51.8%, predicted 31.7 ms, measured 20.9) and 4 hosts "
+        "at 1000 Mbit/s, now on the other side (Gloo's 64 kB and 256 kB took 7.0 and 6.9 ms, "
+        "predicted 3.5: −49.6% and −49.3%). The worst row, the hand-written ring's 64 kB on 2 "
+        "hosts at 1000 Mbit/s (Gloo's beside it +85.7%), was predicted at 1.42 ms and took "
+        "0.76 ms (the grid before: 1.36 against 0.51 ms): in that point's probe a round of 8 "
+        "to 64 KiB that follows another took 1.1–1.2 ms and a first round 0.17–0.25 ms "
+        "(medians over 54 chains, `allreduce.json` under `rounds`), where the bytes need "
+        "0.07–0.5 ms. A round "
         "on these 2 cores takes either about 0.2 ms or about 1 ms more, and which one depends "
         "on the code path, not on the size: on another 2-host bed at 1000 Mbit/s, medians of 31 "
         "chains, the probe's later round took 0.80 ms at 64 B and 0.17–0.24 ms at 8 and 32 KiB, "
@@ -29,9 +38,33 @@ NOTES: dict[str, list[str]] = {
         "0.14 and 1.23 ms, and Gloo's own 64 kB all-reduce 2.19 ms against 0.50 ms for the "
         "hand-written ring and 0.25 ms for the naive one. A model of that would need the wake-up "
         "of a rank on a shared core as a distribution of its own; not built (the side check's "
-        "script was not kept). The full grid "
-        "before (e64dd2e, the ×4 grid): median 2.5%, worst 192%; every 50 Mbit/s row of "
-        "≥ 256 kB within 8.2%.",
+        "script was not kept). The e64dd2e grid (the ×4 size grid): median 2.5%, worst 192%; "
+        "every 50 Mbit/s row of ≥ 256 kB within 8.2%.",
+        "**Probe chains as long as the ring's.** The probe used to time chains of 4 rounds on "
+        "every bed; an all-reduce on H hosts makes 2(H − 1) rounds (the rings) or H − 1 (the "
+        "naive ring), and when H ranks share 2 cores what a later round costs depends on how "
+        "long the chain has run. On one 8-host bed at 1000 Mbit/s (medians of 15 chains; "
+        "`sudo python -m real.testbed run --hosts 8 --bandwidth 1000Mbps -- 'RANK={rank} "
+        "WORLD_SIZE={hosts} python experiments/ring_probe.py --sizes 8KiB,32KiB,128KiB,1MiB "
+        "--rounds 14 --repeats 15 --threads 1 --json {out}/r14.json'`, and `--rounds 4`) a "
+        "later round of 8, 32 and 128 KiB took 1.30, 1.63 and 1.27 ms in chains of 4 (1.58, "
+        "1.54 and 1.27 ms in a second probe at the end) and 1.00, 1.04 and 1.16 ms in chains of "
+        "14, and the hand-written ring's 64 kB, 256 kB and 1 MB (14 rounds of 8, 32 and "
+        "125 kB) took 16.4, 16.2 and 16.5 ms on the same bed (`real/allreduce.py --iters 30`): "
+        "about 1.1 ms a round. A side check (its script not kept) bracketed the same rows with "
+        "both chain lengths, 3 chains a size each side as the experiments do, on three beds (8 "
+        "hosts at 1000 and 200 Mbit/s, 4 hosts at 1000 Mbit/s; 64 kB to 4 MB, ring, naive and "
+        "Gloo's, 36 rows): chains of 4 predicted them with a median of 9.9% and a worst of "
+        "65%, chains of 2(H − 1) with 3.7% and 41%; the 8-host rings' 64 kB went from "
+        "+46% and +56% to +8% and −5%. On 4 hosts it goes the other way: later rounds cost "
+        "more in chains of 6 than of 4, and the ring's 64 kB and 256 kB went from −44% and "
+        "−31% to −6% and −2%. Gloo's own on 8 hosts stayed over (256 kB at 200 Mbit/s +41%: "
+        "its C++ ring, two halves in flight) and the naive ring's 64 kB on 4 hosts at "
+        "1000 Mbit/s under (−35%). Every probe now runs chains of 2(H − 1) rounds, at least 4 "
+        "so that a chain's later rounds average over three (`experiments.measure."
+        "chain_rounds`); the full grid took 59.3 min instead of 45.8 (the 8-host probes at "
+        "50 Mbit/s up to 16 MiB). The rest of the 8-host sync miss went with it (the `sync` "
+        "note).",
         "**The e64dd2e grid, for the paragraphs below: median 2.5% over 132 rows, worst 192%.** "
         "Rows of ≥ 1 MB: 78 rows, median 1.3%, worst 50%. The misses: 64 kB calls (27 rows, "
         "median 16.5%; the worst row: Gloo's 64 kB on 2 hosts at 1000 Mbit/s, predicted 1.65 ms, "
@@ -57,11 +90,15 @@ NOTES: dict[str, list[str]] = {
         "run (its small-size cost, below). The whole quick grid after it (calm machine, load "
         "average 1.0): 48 rows, median 0.6%, worst 13.7%, 44 within 8%; a second one after the "
         "full grid, same code (load 1.4): median 1.0%, worst 18.3% (async, 4 workers at 200 "
-        "Mbit/s), 46 within 8%. On the full grid's files with it, "
+        "Mbit/s), 46 within 8%; with the probe's chains 2(H − 1) rounds long (load 1.3, "
+        "8.9 min): median 0.9%, worst 24.5% (Gloo's 64 kB on 2 hosts at 200 Mbit/s, 2.53 ms "
+        "measured, 3.15 predicted: 2 hosts' chains did not change), 45 within 8%, every row "
+        "outside the all-reduces within 7.4%. On that full grid's files (2259b18), "
         "`python -m experiments.ablation --results experiments/results/full` gives all 132 rows "
         "1.1% / 164% (median / worst) with the measured rounds and 1.5% / 96% with the 2-host "
-        "shaper model, under 1 MB 4.2% against 5.1%; the ablation figures in the paragraphs "
-        "below are the e64dd2e grid's files.",
+        "shaper model, under 1 MB 4.2% against 5.1%; on the current full grid's files (chains "
+        "of 2(H − 1) rounds) 1.0% / 85.9% against 2.2% / 99.8%, under 1 MB 3.0% against "
+        "7.9%. The ablation figures in the paragraphs below are the e64dd2e grid's files.",
         "**Tried and not kept: Gloo's own rounds from its all-gather.** Gloo's all-reduce runs "
         "its rounds in C++ with two half-chunks in flight, and on 8 hosts the Python-driven "
         "rounds over-predict it (the e64dd2e grid: +97% at 256 kB, 200 Mbit/s). Gloo's "
@@ -129,7 +166,8 @@ NOTES: dict[str, list[str]] = {
         "(median 1.3% either way; worst 112% against 67%).",
         "**Measured rounds, not corrections to α-β.** The model now takes each round's cost from "
         "`experiments/ring_probe.py`, run on a test bed of the row's host count and rate before "
-        "the experiments: chains of 4 rounds in which every rank sends to its right and receives "
+        "the experiments: chains of 4 rounds (now 2(H − 1), above) in which every rank sends to its "
+        "right and receives "
         "from its left through Gloo, at 64 B and 16 KiB … 4 MiB (16 MiB in the full grid), the "
         "first round (idle network) and the later ones (back to back) apart. The simulator "
         "composes an algorithm's rounds from that table (`dsgd_sim.collectives.RoundCosts`, also "
@@ -193,24 +231,25 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
-        "**Full grid: median 0.9% over 12 rows, worst 23.5% — 8 replicas at 200 Mbit/s.** "
+        "**Full grid: median 1.4% over 12 rows, worst 7.6% — both targets met.** "
         "mlp (0.94 MB of gradients, one bucket, Gloo's all-reduce), 2, 4 and 8 replicas at 50 "
         "and 200 Mbit/s, compute emulated (50 ms sleep) or real (one CPU thread a replica, the "
         "simulator's `cores` = 2). The simulator's iteration: the single-process profile of "
         "the same model and batch for compute and overhead, and the rounds measured on as "
         "many hosts (the run's opening calibration) for the all-reduce. At 50 Mbit/s every "
-        "row within −1.1…+0.3%; at 200 Mbit/s (emulated, then real compute) 2 replicas −1.2% "
-        "and +1.3%, 4 replicas −0.8% and −2.9%, 8 replicas +18.9% and +23.5% (the e64dd2e "
-        "grid: 1.8% / 45.4%, its 8 replicas +42.1% and +45.4%; the one before +24.1% and "
-        "+26.2%). The 8-replica misses are the all-reduce's small rounds on 8 hosts (0.94 MB "
-        "in 14 rounds "
-        "of 117 kB): Gloo's C++ ring runs them faster than the Python-driven probe when 8 "
-        "ranks share 2 cores (the all-reduce note: Gloo's own 256 kB on 8 hosts took half "
-        "the predicted time), and by how much moves from run to run.",
+        "row within −1.1…−0.1%; at 200 Mbit/s (emulated, then real compute) 2 replicas −3.1% "
+        "and −1.6%, 4 replicas −2.0% and −4.1%, 8 replicas +5.6% and +7.6%. The grid before "
+        "(2259b18, probe chains of 4 rounds) had the 8 replicas at +18.9% and +23.5% (median "
+        "0.9%, worst 23.5%), the e64dd2e grid at +42.1% and +45.4%: the all-reduce's 14 rounds "
+        "of 117 kB on 8 hosts were priced from chains of 4 rounds, whose later rounds cost "
+        "more than a 14-round ring's when 8 ranks share 2 cores (the all-reduce note). What "
+        "is left over at 8 replicas is Gloo's C++ ring paying a little less per round than "
+        "the Python-driven probe (Gloo's own 1 MB on 8 hosts at 200 Mbit/s +12.1% in the "
+        "all-reduce rows).",
     ],
     "multinode": [
-        "**Full grid: 4 hosts at 200 Mbit/s, −0.5%** (the e64dd2e grid +8.2%; the paragraph "
-        "below quotes the grid before it).",
+        "**Full grid: 4 hosts at 200 Mbit/s, −2.4%** (2259b18 −0.5%, e64dd2e +8.2%; the "
+        "paragraph below quotes the grid before those).",
         "The multi-node path works on the test bed: four hosts, each running its own `torchrun` "
         "agent (`--nnodes 4 --rdzv-backend c10d --rdzv-endpoint host0:port`), rendezvous at "
         "host 0's store, and a sync run of 20 steps completes: 120.0 ms per step in the full "
@@ -221,10 +260,13 @@ NOTES: dict[str, list[str]] = {
     ],
     "async": [
         "**Full grid** (the paragraphs below quote earlier grids): seconds per update, 2, 4 "
-        "and 8 workers, 200 Mbit/s −0.3%, −8.5%, −22.7%; 50 Mbit/s −3.4%, −46.7%, −22.0% "
-        "(the e64dd2e grid: −4.2%, −14.1%, −26.4%; −44.7%, −35.7%, −21.1%). The simulator's "
-        "server NIC in arrival order is still fast where TCP shares the "
-        "link (below).",
+        "and 8 workers, 200 Mbit/s −1.1%, −11.4%, −33.4%; 50 Mbit/s −18.7%, −45.2%, −20.4% "
+        "(2259b18: −0.3%, −8.5%, −22.7%; −3.4%, −46.7%, −22.0%; e64dd2e: −4.2%, −14.1%, "
+        "−26.4%; −44.7%, −35.7%, −21.1%). Nothing in these runs or their prediction changed "
+        "between the last two grids (the parameter server uses no ring rounds): 2 workers at "
+        "50 Mbit/s took 228.8 ms an update against 192.6 ms, which is how far one run of "
+        "TCP's window dynamics moves from the next. The simulator's server NIC in arrival "
+        "order is still fast where TCP shares the link (below).",
         "**TCP's congestion control decides how busy the server's link is, and the simulator "
         "assumes it busy whenever a push waits.** The test bed now runs Reno on every host "
         "(`experiments/results/full`); the parameter-server runs before it used the machine's "
@@ -287,10 +329,12 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
-        "**Full grid** (the paragraphs below quote earlier grids): ring rows +0.2%, +3.7%, "
-        "+31.0% (8 workers, the `sync` note's miss); PS rows 4 workers at 50 Mbit/s 1× −46.8%, "
-        "2× −36.2%, 4× +1.7%, 8× +2.6%; at 200 Mbit/s −6.2%, −7.7%, −5.1%, −3.5%; 8 workers "
-        "−45.6%, −7.1%, −26.5%, −22.6% (the e64dd2e grid: ring −2.7%, +8.5%, +51.6%; PS "
+        "**Full grid** (the paragraphs below quote earlier grids): ring rows +0.0%, +1.6%, "
+        "+14.6% (8 workers: Gloo's C++ ring, the `sync` note; +31.0% with the probe's chains of "
+        "4 rounds in 2259b18); PS rows 4 workers at 50 Mbit/s 1× −45.7%, 2× −13.6%, 4× +1.5%, "
+        "8× +2.5%; at 200 Mbit/s −4.5%, −9.8%, −5.2%, −4.8%; 8 workers −44.4%, −2.5%, "
+        "−25.6%, −24.5% (2259b18: PS −46.8%, −36.2%, +1.7%, +2.6%; −6.2%, −7.7%, −5.1%, "
+        "−3.5%; −45.6%, −7.1%, −26.5%, −22.6%; the e64dd2e grid: ring −2.7%, +8.5%, +51.6%; PS "
         "−47.6%, −29.6%, −0.3%, −1.3%; −6.5%, −27.1%, −16.3%, −14.6%; −26.1%, −20.5%, "
         "−39.7%, −44.0%).",
         "**A faster server link pays, and the ring still wins.** mlp (0.94 MB), no compute, "
@@ -320,9 +364,12 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
-        "**Full grid** (the paragraphs below quote earlier grids): sync per step +0.8%, "
-        "+0.5%, +23.4%; async per update +0.5%, −1.8%, −32.8% for 2, 4 and 8 workers (the "
-        "e64dd2e grid: +0.1%, +5.3%, +43.2%; −1.8%, −4.8%, −16.0%).",
+        "**Full grid** (the paragraphs below quote earlier grids): sync per step −0.6%, "
+        "−0.8%, +8.7%; async per update +0.3%, −1.6%, −7.8% for 2, 4 and 8 workers (2259b18: "
+        "+0.8%, +0.5%, +23.4%; +0.5%, −1.8%, −32.8%; e64dd2e: +0.1%, +5.3%, +43.2%; −1.8%, "
+        "−4.8%, −16.0%). The 8-worker sync step came down with the probe's chains as long as "
+        "the ring's (the `sync` note); the async row moved by itself (43.6 ms an update "
+        "against 59.8 ms in 2259b18, same code, predicted 40.2 ms).",
         "**Sync moves more samples per second from 4 workers on; async's server link caps it.** "
         "mlp, every gradient computed for real and padded to 50 ms (`--emulate-compute 50ms "
         "--real-gradients`), 200 Mbit/s, 800 async updates against 800 / W sync steps (the same "
