@@ -22,7 +22,7 @@ from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 
 from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label
-from .ring_probe import COLUMNS as PROBE_COLUMNS
+from .ring_probe import COLUMNS as PROBE_COLUMNS, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -80,21 +80,11 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
     """``experiments/ring_probe.py`` on every host of a fresh test bed, in chains as long as a
     ring all-reduce there (``chain_rounds``): per size, the first and the next round's seconds
     (slowest rank, median over chains), and what was run."""
-    return _run(config, probe_command(sizes, repeats, rounds=chain_rounds(config.hosts)),
+    return _run(config, probe_command(sizes, repeats, "rounds.json", chain_rounds(config.hosts)),
                 "rounds.json", timeout_s=900)
 
 
-def chain_rounds(hosts: int) -> int:
-    """Rounds per probe chain on ``hosts`` hosts: as many as the longest all-reduce there (a
-    ring's 2(H - 1): reduce-scatter, then all-gather), at least 4. What a later round costs
-    depends on how long the chain has run when H ranks share the cores (on 8 hosts at
-    1000 Mbit/s a later 8 KiB round took 1.3-1.6 ms in chains of 4 rounds and 1.0 ms in chains
-    of 14), so the probe runs the chain length it prices."""
-    return max(4, 2 * (hosts - 1))
-
-
-def probe_command(sizes: list[int], repeats: int = 5, json_name: str = "rounds.json",
-                  rounds: int = 4) -> str:
+def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     writing ``{out}/json_name``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds), "--repeats", str(repeats),

@@ -61,7 +61,7 @@ NOTES: dict[str, list[str]] = {
         "−31% to −6% and −2%. Gloo's own on 8 hosts stayed over (256 kB at 200 Mbit/s +41%: "
         "its C++ ring, two halves in flight) and the naive ring's 64 kB on 4 hosts at "
         "1000 Mbit/s under (−35%). Every probe now runs chains of 2(H − 1) rounds, at least 4 "
-        "so that a chain's later rounds average over three (`experiments.measure."
+        "so that a chain's later rounds average over three (`experiments.ring_probe."
         "chain_rounds`); the full grid took 59.3 min instead of 45.8 (the 8-host probes at "
         "50 Mbit/s up to 16 MiB). The rest of the 8-host sync miss went with it (the `sync` "
         "note).",

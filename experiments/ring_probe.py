@@ -2,7 +2,8 @@
 
 A round is what every round-based all-reduce is made of: each rank sends one message of ``n``
 bytes to its right neighbour and receives one from its left, all at once. This probe runs chains
-of ``--rounds`` such rounds back to back after a barrier, at each size of ``--sizes``, through
+of ``--rounds`` such rounds (by default as many as a ring all-reduce on those ranks makes:
+2(W - 1), at least 4) back to back after a barrier, at each size of ``--sizes``, through
 the same communicator the all-reduces use (Gloo or MPI), and reports per size the median over
 ``--repeats`` chains of the slowest rank's time to the end of the first round (``first_s``: a
 round started on an idle network) and of the later rounds' mean (``next_s``: a round that
@@ -36,6 +37,16 @@ from dsgd_sim.units import parse_size  # noqa: E402
 from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
 
 TAG = 31
+MIN_CHAIN_ROUNDS = 4  # so that a chain's later rounds average over at least three
+
+
+def chain_rounds(world_size: int) -> int:
+    """Rounds per chain on ``world_size`` ranks: as many as the longest all-reduce there (a
+    ring's 2(W - 1): reduce-scatter, then all-gather), at least ``MIN_CHAIN_ROUNDS``. What a
+    later round costs depends on how long the chain has run when the ranks share cores (on 8
+    emulated hosts on 2 cores at 1000 Mbit/s a later 8 KiB round took 1.3-1.6 ms in chains of 4
+    rounds and 1.0 ms in chains of 14), so the probe runs the chain length it prices."""
+    return max(MIN_CHAIN_ROUNDS, 2 * (world_size - 1))
 
 
 def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
@@ -101,9 +112,11 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
 
 def parse_args(argv=None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="64B,16KiB,64KiB,256KiB,1MiB,4MiB",
+    parser.add_argument("--sizes", default="64B,8KiB,16KiB,32KiB,64KiB,128KiB,256KiB,1MiB,4MiB",
                         help="message sizes per rank and round, comma-separated (multiples of 4 bytes)")
-    parser.add_argument("--rounds", type=int, default=4, help="rounds per chain (at least 2)")
+    parser.add_argument("--rounds", type=int,
+                        help="rounds per chain, at least 2 (default: a ring all-reduce's 2(W - 1) "
+                             f"on W ranks, at least {MIN_CHAIN_ROUNDS})")
     parser.add_argument("--repeats", type=int, default=5, help="chains per size (median)")
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser)
@@ -116,7 +129,7 @@ def parse_args(argv=None):
     bad = [n for n in args.size_bytes if n <= 0 or n % 4]
     if bad:
         parser.error(f"--sizes: {bad[0]} bytes is not a positive multiple of 4")
-    if args.rounds < 2 or args.repeats < 1:
+    if (args.rounds is not None and args.rounds < 2) or args.repeats < 1:
         parser.error(f"--rounds must be >= 2 and --repeats >= 1 (got {args.rounds}, {args.repeats})")
     return parser, args
 
@@ -126,7 +139,8 @@ def main(argv=None) -> None:
     with open_comm(parser, args, check_sizes=False) as comm:
         if comm.world_size < 2:
             parser.error(f"a ring needs at least 2 ranks, got {comm.world_size}")
-        rows = probe(comm, args.size_bytes, args.rounds, args.repeats)
+        rounds = args.rounds or chain_rounds(comm.world_size)
+        rows = probe(comm, args.size_bytes, rounds, args.repeats)
         if comm.rank == 0:
             for r in rows:
                 print(f"{r['bytes']:>10} B  first {r['first_s'] * 1e3:9.3f} ms  "
@@ -134,7 +148,7 @@ def main(argv=None) -> None:
             if args.json:
                 Path(args.json).write_text(json.dumps(
                     {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
-                     "backend": comm.backend, "rounds": args.rounds, "repeats": args.repeats,
+                     "backend": comm.backend, "rounds": rounds, "repeats": args.repeats,
                      "threads_per_rank": torch.get_num_threads(), "results": rows}, indent=1) + "\n")
 
 

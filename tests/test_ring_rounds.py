@@ -10,8 +10,9 @@ from dist_helpers import run_script
 from dsgd_sim.collectives import RoundCosts
 from experiments.configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
 from experiments.configs import Experiment
-from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, chain_rounds,
-                                 probe_command, ring_hosts, round_sizes_up_to)
+from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, probe_command,
+                                 ring_hosts, round_sizes_up_to)
+from experiments.ring_probe import chain_rounds
 from experiments.model import NetworkInputs, predict_allreduce_s
 from experiments.ring_probe import main as probe_main
 from experiments.run import allreduce_rows
@@ -132,6 +133,14 @@ def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
                for r in table["results"] for c in ("first", "next", "reduce"))
     assert all(r["reduce_s"] > 0 for r in table["results"])
     RoundCosts.from_rows(table["results"])  # what the calibration hands the simulator
+
+
+def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
+    out = tmp_path / "rounds.json"
+    run = run_script(["experiments/ring_probe.py", "--sizes", "64B", "--repeats", "1",
+                      "--json", str(out)], 2, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(out.read_text())["rounds"] == chain_rounds(2) == 4
 
 
 @pytest.mark.parametrize("argv,named", [
