@@ -87,8 +87,8 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     writing ``{out}/json_name``."""
-    args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds), "--repeats", str(repeats),
-            "--threads", "1", "--timeout", "120s"]
+    args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
+            "--repeats", str(repeats), "--threads", "1", "--timeout", "120s"]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 
