@@ -24,7 +24,7 @@ from real.replica_state import weights_sha256
 from tests.dist_helpers import REPO, child_env, have_mpiexec, run_function, run_script
 
 ENTRY = "real/async_ps.py"
-DEFAULT_TASK_LOSS_TARGET = 1.5  # docs/async_ps.md: 1000 updates, 2 workers; starts near 2.30
+DEFAULT_TASK_LOSS_TARGET = 1.5  # docs/async_ps.md: last 20 of 1000 updates, 2 workers; starts near 2.30
 RUN_DEADLINE_S = 150  # a hang fails the test; not a timing target
 
 
@@ -136,7 +136,11 @@ def test_default_task_every_update_once_and_loss_below_target(tmp_path):
     assert_each_update_applied_once(summary)
     assert sum(summary["staleness_hist"]) == 1000
     assert summary["initial_loss"] > 2.0
-    assert summary["final_loss"] < DEFAULT_TASK_LOSS_TARGET
+    # the target is on the last 10 updates per worker: final_loss (the last 2) is one noisy
+    # pair of batches, and a pair in the last 100 updates reached 1.68-2.28 in four runs
+    losses = [loss for _, loss in summary["loss_curve"]]
+    assert len(losses) == 1000
+    assert sum(losses[-20:]) / 20 < DEFAULT_TASK_LOSS_TARGET
 
 
 def test_max_staleness_bounds_every_applied_update(tmp_path):
