@@ -22,7 +22,7 @@ from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 
 from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label
-from .ring_probe import COLUMNS as PROBE_COLUMNS, chain_rounds
+from .ring_probe import COLUMNS as PROBE_COLUMNS, SIZE_GRID, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -32,12 +32,9 @@ CALIBRATION_SIZES = [2_000_000, 16_000_000]
 DUPLEX_SIZES = [1, 16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 16_000_000]
 
 
-# ring rounds (experiments/ring_probe.py): a grid of its own, from a latency-sized message to
-# past the largest round an experiment sends (naive ring: the whole buffer); ×2 apart from 8 KiB
-# to 256 KiB, where a round crosses from fitting in the shaper's bucket to paying its bytes at the
-# rate and a straight line between two points ×4 apart misprices it, ×4 above
-ROUND_SIZES_QUICK = [64, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20,
-                     4 << 20]
+# ring rounds: the probe's own grid (experiments/ring_probe.py, SIZE_GRID), up to past the
+# largest round an experiment sends (naive ring: the whole buffer)
+ROUND_SIZES_QUICK = list(SIZE_GRID)
 ROUND_SIZES_FULL = ROUND_SIZES_QUICK + [16 << 20]
 CONGESTION_CONTROL = "reno"
 """Every test bed's TCP congestion control (``TestbedConfig.congestion_control``; None: the

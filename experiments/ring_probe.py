@@ -37,6 +37,10 @@ from dsgd_sim.units import parse_size  # noqa: E402
 from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
 
 TAG = 31
+# the default sizes: from a latency-sized message up; ×2 apart from 8 KiB to 256 KiB, where a
+# round crosses from fitting in a shaper's bucket to paying its bytes at the rate and a straight
+# line between two points ×4 apart misprices it, ×4 above
+SIZE_GRID = (64, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20)
 MIN_CHAIN_ROUNDS = 4  # so that a chain's later rounds average over at least three
 
 
@@ -112,8 +116,9 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
 
 def parse_args(argv=None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="64B,8KiB,16KiB,32KiB,64KiB,128KiB,256KiB,1MiB,4MiB",
-                        help="message sizes per rank and round, comma-separated (multiples of 4 bytes)")
+    parser.add_argument("--sizes", default=",".join(f"{n}B" for n in SIZE_GRID),
+                        help="message sizes per rank and round, comma-separated (multiples of 4 "
+                             "bytes; default: %(default)s)")
     parser.add_argument("--rounds", type=int,
                         help="rounds per chain, at least 2 (default: a ring all-reduce's 2(W - 1) "
                              f"on W ranks, at least {MIN_CHAIN_ROUNDS})")

@@ -165,7 +165,8 @@ class Communicator:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release the communicator (the world one also shuts the engine down). Idempotent."""
+        """Release the communicator, and first every group made from it that is still open
+        (the world one also shuts the engine down). Idempotent."""
         raise NotImplementedError
 
     def __enter__(self) -> Communicator:

@@ -164,6 +164,7 @@ class MpiCommunicator(Communicator):
         self.tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         self.device = torch.device("cpu")
         self.broken = self.closed = False
+        self.groups: list[MpiCommunicator] = []  # made by new_group; closed before this one
         self.pending: set[MpiWork] = set()  # requests not yet completed (see close)
 
     @classmethod
@@ -340,7 +341,9 @@ class MpiCommunicator(Communicator):
         sub = self.call("new_group", lambda: self.mpi.Split(color, key))
         if not inside:
             return None
-        return MpiCommunicator(sub, self.timeout_s, self.check_sizes, is_world=False)
+        child = MpiCommunicator(sub, self.timeout_s, self.check_sizes, is_world=False)
+        self.groups.append(child)
+        return child
 
     def close(self):
         if self.closed:
@@ -351,6 +354,8 @@ class MpiCommunicator(Communicator):
             sys.stderr.write(f"rank {self.world_rank}: communication failed; aborting the MPI job\n")
             sys.stderr.flush()
             MPI.COMM_WORLD.Abort(1)
+        for group in self.groups:
+            group.close()
         self.settle()
         self.mpi.Free()
 

@@ -102,6 +102,7 @@ class TorchCommunicator(Communicator):
         self.completions = threading.Condition()  # notified by TorchWork watchers
         self.completion_order = itertools.count()
         self.watchers: list[threading.Thread] = []
+        self.groups: list[TorchCommunicator] = []  # made by new_group; closed before this one
 
     @classmethod
     def create(cls, backend: str | None, timeout_s: float, check_sizes: bool) -> TorchCommunicator:
@@ -262,12 +263,18 @@ class TorchCommunicator(Communicator):
             world_members, timeout=self.timeout, use_local_synchronization=not self.is_world))
         if self.rank not in members:
             return None
-        return TorchCommunicator(group, self.backend, self.timeout_s, self.check_sizes, False)
+        child = TorchCommunicator(group, self.backend, self.timeout_s, self.check_sizes, False)
+        self.groups.append(child)
+        return child
 
     def close(self):
         if self.closed:
             return
         self.closed = True
+        # a group left open when the world goes down: one rank's Gloo aborted at exit
+        # (std::terminate) in 2 of 12 two-rank runs whose rank 0 had not closed its group
+        for group in self.groups:
+            group.close()
         # A watcher still inside Gloo's wait when the interpreter exits is killed in C++ code
         # (std::terminate, the process aborts): let each finish first. Its wait ends when its
         # peer sends or exits, or after the timeout at the latest.

@@ -219,6 +219,24 @@ def check_new_group_renumbers_ranks(comm):
         group.close()
 
 
+def closing_the_world_closes_its_groups(engine: str) -> list[bool]:
+    """A group left open is closed with the communicator it was made from: (before, after)."""
+    world = init(engine, timeout_s=30)
+    group = world.new_group([0])
+    if group is not None:
+        group.all_reduce(torch.ones(1))
+    before = group is not None and group.closed
+    world.close()
+    return [before, world.closed and (group is None or group.closed)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_closing_a_communicator_closes_the_groups_made_from_it(engine):
+    launcher = "mpi" if engine == "mpi" else "gloo"
+    assert run_function(closing_the_world_closes_its_groups, 2, engine,
+                        launcher=launcher) == [[False, True], [False, True]]
+
+
 def check_mismatched_sizes_raise_on_every_rank(comm):
     t = torch.ones(10 + comm.rank)
     with pytest.raises(CommError, match="disagree.*rank 0 called all_reduce with 10 x float32"):

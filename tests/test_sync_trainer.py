@@ -77,7 +77,6 @@ def _modes_worker(rank, world_size, port, out_dir):
             config = SyncConfig(**reference, sync="flat",
                                 checkpoint_dir=os.path.join(out_dir, "one-process"))
             train(config, one, dataset, torch.device("cpu"))
-            one.close()  # left open, rank 1 aborted at exit in 2 of 12 runs (std::terminate)
         # leave together: rank 1 tearing Gloo down while rank 0 still trains on its one-rank
         # group aborted rank 1 once at exit (std::terminate in C++, after every run had finished)
         comm.barrier()
