@@ -55,19 +55,34 @@ RING_HOSTS = {"sync": "hosts", "ps_vs_ring": "workers", "async_vs_sync": "worker
 
 def ring_hosts(points, bandwidth_bps: float) -> list[int]:
     """The host counts at ``bandwidth_bps`` whose ring rounds the predictions need."""
-    return sorted({getattr(p, RING_HOSTS[p.kind]) for p in points
-                   if p.kind in RING_HOSTS and p.bandwidth_bps == bandwidth_bps})
+    return sorted({getattr(p, RING_HOSTS[p.kind]) for p in ring_points(points, bandwidth_bps)})
 
 
-def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = ()) -> dict:
+def ring_bytes(points, bandwidth_bps: float) -> int | None:
+    """The largest gradient those rings all-reduce (a round of it sends less); None: none."""
+    from real.models import build_model, grad_bytes
+    models = {p.model for p in ring_points(points, bandwidth_bps)}
+    return max((grad_bytes(build_model(m, 0)) for m in models), default=None)
+
+
+def ring_points(points, bandwidth_bps: float) -> list:
+    return [p for p in points if p.kind in RING_HOSTS and p.bandwidth_bps == bandwidth_bps]
+
+
+def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
+                   largest_bytes: int | None = None) -> dict:
     """The calibration record of a 2-host test bed at ``bandwidth_bps`` (network only), with a
     ``duplex`` section (the payload rate when both hosts send to each other at once) and a
     ``rounds`` section: per host count in ``hosts``, ring rounds timed on a test bed of that many
-    hosts (``measure_rounds``)."""
+    hosts (``measure_rounds``), on the probe's grid up to ``largest_bytes`` (``ring_bytes``;
+    None: the whole grid). A round's cost comes from the two sizes around it, so sizes past
+    the first that reaches the largest round change no prediction; at 50 Mbit/s on 8 hosts a
+    chain of 16 MiB rounds alone takes 38 s."""
     config = testbed_config(2, bandwidth_bps)
     record = calibrate(config, CALIBRATION_SIZES, pings=100 if quick else 200, repeats=3)
     record["duplex"] = measure_duplex(config)
-    sizes = ROUND_SIZES_QUICK if quick else ROUND_SIZES_FULL
+    sizes = (round_sizes_up_to(largest_bytes, quick) if largest_bytes
+             else ROUND_SIZES_QUICK if quick else ROUND_SIZES_FULL)
     record["rounds"] = {str(h): measure_rounds(testbed_config(h, bandwidth_bps),
                                                sizes) for h in hosts}
     return record

@@ -7,7 +7,8 @@ of ``--rounds`` such rounds (by default as many as a ring all-reduce on those ra
 the same communicator the all-reduces use (Gloo or MPI), and reports per size the median over
 ``--repeats`` chains of the slowest rank's time to the end of the first round (``first_s``: a
 round started on an idle network) and of the later rounds' mean (``next_s``: a round that
-follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``. After each chain
+follows another), each chain's own in ``first_chains_s`` and ``next_chains_s``, and the time
+to the end of each of its rounds in ``ends_chains_s`` (the slowest rank's). After each chain
 every rank also times what a hand-written ring does between rounds: adding the buffer that just
 arrived into a sum (``reduce_s``, ``reduce_chains_s``). No algorithm: the simulator composes
 those (``dsgd_sim.collectives.RoundCosts``)::
@@ -88,28 +89,33 @@ COLUMNS = ("first", "next", "reduce")  # per chain: first round, mean later roun
 def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
     """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
     to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
-    what arrived last (``reduce_s``), after one warm-up chain per size. Sizes interleave across
-    repeats, so a burst of other load spreads over all of them."""
+    what arrived last (``reduce_s``), after one warm-up chain per size; every chain's own
+    figures too, and the slowest rank's time to the end of each round (``ends_chains_s``).
+    Sizes interleave across repeats, so a burst of other load spreads over all of them."""
     buffers = {n: (torch.ones(max(1, n // 4)), torch.empty(max(1, n // 4))) for n in sizes}
     totals = {n: torch.zeros(max(1, n // 4)) for n in sizes}
     for n in sizes:
         chain_marks(comm, buffers[n], rounds)
     chains = [repeats * (SMALL_FACTOR if n <= SMALL_BYTES else 1) for n in sizes]
     times = torch.zeros(len(sizes), max(chains), len(COLUMNS), dtype=torch.float64)
+    ends = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
     for rep in range(max(chains)):
         for i, n in enumerate(sizes):
             if rep < chains[i]:
                 marks, arrived = chain_marks(comm, buffers[n], rounds)
+                ends[i, rep] = torch.tensor(marks, dtype=torch.float64)
                 times[i, rep] = torch.tensor([marks[0], (marks[-1] - marks[0]) / (rounds - 1),
                                               time_addition(arrived, totals[n])],
                                              dtype=torch.float64)
     comm.all_reduce(times, op="max")  # each chain's time is its slowest rank's
+    comm.all_reduce(ends, op="max")   # and so is the end of each of its rounds
     rows = []
     for i, n in enumerate(sizes):
         row = {"bytes": 4 * max(1, n // 4)}
         per_chain = {c: times[i, :chains[i], k].tolist() for k, c in enumerate(COLUMNS)}
         row.update({f"{c}_s": statistics.median(v) for c, v in per_chain.items()})
         row.update({f"{c}_chains_s": v for c, v in per_chain.items()})
+        row["ends_chains_s"] = ends[i, :chains[i]].tolist()
         rows.append(row)
     return rows
 

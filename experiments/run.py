@@ -244,11 +244,12 @@ def main(argv=None) -> int:
 
 def measure_all(args) -> list[dict]:
     from experiments import measure
-    from experiments.measure import calibrate_rate, ring_hosts
+    from experiments.measure import calibrate_rate, ring_bytes, ring_hosts
     measure.CONGESTION_CONTROL = args.congestion_control
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
-    calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate)) for rate in rates]
+    calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
+                                  ring_bytes(points, rate)) for rate in rates]
     (RESULTS / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta = {"command": "python experiments/run.py" + (" --quick" if args.quick else "")

@@ -10,8 +10,9 @@ from dist_helpers import run_script
 from dsgd_sim.collectives import RoundCosts
 from experiments.configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
 from experiments.configs import Experiment
+from experiments import measure
 from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, probe_command,
-                                 ring_hosts, round_sizes_up_to)
+                                 ring_bytes, ring_hosts, round_sizes_up_to)
 from experiments.ring_probe import chain_rounds
 from experiments.model import NetworkInputs, predict_allreduce_s
 from experiments.ring_probe import main as probe_main
@@ -63,6 +64,34 @@ def test_ring_hosts_are_the_hosts_whose_runs_need_the_calibrations_rounds_at_eac
     assert ring_hosts(points, 50e6) == [2]
     assert ring_hosts(points, 200e6) == [8]
     assert ring_hosts(points[:2], 200e6) == []
+
+
+def test_calibration_times_rounds_up_to_the_largest_gradient_its_rings_send(monkeypatch):
+    from real.models import build_model, grad_bytes
+    points = [AllReduceConfig(2, 50e6, (64_000,)), SyncRunConfig(8, 200e6), AsyncRunConfig(5, 50e6)]
+    mlp = grad_bytes(build_model("mlp", 0))
+    assert ring_bytes(points, 200e6) == mlp and ring_bytes(points, 50e6) is None
+    asked = {}
+    monkeypatch.setattr(measure, "calibrate", lambda config, *a, **k: {})
+    monkeypatch.setattr(measure, "measure_duplex", lambda config: {})
+    monkeypatch.setattr(measure, "measure_rounds",
+                        lambda config, sizes: asked.setdefault(config.hosts, sizes))
+    record = measure.calibrate_rate(200e6, False, [4, 8], mlp)
+    assert set(record["rounds"]) == {"4", "8"}
+    assert asked[8] == asked[4] == round_sizes_up_to(mlp, False)
+    assert asked[8][-1] == 1 << 20 < ROUND_SIZES_FULL[-1]  # 0.94 MB: the grid stops at 1 MiB
+    measure.calibrate_rate(200e6, True, [2])  # no size given: the whole grid
+    assert asked[2] == ROUND_SIZES_QUICK
+
+
+def test_sizes_past_the_first_that_reaches_a_round_change_no_round_cost():
+    # why the calibration may stop its grid there: a round is priced from the sizes around it
+    whole = RoundCosts.from_rows(ROWS + [{"bytes": 16 << 20, "first_s": 2.9, "next_s": 3.1}])
+    stopped = RoundCosts.from_rows(ROWS)
+    for n in (100, 300_000, 1 << 20, 3_000_000, 4 << 20):
+        rounds = [(1, n), (5, n)]
+        assert whole.rounds_time_s(rounds) == stopped.rounds_time_s(rounds)
+    assert whole.rounds_time_s([(3, 8 << 20)]) != stopped.rounds_time_s([(3, 8 << 20)])
 
 
 def test_round_sizes_reach_the_largest_round_and_stop_there():
@@ -132,6 +161,10 @@ def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
                and r[f"{c}_s"] == statistics.median(r[f"{c}_chains_s"])
                for r in table["results"] for c in ("first", "next", "reduce"))
     assert all(r["reduce_s"] > 0 for r in table["results"])
+    for r in table["results"]:  # each chain's round ends: 3, rising, the first its first round
+        assert len(r["ends_chains_s"]) == len(r["first_chains_s"])
+        assert all(len(ends) == 3 and ends[0] < ends[1] < ends[2] and ends[0] == first
+                   for ends, first in zip(r["ends_chains_s"], r["first_chains_s"]))
     RoundCosts.from_rows(table["results"])  # what the calibration hands the simulator
 
 
