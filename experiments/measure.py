@@ -13,6 +13,7 @@ per host instead, joined by c10d rendezvous at host 0, exactly as on a real clus
 
 from __future__ import annotations
 
+import math
 import shlex
 import statistics
 import sys
@@ -66,6 +67,7 @@ def ring_bytes(points, bandwidth_bps: float) -> int | None:
 
 
 def ring_points(points, bandwidth_bps: float) -> list:
+    """The points at ``bandwidth_bps`` that run a ring all-reduce on calibrated rounds."""
     return [p for p in points if p.kind in RING_HOSTS and p.bandwidth_bps == bandwidth_bps]
 
 
@@ -81,8 +83,7 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
     config = testbed_config(2, bandwidth_bps)
     record = calibrate(config, CALIBRATION_SIZES, pings=100 if quick else 200, repeats=3)
     record["duplex"] = measure_duplex(config)
-    sizes = (round_sizes_up_to(largest_bytes, quick) if largest_bytes
-             else ROUND_SIZES_QUICK if quick else ROUND_SIZES_FULL)
+    sizes = round_sizes_up_to(largest_bytes or math.inf, quick)
     record["rounds"] = {str(h): measure_rounds(testbed_config(h, bandwidth_bps),
                                                sizes) for h in hosts}
     return record

@@ -97,22 +97,24 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
     for n in sizes:
         chain_marks(comm, buffers[n], rounds)
     chains = [repeats * (SMALL_FACTOR if n <= SMALL_BYTES else 1) for n in sizes]
-    times = torch.zeros(len(sizes), max(chains), len(COLUMNS), dtype=torch.float64)
+    # per chain: the end of each round, then its mean later round and the addition
     ends = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
+    times = torch.zeros(len(sizes), max(chains), 2, dtype=torch.float64)
     for rep in range(max(chains)):
         for i, n in enumerate(sizes):
             if rep < chains[i]:
                 marks, arrived = chain_marks(comm, buffers[n], rounds)
                 ends[i, rep] = torch.tensor(marks, dtype=torch.float64)
-                times[i, rep] = torch.tensor([marks[0], (marks[-1] - marks[0]) / (rounds - 1),
+                times[i, rep] = torch.tensor([(marks[-1] - marks[0]) / (rounds - 1),
                                               time_addition(arrived, totals[n])],
                                              dtype=torch.float64)
-    comm.all_reduce(times, op="max")  # each chain's time is its slowest rank's
-    comm.all_reduce(ends, op="max")   # and so is the end of each of its rounds
+    comm.all_reduce(ends, op="max")   # each chain's time is its slowest rank's
+    comm.all_reduce(times, op="max")
     rows = []
     for i, n in enumerate(sizes):
         row = {"bytes": 4 * max(1, n // 4)}
-        per_chain = {c: times[i, :chains[i], k].tolist() for k, c in enumerate(COLUMNS)}
+        first, (later, reduce) = ends[i, :chains[i], 0], times[i, :chains[i]].T
+        per_chain = {c: t.tolist() for c, t in zip(COLUMNS, (first, later, reduce))}
         row.update({f"{c}_s": statistics.median(v) for c, v in per_chain.items()})
         row.update({f"{c}_chains_s": v for c, v in per_chain.items()})
         row["ends_chains_s"] = ends[i, :chains[i]].tolist()
