@@ -1,12 +1,14 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
 full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, 59.3 min, Reno on every host, the probe's grid ×2 apart up to
-256 KiB, its chains 2(H − 1) rounds long) and the one before it, committed at 2259b18 (45.8 min,
-chains of 4 rounds). The later paragraphs quote the full grids they were written with, in the
-history of ``experiments/results/full/``: the one committed at e64dd2e (49.3 min, the ×4 grid;
-``git show e64dd2e:experiments/results/full/RESULTS.md``) unless they name another run or
-command (the finer-grid paragraph: 2259b18's), and in
+experiments/results/full``, 48.9 min, Reno on every host, the probe's grid ×2 apart up to
+256 KiB, its chains 2(H − 1) rounds long, the calibration's rounds up to 1 MiB) and the ones
+before it: 53652ed (59.3 min, the same but for the calibration's rounds, up to 16 MiB), 2259b18
+(45.8 min, chains of 4 rounds) and e64dd2e. The later paragraphs quote the full grids they were
+written with, in the history of ``experiments/results/full/``: the one committed at e64dd2e
+(49.3 min, the ×4 grid; ``git show e64dd2e:experiments/results/full/RESULTS.md``) unless they
+name another run or command (the finer-grid paragraph: 2259b18's; the chain-length one:
+53652ed's), and in
 the ``async``, ``ps_vs_ring`` and ``async_vs_sync`` notes the first grid with Reno, before it;
 "the previous full grid" in them is the one committed at a29d5d5
 (``experiments/results/full-ps/``: the parameter-server experiments with the machine's BBR).
@@ -14,32 +16,35 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid: median 1.0% over 132 all-reduce rows, worst 85.9% — the target (3% / 8%) "
+        "**Full grid: median 0.9% over 132 all-reduce rows, worst 62.5% — the target (3% / 8%) "
         "is met where the shaped links are the bottleneck and missed where a call takes "
         "milliseconds (Gloo's waits, the shared cores).** "
-        "Every 50 Mbit/s row (42, 8 hosts included) within 10.1%, median 0.2%, one over 8% "
-        "(the hand-written ring's 64 kB on 8 hosts); 2 and 4 hosts at 50 and 200 Mbit/s: 60 "
-        "rows, median 0.3%, one over 8%; rows of ≥ 1 MB: 78, median 0.4%, worst 14.5%. 20 rows "
-        "over 8%, 28 in the grid before (2259b18, probe chains of 4 rounds: median 1.1%, worst "
-        "164%): the chains as long as the ring (next paragraph) took 8 hosts from a median of "
-        "4.5% to 2.5% and 64 kB calls from 11.3% to 3.2%. The misses: 64 kB calls (27 rows, 10 "
-        "over 8%), 1000 Mbit/s (45 rows, median 1.9%, 12 over 8%), 8 hosts at 200 Mbit/s (15 "
-        "rows, median 6.7%; Gloo's 256 kB +51.8%, predicted 31.7 ms, measured 20.9) and 4 hosts "
-        "at 1000 Mbit/s, now on the other side (Gloo's 64 kB and 256 kB took 7.0 and 6.9 ms, "
-        "predicted 3.5: −49.6% and −49.3%). The worst row, the hand-written ring's 64 kB on 2 "
-        "hosts at 1000 Mbit/s (Gloo's beside it +85.7%), was predicted at 1.42 ms and took "
-        "0.76 ms (the grid before: 1.36 against 0.51 ms): in that point's probe a round of 8 "
-        "to 64 KiB that follows another took 1.1–1.2 ms and a first round 0.17–0.25 ms "
-        "(medians over 54 chains, `allreduce.json` under `rounds`), where the bytes need "
-        "0.07–0.5 ms. A round "
-        "on these 2 cores takes either about 0.2 ms or about 1 ms more, and which one depends "
-        "on the code path, not on the size: on another 2-host bed at 1000 Mbit/s, medians of 31 "
-        "chains, the probe's later round took 0.80 ms at 64 B and 0.17–0.24 ms at 8 and 32 KiB, "
-        "the same chain with every receive posted a round ahead (as the rings post them) 0.96, "
-        "0.14 and 1.23 ms, and Gloo's own 64 kB all-reduce 2.19 ms against 0.50 ms for the "
-        "hand-written ring and 0.25 ms for the naive one (the side check's script was not kept; "
-        "what the slow rounds are: the next paragraph). The e64dd2e grid (the ×4 size grid): "
-        "median 2.5%, worst 192%; every 50 Mbit/s row of ≥ 256 kB within 8.2%.",
+        "Every 50 Mbit/s row (42, 8 hosts included) within 2.0%, median 0.1%; 2 and 4 hosts at "
+        "50 and 200 Mbit/s: 60 rows, median 0.3%, three over 8% (64 kB calls on 2 hosts at "
+        "200 Mbit/s, the hand-written ring's −16.2% the worst); rows of ≥ 1 MB: 78, median "
+        "0.4%, worst 12.0% (Gloo's 1 MB on 8 hosts at 200 Mbit/s). 17 rows over 8%, 20 in the "
+        "grid before (53652ed: the same model and probes, but a calibration that also timed "
+        "rounds of 4 and 16 MiB, which no prediction uses; median 1.0%, worst 85.9%). The "
+        "misses: 64 kB calls (27 rows, median 4.8%, 12 over 8%), 1000 Mbit/s (45 rows, median "
+        "1.9%, 10 over 8%), 8 hosts at 200 Mbit/s (15 rows, median 7.1%; Gloo's 256 kB +51.0%, "
+        "predicted 31.1 ms, measured 20.6; +51.8% in the grid before) and 4 hosts at 1000 "
+        "Mbit/s (Gloo's 64 kB and 256 kB −26.1% and −20.7%, the hand-written ring's 256 kB "
+        "+27.9%; in the grid before −49.6%, −49.3% and −20.7%). The worst row, the "
+        "hand-written ring's 64 kB on 2 hosts at 1000 Mbit/s, was the worst in the grid before "
+        "too, from the other side: predicted 1.06 ms, it took 2.84 ms; the grid before "
+        "measured 0.76 ms against 1.42 (+85.9%). Gloo's own 64 kB beside it took 0.96 ms "
+        "(+10.3%; +85.7% before). In that point's probe, in both grids, a round of 8 to "
+        "64 KiB that follows another took 0.8–1.2 ms and a first round 0.17–0.27 ms (medians "
+        "over the chains, `allreduce.json` under `rounds`), where the bytes need 0.07–0.5 ms. "
+        "Which of the two a round costs, about 0.2 ms or about 1 ms more, depended in a side "
+        "check on the code path, not on the size: on another 2-host bed at 1000 Mbit/s, "
+        "medians of 31 chains, the probe's later round took 0.80 ms at 64 B and "
+        "0.17–0.24 ms at 8 and 32 KiB, the same chain with every receive posted a round ahead "
+        "(as the rings post them) 0.96, 0.14 and 1.23 ms, and Gloo's own 64 kB all-reduce "
+        "2.19 ms against 0.50 ms for the hand-written ring and 0.25 ms for the naive one (the "
+        "side check's script was not kept; what the slow rounds are: the next paragraph). "
+        "The e64dd2e grid (the ×4 size grid): median 2.5%, worst 192%; every 50 Mbit/s row "
+        "of ≥ 256 kB within 8.2%.",
         "**The slow rounds are Gloo's waits, not the network or the cores, and a 2-round "
         "call's median sits between them.** The probe now keeps each chain's time to the end "
         "of every round (`ends_chains_s`). On a 2-host bed at 1000 Mbit/s, 45 chains of 4 "
@@ -103,10 +108,11 @@ NOTES: dict[str, list[str]] = {
         "so that a chain's later rounds average over three (`experiments.ring_probe."
         "chain_rounds`); the full grid took 59.3 min instead of 45.8 (longer chains on 4 and 8 "
         "hosts; the 8-host probes at 50 Mbit/s, up to 16 MiB, took 5.3 of the calibration's "
-        "15.3 min). In the full grid the 4-host bed at 1000 Mbit/s came out under instead "
-        "(the first paragraph: the ring's 64 kB −29.8%, predicted 3.61 ms, measured 5.14, "
-        "where the side check's bed measured 4.58 against 4.32): small calls on 4 hosts move "
-        "by that much from one bed to the next. The rest of the 8-host sync miss went with it (the `sync` "
+        "15.3 min; the calibration now stops at 1 MiB). In that full grid (53652ed) the 4-host "
+        "bed at 1000 Mbit/s came out under instead (the ring's 64 kB −29.8%, predicted "
+        "3.61 ms, measured 5.14, where the side check's bed measured 4.58 against 4.32; −6.9% "
+        "in the current one, 4.77 against 5.12): small calls on 4 hosts move by that much "
+        "from one bed to the next. The rest of the 8-host sync miss went with it (the `sync` "
         "note).",
         "**The e64dd2e grid, for the paragraphs below: median 2.5% over 132 rows, worst 192%.** "
         "Rows of ≥ 1 MB: 78 rows, median 1.3%, worst 50%. The misses: 64 kB calls (27 rows, "
@@ -139,12 +145,15 @@ NOTES: dict[str, list[str]] = {
         "outside the all-reduces within 7.4%; a second one right after it (`--out` another "
         "folder, not committed; load 1.8, 8.8 min): median 0.7%, worst 30.6% (the "
         "hand-written ring's 64 kB on 4 hosts at 200 Mbit/s, 4.02 ms measured, 5.24 "
-        "predicted), 44 within 8%. On that full grid's files (2259b18), "
+        "predicted), 44 within 8%; the one committed with the current full grid (the "
+        "calibration's rounds up to 1 MiB, load 1.4, 8.9 min): median 1.3%, worst 25.9% "
+        "(Gloo's 64 kB on 4 hosts at 200 Mbit/s, 5.26 ms measured, 3.90 predicted), 42 within "
+        "8%. On that full grid's files (2259b18), "
         "`python -m experiments.ablation --results experiments/results/full` gives all 132 rows "
         "1.1% / 164% (median / worst) with the measured rounds and 1.5% / 96% with the 2-host "
-        "shaper model, under 1 MB 4.2% against 5.1%; on the current full grid's files (chains "
-        "of 2(H − 1) rounds) 1.0% / 85.9% against 2.2% / 99.8%, under 1 MB 3.0% against "
-        "7.9%. The ablation figures in the paragraphs below are the e64dd2e grid's files.",
+        "shaper model, under 1 MB 4.2% against 5.1%; on 53652ed's (chains of 2(H − 1) rounds) "
+        "1.0% / 85.9% against 2.2% / 99.8%, under 1 MB 3.0% against 7.9%; on the current "
+        "full grid's 0.9% / 62.5% against 2.3% / 99.2%, under 1 MB 1.9% against 10.2%. The ablation figures in the paragraphs below are the e64dd2e grid's files.",
         "**Tried and not kept: Gloo's own rounds from its all-gather.** Gloo's all-reduce runs "
         "its rounds in C++ with two half-chunks in flight, and on 8 hosts the Python-driven "
         "rounds over-predict it (the e64dd2e grid: +97% at 256 kB, 200 Mbit/s). Gloo's "
@@ -277,25 +286,27 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
-        "**Full grid: median 1.4% over 12 rows, worst 7.6% — both targets met.** "
+        "**Full grid: median 1.3% over 12 rows, worst 7.2% — both targets met.** "
         "mlp (0.94 MB of gradients, one bucket, Gloo's all-reduce), 2, 4 and 8 replicas at 50 "
         "and 200 Mbit/s, compute emulated (50 ms sleep) or real (one CPU thread a replica, the "
         "simulator's `cores` = 2). The simulator's iteration: the single-process profile of "
         "the same model and batch for compute and overhead, and the rounds measured on as "
         "many hosts (the run's opening calibration) for the all-reduce. At 50 Mbit/s every "
-        "row within −1.1…−0.1%; at 200 Mbit/s (emulated, then real compute) 2 replicas −3.1% "
-        "and −1.6%, 4 replicas −2.0% and −4.1%, 8 replicas +5.6% and +7.6%. The grid before "
-        "(2259b18, probe chains of 4 rounds) had the 8 replicas at +18.9% and +23.5% (median "
-        "0.9%, worst 23.5%), the e64dd2e grid at +42.1% and +45.4%: the all-reduce's 14 rounds "
-        "of 117 kB on 8 hosts were priced from chains of 4 rounds, whose later rounds cost "
-        "more than a 14-round ring's when 8 ranks share 2 cores (the all-reduce note). What "
-        "is left over at 8 replicas is Gloo's C++ ring paying a little less per round than "
-        "the Python-driven probe (Gloo's own 1 MB on 8 hosts at 200 Mbit/s +12.1% in the "
-        "all-reduce rows).",
+        "row within −1.3…+0.1%; at 200 Mbit/s (emulated, then real compute) 2 replicas −3.7% "
+        "and −1.9%, 4 replicas −2.7% and −7.2%, 8 replicas +2.3% and −1.0%. The grid before "
+        "(53652ed: median 1.4%, worst 7.6%) had the 8 replicas at +5.6% and +7.6%, with steps "
+        "of 153.7 and 106.6 ms against 156.8 and 114.0 ms here: same model, so that much is "
+        "one run against the next. The grid before it (2259b18, probe chains of 4 rounds) had "
+        "them at +18.9% and +23.5% (median 0.9%, worst 23.5%), the e64dd2e grid at +42.1% and "
+        "+45.4%: the all-reduce's 14 rounds of 117 kB on 8 hosts were priced from chains of 4 "
+        "rounds, whose later rounds cost more than a 14-round ring's when 8 ranks share 2 "
+        "cores (the all-reduce note). What may be left over at 8 replicas is Gloo's C++ ring "
+        "paying a little less per round than the Python-driven probe (Gloo's own 1 MB on 8 "
+        "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
-        "**Full grid: 4 hosts at 200 Mbit/s, −2.4%** (2259b18 −0.5%, e64dd2e +8.2%; the "
-        "paragraph below quotes the grid before those).",
+        "**Full grid: 4 hosts at 200 Mbit/s, −2.5%** (53652ed −2.4%, 2259b18 −0.5%, e64dd2e "
+        "+8.2%; the paragraph below quotes the grid before those).",
         "The multi-node path works on the test bed: four hosts, each running its own `torchrun` "
         "agent (`--nnodes 4 --rdzv-backend c10d --rdzv-endpoint host0:port`), rendezvous at "
         "host 0's store, and a sync run of 20 steps completes: 120.0 ms per step in the full "
@@ -306,11 +317,13 @@ NOTES: dict[str, list[str]] = {
     ],
     "async": [
         "**Full grid** (the paragraphs below quote earlier grids): seconds per update, 2, 4 "
-        "and 8 workers, 200 Mbit/s −1.1%, −11.4%, −33.4%; 50 Mbit/s −18.7%, −45.2%, −20.4% "
-        "(2259b18: −0.3%, −8.5%, −22.7%; −3.4%, −46.7%, −22.0%; e64dd2e: −4.2%, −14.1%, "
-        "−26.4%; −44.7%, −35.7%, −21.1%). Nothing in these runs or their prediction changed "
-        "between the last two grids (the parameter server uses no ring rounds): 2 workers at "
-        "50 Mbit/s took 228.8 ms an update against 192.6 ms, which is how far one run of "
+        "and 8 workers, 200 Mbit/s −2.4%, −5.1%, −21.9%; 50 Mbit/s −15.3%, −45.9%, −25.8% "
+        "(53652ed: −1.1%, −11.4%, −33.4%; −18.7%, −45.2%, −20.4%; 2259b18: −0.3%, −8.5%, "
+        "−22.7%; −3.4%, −46.7%, −22.0%; e64dd2e: −4.2%, −14.1%, −26.4%; −44.7%, −35.7%, "
+        "−21.1%). Nothing in these runs or their prediction has changed since 2259b18 (the "
+        "parameter server uses no ring rounds), so the moves are the runs' own: 8 workers at "
+        "200 Mbit/s took 51.4 ms an update against 60.4 ms in the grid before, 2 workers at "
+        "50 Mbit/s 219.6 ms against 228.8 and 192.6 ms in the two before: how far one run of "
         "TCP's window dynamics moves from the next. The simulator's server NIC in arrival "
         "order is still fast where TCP shares the link (below).",
         "**TCP's congestion control decides how busy the server's link is, and the simulator "
@@ -375,16 +388,18 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
-        "**Full grid** (the paragraphs below quote earlier grids): ring rows +0.0%, +1.6%, "
-        "+14.6% (8 workers: Gloo's C++ ring, the `sync` note; +31.0% with the probe's chains of "
-        "4 rounds in 2259b18); PS rows 4 workers at 50 Mbit/s 1× −45.7%, 2× −13.6%, 4× +1.5%, "
-        "8× +2.5%; at 200 Mbit/s −4.5%, −9.8%, −5.2%, −4.8%; 8 workers −44.4%, −2.5%, "
-        "−25.6%, −24.5%. The PS rows use no ring rounds, so their moves since the grid before "
-        "are the runs' own: the 2× row at 50 Mbit/s took 373 ms a round against 505 ms in "
-        "2259b18 (its PS rows −46.8%, −36.2%, +1.7%, +2.6%; −6.2%, −7.7%, −5.1%, "
-        "−3.5%; −45.6%, −7.1%, −26.5%, −22.6%; the e64dd2e grid: ring −2.7%, +8.5%, +51.6%; PS "
-        "−47.6%, −29.6%, −0.3%, −1.3%; −6.5%, −27.1%, −16.3%, −14.6%; −26.1%, −20.5%, "
-        "−39.7%, −44.0%).",
+        "**Full grid** (the paragraphs below quote earlier grids): ring rows +0.1%, +2.0%, "
+        "+7.3% (8 workers: Gloo's C++ ring, the `sync` note; +14.6% in the grid before, "
+        "+31.0% with the probe's chains of 4 rounds in 2259b18); PS rows 4 workers at "
+        "50 Mbit/s 1× −45.0%, 2× −11.9%, 4× +1.5%, 8× +2.5%; at 200 Mbit/s −5.8%, −9.1%, "
+        "−7.3%, −5.2%; 8 workers −45.0%, −11.7%, −29.6%, −30.6%. The PS rows use no ring "
+        "rounds, so their moves from grid to grid are the runs' own: the 2× row with 8 workers "
+        "took 181.6 ms a round against 165.0 ms in the grid before (53652ed: PS rows −45.7%, "
+        "−13.6%, +1.5%, +2.5%; −4.5%, −9.8%, −5.2%, −4.8%; −44.4%, −2.5%, −25.6%, −24.5%), "
+        "the 2× row at 50 Mbit/s 365.7 ms against 373 ms then and 505 ms in 2259b18 (its PS "
+        "rows −46.8%, −36.2%, +1.7%, +2.6%; −6.2%, −7.7%, −5.1%, −3.5%; −45.6%, −7.1%, "
+        "−26.5%, −22.6%; the e64dd2e grid: ring −2.7%, +8.5%, +51.6%; PS −47.6%, −29.6%, "
+        "−0.3%, −1.3%; −6.5%, −27.1%, −16.3%, −14.6%; −26.1%, −20.5%, −39.7%, −44.0%).",
         "**A faster server link pays, and the ring still wins.** mlp (0.94 MB), no compute, "
         "seconds per round (every worker's gradient in, the weights out once), server link at "
         "1× / 2× / 4× / 8× the workers' (Reno, `experiments/results/full`): 4 workers at 50 "
@@ -412,12 +427,13 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
-        "**Full grid** (the paragraphs below quote earlier grids): sync per step −0.6%, "
-        "−0.8%, +8.7%; async per update +0.3%, −1.6%, −7.8% for 2, 4 and 8 workers (2259b18: "
-        "+0.8%, +0.5%, +23.4%; +0.5%, −1.8%, −32.8%; e64dd2e: +0.1%, +5.3%, +43.2%; −1.8%, "
-        "−4.8%, −16.0%). The 8-worker sync step came down with the probe's chains as long as "
-        "the ring's (the `sync` note); the async row moved by itself (43.6 ms an update "
-        "against 59.8 ms in 2259b18, same code, predicted 40.2 ms).",
+        "**Full grid** (the paragraphs below quote earlier grids): sync per step −1.0%, "
+        "−1.2%, +4.4%; async per update −0.9%, −2.8%, −25.5% for 2, 4 and 8 workers (53652ed: "
+        "−0.6%, −0.8%, +8.7%; +0.3%, −1.6%, −7.8%; 2259b18: +0.8%, +0.5%, +23.4%; +0.5%, "
+        "−1.8%, −32.8%; e64dd2e: +0.1%, +5.3%, +43.2%; −1.8%, −4.8%, −16.0%). The 8-worker "
+        "sync step came down with the probe's chains as long as the ring's (the `sync` note); "
+        "the 8-worker async row moves by itself: 53.8 ms an update here, 43.6 ms in the grid "
+        "before and 59.8 ms in 2259b18, same code, predicted 40.1–40.2 ms.",
         "**Sync moves more samples per second from 4 workers on; async's server link caps it.** "
         "mlp, every gradient computed for real and padded to 50 ms (`--emulate-compute 50ms "
         "--real-gradients`), 200 Mbit/s, 800 async updates against 800 / W sync steps (the same "
