@@ -55,6 +55,10 @@ from dsgd_sim.collectives import ALGORITHMS, RoundCosts, allreduce_time_s, reduc
 
 ACK_FRAME_BYTES = 66  # 14 Ethernet + 20 IP + 32 TCP (with timestamps), no payload
 SEGMENTS_PER_ACK = 2  # Linux delayed ACK: one ACK for every second full segment
+# a ring-round table whose hosts each moved less than this share of the duplex payload rate was
+# held back by the machine, not by its links (link-bound tables reach 0.98-1.00 of it; 8 hosts
+# at 200 Mbit/s on 2 cores, 0.74)
+BED_BOUND_SHARE = 0.9
 
 # real/allreduce.py's algorithm names -> the simulator's; Gloo's own all-reduce is a ring
 SIM_ALGORITHM = {"ring": "ring", "naive": "naive-ring", "backend": "ring"}
@@ -111,6 +115,22 @@ class NetworkInputs:
             return self.duplex_goodput_bps
         ack_share = ACK_FRAME_BYTES / SEGMENTS_PER_ACK / self.frame_bytes
         return self.goodput_bps / (1.0 + ack_share)
+
+    @property
+    def bed_payload_bps(self) -> float | None:
+        """What the whole test bed carries at this rate when its links are not the limit: the
+        payload bits per second summed over the hosts of a ring-round table whose hosts moved
+        less than their links allow (each host's rate at the table's largest size below
+        ``BED_BOUND_SHARE`` of the duplex payload rate: the machine's cores, busy in the
+        kernel's packet work, set the pace, not the shapers). The largest such sum over the
+        tables; None when every table ran at its links' rate (the bed's limit is then not
+        known, only that it is above what was seen)."""
+        sums = []
+        for hosts, table in self.round_costs.items():
+            n, t = table.sizes_bytes[-1], table.next_s[-1]
+            if 8.0 * n / t < BED_BOUND_SHARE * self.duplex_payload_bps:
+                sums.append(hosts * 8.0 * n / t)
+        return max(sums, default=None)
 
     @property
     def bucket_payload_bytes(self) -> float:

@@ -3,7 +3,9 @@
 ``simulate_async`` is ``experiments.sync_model.predict_async`` opened up: the same inputs (the
 calibrated network, the single-process profile's gradient size and data/optimizer time as the
 server's apply time, the first round dropped as the real server drops it) with two more knobs,
-the server's link rate (``ps_bandwidth_bps``: a server host faster than the workers') and the
+the server's link rate (``ps_bandwidth_bps``: a server host faster than the workers', capped
+each way at half of what the whole bed carries where the calibration saw the machine set the
+pace: ``server_link_bps``) and the
 compute time (0: workers only exchange, the server's ceiling), and the whole staleness
 histogram in the result; ``predict_async`` calls it with the defaults.
 
@@ -45,6 +47,18 @@ def profile_workload(reference: dict, compute_s: float):
         os.unlink(handle.name)
 
 
+def server_link_bps(net: NetworkInputs, ps_bandwidth_bps: float | None) -> float | None:
+    """The server's link rate each way as the test bed can carry it: ``ps_bandwidth_bps`` (None:
+    a worker's), but at most half of what the whole bed carries at this rate where the
+    calibration saw the machine, not the links, set the pace (``NetworkInputs.bed_payload_bps``):
+    every byte of a parameter server crosses the server's link, its pushes in and its replies
+    out, equal bytes each way."""
+    bed_bps = net.bed_payload_bps
+    if bed_bps is None:
+        return ps_bandwidth_bps
+    return min(ps_bandwidth_bps or net.duplex_payload_bps, bed_bps / 2)
+
+
 def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInputs,
                    reference: dict, ps_bandwidth_bps: float | None = None,
                    one_push_at_a_time: bool = False, fair_server_nic: bool = False) -> dict:
@@ -57,7 +71,8 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     share their rate fairly among the messages in flight instead of in arrival order."""
     workload = profile_workload(reference, compute_s)
     cluster = ClusterConfig(replicas=workers, bandwidth_bps=net.duplex_payload_bps,
-                            latency_s=net.latency_s, ps_bandwidth_bps=ps_bandwidth_bps)
+                            latency_s=net.latency_s,
+                            ps_bandwidth_bps=server_link_bps(net, ps_bandwidth_bps))
     service_s = reference["summary"].get("idle_time_s") or 0.0
     result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, seed=0,
                                          service_time_s=service_s,

@@ -9,7 +9,10 @@ one). One *round* is every worker's gradient in and the weights out once:
 * **Ring, measured:** Gloo's own all-reduce of the same gradient bytes on W hosts at B
   (``real/allreduce.py --algorithms backend``, median of the slowest rank).
 * **Predicted from the calibration alone:** the PS with the simulator's async model, the server's
-  link at k x the calibrated duplex payload rate (``experiments.ps_model.simulate_async``),
+  link at k x the calibrated duplex payload rate, but each way at most half of what the whole
+  bed carries where the calibration's ring rounds found the machine, not the links, the limit
+  (``experiments.ps_model.server_link_bps``; 8 hosts at 200 Mbit/s on 2 cores)
+  (``experiments.ps_model.simulate_async``),
   taking pushes as they come, several at once, as the real server does (a receive posted per
   worker); also, for the plot, the simulator's server taking one push at a time
   (``predicted_one_push_s``, ``AsyncConfig.one_push_at_a_time``: its inbound is one flow at the
@@ -174,6 +177,38 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
                         "alpha_beta_pipelined_s": alpha_beta_s("ps-pipelined", server_factor=k, **ab),
                         "measured": ps["summary"]})
     return out
+
+
+def stored_measurements(result: dict) -> dict:
+    """What ``measure`` returned for each point of a stored run (``ps_vs_ring.json``), by label,
+    rebuilt from its rows: to predict the same measurements again with another model."""
+    by_label = {}
+    for row in result["rows"]:
+        label = row["config"].split("x ", 1)[1] if row["scheme"] == "ps" else \
+            row["config"].removeprefix("ring (Gloo) ")
+        point = by_label.setdefault(label, {"grad_bytes": row["grad_bytes"], "ps": []})
+        if row["scheme"] == "ring":
+            point.update(ring_s=row["measured_s"], ring=row["measured"])
+        else:
+            point["ps"].append({"server_factor": row["server_factor"], "round_s": row["measured_s"],
+                                "summary": row["measured"]})
+    return by_label
+
+
+def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]:
+    """The rows of a stored run predicted again from ``net_by_rate`` (its own calibration):
+    same measurements, today's model. The single-process profile behind the server's apply time
+    is not stored with the run and is taken again (it moves a prediction by well under 1%)."""
+    points = tuple(PsVsRingConfig(**{**{k: v for k, v in p.items() if k != "kind"},
+                                     "server_factors": tuple(p["server_factors"])})
+                   for p in result["points"])
+    stored = stored_measurements(result)
+    missing = [p.label for p in points if p.label not in stored or "ring_s" not in stored[p.label]]
+    if missing:
+        raise ValueError(f"the stored run has no rows for {', '.join(missing)}")
+    experiment = Experiment(result["name"], result["question"], points)
+    return rows(experiment, net_by_rate, measure_fn=lambda point: stored[point.label],
+                predict_fn=predict_fn)
 
 
 # -- plot ---------------------------------------------------------------------------------------

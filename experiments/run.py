@@ -4,6 +4,7 @@
     sudo python experiments/run.py                    # the full grid
     sudo python experiments/run.py allreduce          # one experiment (names: experiments/configs.py)
     python experiments/run.py --report-only           # rewrite RESULTS.md from results/*.json
+    python experiments/run.py --repredict ps_vs_ring  # its stored measurements, today's model
     sudo python experiments/run.py --out experiments/results/full   # the full grid, kept apart
 
 Order of work: calibrate the network at every rate the experiments use (2-host test beds, network
@@ -17,7 +18,6 @@ test bed); without them, one line saying so and exit status 1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -34,11 +34,12 @@ from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs, predict_allreduce_s  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_allreduce, plot_async, plot_sync, write_results_md  # noqa: E402
-from dsgd_sim.argparse_oneline import argparse_type  # noqa: E402
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type  # noqa: E402
 from real.testbed.config import parse_congestion_control  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
+REPREDICTABLE = ("ps_vs_ring",)  # experiments whose stored rows can be predicted again
 REPORT = HERE / "RESULTS.md"  # the report written from them
 
 
@@ -182,11 +183,15 @@ def regenerate(results: list[dict], meta: dict) -> dict:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Run experiments on the test bed; compare with the model.")
+    parser = OneLineArgumentParser(description="Run experiments on the test bed; compare with the model.")
     parser.add_argument("names", nargs="*", help="experiments to run (default: all)")
     parser.add_argument("--quick", action="store_true", help="the representative subset (<= 10 min)")
     parser.add_argument("--report-only", action="store_true",
                         help="no measurement: rewrite fidelity.json and RESULTS.md from results/")
+    parser.add_argument("--repredict", action="store_true",
+                        help="predict the stored measurements of the named experiments again from "
+                             f"their run's calibration, with today's model (only: "
+                             f"{', '.join(REPREDICTABLE)}); measures nothing")
     parser.add_argument("--out", metavar="DIR",
                         help="write results and their RESULTS.md into DIR (default: "
                              "experiments/results, and experiments/RESULTS.md)")
@@ -199,6 +204,9 @@ def parse_args(argv=None):
         args.experiments = select(args.names, args.quick)
     except ValueError as error:
         parser.error(str(error))
+    if args.repredict and (not args.names or set(args.names) - set(REPREDICTABLE)):
+        parser.error(f"--repredict takes the experiments to predict again, of: "
+                     f"{', '.join(REPREDICTABLE)}")
     return args
 
 
@@ -208,8 +216,9 @@ def main(argv=None) -> int:
     if args.out:
         RESULTS = Path(args.out).resolve()
         REPORT = RESULTS / "RESULTS.md"
-    if args.report_only and not (RESULTS / "run.json").exists():
-        print(f"experiments/run.py: --report-only: no run.json in {RESULTS} (run the experiments "
+    if (args.report_only or args.repredict) and not (RESULTS / "run.json").exists():
+        flag = "--report-only" if args.report_only else "--repredict"
+        print(f"experiments/run.py: {flag}: no run.json in {RESULTS} (run the experiments "
               "first)", file=sys.stderr)
         return 2
     if args.report_only:
@@ -217,6 +226,8 @@ def main(argv=None) -> int:
         summary = regenerate(load_results(list(EXPERIMENTS)), meta)
         print(json.dumps(summary))
         return 0
+    if args.repredict:
+        return repredict(args.names, args.out)
     from real.testbed import TestbedError, unavailable_reason
     reason = unavailable_reason()
     if reason:
@@ -239,6 +250,33 @@ def main(argv=None) -> int:
     summary = regenerate(load_results(list(EXPERIMENTS)), meta)
     print(f"fidelity: {summary['rows']} rows, median |error| {summary['median_abs_error']:.1%}, "
           f"worst {summary['worst_abs_error']:.1%} ({summary['worst_config']})")
+    return 0
+
+
+def repredict(names: list[str], out: str | None = None) -> int:
+    """Predict the stored rows of ``names`` again from their run's calibration (``run.json``)
+    and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
+    import importlib
+    meta = json.loads((RESULTS / "run.json").read_text())
+    net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
+    for name in names:
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            print(f"experiments/run.py: --repredict: no {path.name} in {RESULTS}", file=sys.stderr)
+            return 2
+        module = importlib.import_module(f"experiments.{name}")
+        result = json.loads(path.read_text())
+        try:
+            result["rows"] = module.repredict(result, net_by_rate)
+        except (KeyError, ValueError) as error:
+            print(f"experiments/run.py: --repredict: {path.name}: {error}", file=sys.stderr)
+            return 2
+        result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
+            f" --out {out}" if out else "")
+        module.plot(result["rows"], RESULTS / result["plot"])
+        path.write_text(json.dumps(result, indent=1) + "\n")
+    summary = regenerate(load_results(list(EXPERIMENTS)), meta)
+    print(json.dumps(summary))
     return 0
 
 

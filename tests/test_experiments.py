@@ -244,6 +244,23 @@ def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_pat
     assert done.stderr.count("\n") == 1 and "no run.json" in done.stderr
 
 
+@pytest.mark.parametrize("names", [[], ["sync"], ["ps_vs_ring", "allreduce"]])
+def test_repredict_takes_only_experiments_that_can_be_predicted_again(tmp_path, names):
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--repredict",
+                           *names, "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "ps_vs_ring" in done.stderr
+
+
+def test_repredict_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--repredict",
+                           "ps_vs_ring", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no run.json" in done.stderr
+
+
 def test_a_report_beside_its_results_links_them_without_the_results_prefix():
     rows = [fidelity_row("sync", "H=2", 0.1, 0.1)]
     result = {"name": "sync", "question": "?", "rows": [], "plot": "sync.png", "notes": []}

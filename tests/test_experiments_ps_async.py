@@ -129,6 +129,41 @@ def test_ps_vs_ring_prediction_a_faster_server_link_helps_only_a_server_taking_p
     assert predicted["ring_s"] < ps[-1]
 
 
+def _rounds(hosts_rate_bps: dict) -> dict:
+    """Ring-round tables in which each host moves 1 MiB a round at the given payload rate."""
+    mib = 1 << 20
+    return {str(h): {"results": [{"bytes": mib // 4, "first_s": 0.001, "next_s": 2 * mib / rate},
+                                 {"bytes": mib, "first_s": 0.001, "next_s": 8 * mib / rate}]}
+            for h, rate in hosts_rate_bps.items()}
+
+
+def test_bed_limit_comes_only_from_tables_whose_hosts_fell_short_of_their_links(net):
+    rate = net.duplex_payload_bps
+    at_links = NetworkInputs.from_calibration({**CALIBRATION, "rounds": _rounds({2: rate,
+                                                                                 4: 0.98 * rate})})
+    assert at_links.bed_payload_bps is None  # every table ran at its links' rate
+    held = NetworkInputs.from_calibration({**CALIBRATION, "rounds": _rounds({4: rate,
+                                                                             8: 0.7 * rate})})
+    assert held.bed_payload_bps == pytest.approx(8 * 0.7 * rate)
+
+
+def test_a_bed_held_back_by_the_machine_caps_the_servers_link_at_half_of_it_each_way(net):
+    """8 workers, server link 8x: the links allow a round of 2n/B (push, then pull); a bed that
+    carries 4 workers' worth of traffic in all gives the server 2 workers' worth each way, so
+    a round takes W n / (2B) instead."""
+    rate = net.duplex_payload_bps
+    held = NetworkInputs.from_calibration({**CALIBRATION, "rounds": _rounds({8: 0.5 * rate})})
+    n_over_b = 8 * GRAD_BYTES / rate
+    free = 8 * simulate_async(8, 160, 0.0, net, REFERENCE, 8 * rate)["per_update_s"]
+    capped = 8 * simulate_async(8, 160, 0.0, held, REFERENCE, 8 * rate)["per_update_s"]
+    assert free == pytest.approx(2 * n_over_b, rel=0.05)
+    assert capped == pytest.approx(8 * n_over_b / 2, rel=0.05)
+    # a server link slower than the cap keeps its own rate
+    one_x = [8 * simulate_async(8, 160, 0.0, inputs, REFERENCE)["per_update_s"]
+             for inputs in (net, held)]
+    assert one_x[1] == pytest.approx(one_x[0], rel=1e-9)
+
+
 def test_ps_vs_ring_rows_are_one_ring_and_one_per_factor_all_fidelity_rows(net):
     point = pvr.PsVsRingConfig(4, 200e6, server_factors=(1, 4), updates=40)
     experiment = pvr.Experiment("ps_vs_ring", "?", (point,))
@@ -142,6 +177,26 @@ def test_ps_vs_ring_rows_are_one_ring_and_one_per_factor_all_fidelity_rows(net):
     assert len({r["config"] for r in rows}) == 3
     for r in rows:
         fidelity_row("ps_vs_ring", r["config"], r["predicted_s"], r["measured_s"])
+
+
+def test_a_stored_run_is_predicted_again_with_its_measurements_kept(net):
+    point = pvr.PsVsRingConfig(8, 200e6, server_factors=(1, 8), updates=160)
+    experiment = pvr.Experiment("ps_vs_ring", "?", (point,))
+    measured = {"grad_bytes": GRAD_BYTES, "ring_s": 0.07, "ring": {"time_s": 0.07},
+                "ps": [{"server_factor": k, "round_s": r, "summary": {"updates_per_s": 1 / r}}
+                       for k, r in ((1, 0.5), (8, 0.11))]}
+    predict = lambda p, n: pvr.predict(p, n, REFERENCE)  # noqa: E731
+    stored = {"name": "ps_vs_ring", "question": "?", "points": [point.as_dict()],
+              "rows": json.loads(json.dumps(pvr.rows(experiment, {200e6: net},
+                                                     lambda p: measured, predict)))}
+    held = NetworkInputs.from_calibration(
+        {**CALIBRATION, "rounds": _rounds({8: 0.5 * net.duplex_payload_bps})})
+    again = pvr.repredict(stored, {200e6: held}, predict)
+    assert [r["config"] for r in again] == [r["config"] for r in stored["rows"]]
+    assert [r["measured_s"] for r in again] == [0.07, 0.5, 0.11]
+    assert [r["measured"] for r in again] == [r["measured"] for r in stored["rows"]]
+    assert again[2]["predicted_s"] == pytest.approx(predict(point, held)["ps_s"][8])
+    assert again[2]["predicted_s"] > 1.5 * stored["rows"][2]["predicted_s"]  # the bed's cap
 
 
 def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
