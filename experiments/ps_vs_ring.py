@@ -179,20 +179,19 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
     return out
 
 
-def stored_measurements(result: dict) -> dict:
-    """What ``measure`` returned for each point of a stored run (``ps_vs_ring.json``), by label,
-    rebuilt from its rows: to predict the same measurements again with another model."""
-    by_label = {}
-    for row in result["rows"]:
-        label = row["config"].split("x ", 1)[1] if row["scheme"] == "ps" else \
-            row["config"].removeprefix("ring (Gloo) ")
-        point = by_label.setdefault(label, {"grad_bytes": row["grad_bytes"], "ps": []})
-        if row["scheme"] == "ring":
-            point.update(ring_s=row["measured_s"], ring=row["measured"])
-        else:
-            point["ps"].append({"server_factor": row["server_factor"], "round_s": row["measured_s"],
-                                "summary": row["measured"]})
-    return by_label
+def stored_measurements(point: PsVsRingConfig, stored_rows: list[dict]) -> dict:
+    """What ``measure(point)`` returned in a stored run (``ps_vs_ring.json``), rebuilt from its
+    rows (found by their configs, as ``rows`` names them): to predict it again."""
+    by_config = {row["config"]: row for row in stored_rows}
+    wanted = [f"ring (Gloo) {point.label}"] + [f"PS server link {k:g}x {point.label}"
+                                               for k in point.server_factors]
+    missing = [config for config in wanted if config not in by_config]
+    if missing:
+        raise ValueError(f"the stored run has no row {missing[0]!r}")
+    ring, *ps = (by_config[config] for config in wanted)
+    return {"grad_bytes": ring["grad_bytes"], "ring_s": ring["measured_s"], "ring": ring["measured"],
+            "ps": [{"server_factor": row["server_factor"], "round_s": row["measured_s"],
+                    "summary": row["measured"]} for row in ps]}
 
 
 def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]:
@@ -202,10 +201,7 @@ def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]
     points = tuple(PsVsRingConfig(**{**{k: v for k, v in p.items() if k != "kind"},
                                      "server_factors": tuple(p["server_factors"])})
                    for p in result["points"])
-    stored = stored_measurements(result)
-    missing = [p.label for p in points if p.label not in stored or "ring_s" not in stored[p.label]]
-    if missing:
-        raise ValueError(f"the stored run has no rows for {', '.join(missing)}")
+    stored = {point.label: stored_measurements(point, result["rows"]) for point in points}
     experiment = Experiment(result["name"], result["question"], points)
     return rows(experiment, net_by_rate, measure_fn=lambda point: stored[point.label],
                 predict_fn=predict_fn)

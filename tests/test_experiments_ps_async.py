@@ -197,6 +197,9 @@ def test_a_stored_run_is_predicted_again_with_its_measurements_kept(net):
     assert [r["measured"] for r in again] == [r["measured"] for r in stored["rows"]]
     assert again[2]["predicted_s"] == pytest.approx(predict(point, held)["ps_s"][8])
     assert again[2]["predicted_s"] > 1.5 * stored["rows"][2]["predicted_s"]  # the bed's cap
+    stored["rows"].pop()
+    with pytest.raises(ValueError, match="no row 'PS server link 8x 8 workers"):
+        pvr.repredict(stored, {200e6: held}, predict)
 
 
 def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
