@@ -116,20 +116,21 @@ class NetworkInputs:
         ack_share = ACK_FRAME_BYTES / SEGMENTS_PER_ACK / self.frame_bytes
         return self.goodput_bps / (1.0 + ack_share)
 
-    @property
-    def bed_payload_bps(self) -> float | None:
-        """What the whole test bed carries at this rate when its links are not the limit: the
-        payload bits per second summed over the hosts of a ring-round table whose hosts moved
-        less than their links allow (each host's rate at the table's largest size below
-        ``BED_BOUND_SHARE`` of the duplex payload rate: the machine's cores, busy in the
+    def bed_payload_bps(self, size_bytes: float) -> float | None:
+        """What the whole test bed carries at this rate in messages of ``size_bytes`` when its
+        links are not the limit: the payload bits per second summed over the hosts of a
+        ring-round table that reaches that size and whose hosts, at that size, moved less than
+        ``BED_BOUND_SHARE`` of the duplex payload rate (the machine's cores, busy in the
         kernel's packet work, set the pace, not the shapers). The largest such sum over the
-        tables; None when every table ran at its links' rate (the bed's limit is then not
-        known, only that it is above what was seen)."""
+        tables; None when every table ran at its links' rate or none reaches the size (the
+        bed's limit is then not known, only that it is above what was seen)."""
         sums = []
         for hosts, table in self.round_costs.items():
-            n, t = table.sizes_bytes[-1], table.next_s[-1]
-            if 8.0 * n / t < BED_BOUND_SHARE * self.duplex_payload_bps:
-                sums.append(hosts * 8.0 * n / t)
+            if table.sizes_bytes[-1] < size_bytes:
+                continue
+            host_bps = 8.0 * size_bytes / table.next_round_s(size_bytes)
+            if host_bps < BED_BOUND_SHARE * self.duplex_payload_bps:
+                sums.append(hosts * host_bps)
         return max(sums, default=None)
 
     @property

@@ -47,16 +47,19 @@ def profile_workload(reference: dict, compute_s: float):
         os.unlink(handle.name)
 
 
-def server_link_bps(net: NetworkInputs, ps_bandwidth_bps: float | None) -> float | None:
-    """The server's link rate each way as the test bed can carry it: ``ps_bandwidth_bps`` (None:
-    a worker's), but at most half of what the whole bed carries at this rate where the
-    calibration saw the machine, not the links, set the pace (``NetworkInputs.bed_payload_bps``):
-    every byte of a parameter server crosses the server's link, its pushes in and its replies
-    out, equal bytes each way."""
-    bed_bps = net.bed_payload_bps
+def server_link_bps(net: NetworkInputs, ps_bandwidth_bps: float | None,
+                    message_bytes: float) -> float | None:
+    """The server's link rate each way as the test bed can carry messages of ``message_bytes``:
+    ``ps_bandwidth_bps`` (None: a worker's), but at most half of what the whole bed carries at
+    this rate where the calibration saw the machine, not the links, set the pace
+    (``NetworkInputs.bed_payload_bps``; every byte of a parameter server crosses the server's
+    link, its pushes in and its replies out, as many each way); that cap is never below a
+    worker's link."""
+    bed_bps = net.bed_payload_bps(message_bytes)
     if bed_bps is None:
         return ps_bandwidth_bps
-    return min(ps_bandwidth_bps or net.duplex_payload_bps, bed_bps / 2)
+    worker_bps = net.duplex_payload_bps
+    return min(ps_bandwidth_bps or worker_bps, max(worker_bps, bed_bps / 2))
 
 
 def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInputs,
@@ -64,7 +67,8 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
                    one_push_at_a_time: bool = False, fair_server_nic: bool = False) -> dict:
     """The simulator's async run: ``per_update_s`` (after the first round, as the real server
     counts), ``staleness_mean`` and ``staleness_hist`` (counts indexed by staleness, as the real
-    server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's link is a worker's.
+    server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's link is a worker's;
+    either way as the bed carries it (``server_link_bps``).
     ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
     allows, as ``real/ps_server.py`` does (a receive posted per worker); True: a server that
     receives one whole push before it takes the next. ``fair_server_nic``: the server's NICs
@@ -72,7 +76,8 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     workload = profile_workload(reference, compute_s)
     cluster = ClusterConfig(replicas=workers, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s,
-                            ps_bandwidth_bps=server_link_bps(net, ps_bandwidth_bps))
+                            ps_bandwidth_bps=server_link_bps(net, ps_bandwidth_bps,
+                                                             workload.grad_bytes))
     service_s = reference["summary"].get("idle_time_s") or 0.0
     result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, seed=0,
                                          service_time_s=service_s,

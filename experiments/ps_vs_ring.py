@@ -137,7 +137,8 @@ def measure(point: PsVsRingConfig) -> dict:
 
 def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = None) -> dict:
     """Seconds per round, predicted from the calibration: the ring, and per server factor the
-    simulator's PS with the server's link at k x the duplex payload rate: as the real server
+    simulator's PS with the server's link at k x the duplex payload rate (each way at most half
+    of what the bed carries, ``ps_model.server_link_bps``): as the real server
     works, taking pushes as they come, several at once (``ps_s``, the fidelity rows), and as a
     server that takes one push at a time (``one_push_s``: k then buys nothing)."""
     reference = reference or reference_run(point.model, 32)
@@ -189,8 +190,8 @@ def stored_measurements(point: PsVsRingConfig, stored_rows: list[dict]) -> dict:
     if missing:
         raise ValueError(f"the stored run has no row {missing[0]!r}")
     ring, *ps = (by_config[config] for config in wanted)
-    return {"grad_bytes": ring["grad_bytes"], "ring_s": ring["measured_s"], "ring": ring["measured"],
-            "ps": [{"server_factor": row["server_factor"], "round_s": row["measured_s"],
+    return {"grad_bytes": ring["grad_bytes"], "ring_s": ring["measured_s"],
+            "ring": ring["measured"], "ps": [{"server_factor": row["server_factor"], "round_s": row["measured_s"],
                     "summary": row["measured"]} for row in ps]}
 
 
@@ -201,6 +202,9 @@ def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]
     points = tuple(PsVsRingConfig(**{**{k: v for k, v in p.items() if k != "kind"},
                                      "server_factors": tuple(p["server_factors"])})
                    for p in result["points"])
+    missing = sorted({p.bandwidth_bps for p in points} - set(net_by_rate))
+    if missing:
+        raise ValueError(f"no calibration at {missing[0] / 1e6:g} Mbit/s")
     stored = {point.label: stored_measurements(point, result["rows"]) for point in points}
     experiment = Experiment(result["name"], result["question"], points)
     return rows(experiment, net_by_rate, measure_fn=lambda point: stored[point.label],

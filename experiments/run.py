@@ -183,7 +183,8 @@ def regenerate(results: list[dict], meta: dict) -> dict:
 
 
 def parse_args(argv=None):
-    parser = OneLineArgumentParser(description="Run experiments on the test bed; compare with the model.")
+    parser = OneLineArgumentParser(
+        description="Run experiments on the test bed; compare with the model.")
     parser.add_argument("names", nargs="*", help="experiments to run (default: all)")
     parser.add_argument("--quick", action="store_true", help="the representative subset (<= 10 min)")
     parser.add_argument("--report-only", action="store_true",
@@ -207,6 +208,9 @@ def parse_args(argv=None):
     if args.repredict and (not args.names or set(args.names) - set(REPREDICTABLE)):
         parser.error(f"--repredict takes the experiments to predict again, of: "
                      f"{', '.join(REPREDICTABLE)}")
+    if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"):
+        parser.error("--repredict measures nothing: it takes no --report-only, --quick or "
+                     "--congestion-control")
     return args
 
 
@@ -257,27 +261,49 @@ def repredict(names: list[str], out: str | None = None) -> int:
     """Predict the stored rows of ``names`` again from their run's calibration (``run.json``)
     and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
     import importlib
-    meta = json.loads((RESULTS / "run.json").read_text())
-    net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
+    try:
+        meta = json.loads((RESULTS / "run.json").read_text())
+        net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
+                       for c in meta["calibration"]}
+    except (KeyError, TypeError, ValueError) as error:
+        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: {error}",
+              file=sys.stderr)
+        return 2
     for name in names:
         path = RESULTS / f"{name}.json"
-        if not path.exists():
+        try:
+            result = json.loads(path.read_text())
+            if not isinstance(result, dict):
+                raise ValueError("not a result file (a JSON object)")
+            if not same_inputs(result.get("inputs"), net_by_rate):
+                raise ValueError("its calibration is not the one in run.json (a later run "
+                                 "rewrote run.json; run the experiment again)")
+            result["rows"] = importlib.import_module(f"experiments.{name}").repredict(
+                result, net_by_rate)
+        except FileNotFoundError:
             print(f"experiments/run.py: --repredict: no {path.name} in {RESULTS}", file=sys.stderr)
             return 2
-        module = importlib.import_module(f"experiments.{name}")
-        result = json.loads(path.read_text())
-        try:
-            result["rows"] = module.repredict(result, net_by_rate)
-        except (KeyError, ValueError) as error:
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
             print(f"experiments/run.py: --repredict: {path.name}: {error}", file=sys.stderr)
             return 2
         result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
             f" --out {out}" if out else "")
+        module = importlib.import_module(f"experiments.{name}")
         module.plot(result["rows"], RESULTS / result["plot"])
         path.write_text(json.dumps(result, indent=1) + "\n")
     summary = regenerate(load_results(list(EXPERIMENTS)), meta)
     print(json.dumps(summary))
     return 0
+
+
+def same_inputs(stored: dict | None, net_by_rate: dict) -> bool:
+    """Whether a result's stored ``inputs`` (rate -> ``NetworkInputs.as_dict()``) are what
+    ``net_by_rate`` gives, compared as the JSON they were written as."""
+    if not isinstance(stored, dict) or not stored:
+        return False
+    current = json.loads(json.dumps({str(rate): net.as_dict()
+                                     for rate, net in net_by_rate.items()}))
+    return all(rate in current and current[rate] == inputs for rate, inputs in stored.items())
 
 
 def measure_all(args) -> list[dict]:

@@ -253,6 +253,16 @@ def test_repredict_takes_only_experiments_that_can_be_predicted_again(tmp_path, 
     assert done.stderr.count("\n") == 1 and "ps_vs_ring" in done.stderr
 
 
+@pytest.mark.parametrize("flag", [["--quick"], ["--report-only"],
+                                  ["--congestion-control", "cubic"]])
+def test_repredict_measures_nothing_so_takes_no_measuring_flags(tmp_path, flag):
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--repredict",
+                           "ps_vs_ring", *flag, "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "measures nothing" in done.stderr
+
+
 def test_repredict_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--repredict",
                            "ps_vs_ring", "--out", str(tmp_path)], capture_output=True, text=True,

@@ -5,6 +5,9 @@ write (small real runs on loopback, 2-3 ranks)."""
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,13 +16,14 @@ from experiments import ps_vs_ring as pvr
 from experiments.configs import EXPERIMENTS, select
 from experiments.fidelity import fidelity_row
 from experiments.model import NetworkInputs, predict_allreduce_s
-from experiments.ps_model import simulate_async
+from experiments.ps_model import server_link_bps, simulate_async
 from experiments.sync_model import predict_async, predict_sync_s
 from tests.dist_helpers import run_script
 
 CALIBRATION = {"bandwidth_bps": 200e6, "goodput_bps": 191e6, "frame_bytes": 1514,
                "gloo": {"latency_s": 100e-6, "all_reduce_1_element_s": {"median": 300e-6}}}
 GRAD_BYTES = 940_000
+REPO = Path(__file__).resolve().parent.parent
 # What sync_model.single_process_profile returns, made by hand: one layer, 2 ms of compute,
 # 1 ms of data and optimizer per step (the server's apply time in the async model).
 REFERENCE = {"profile": {"model": "hand-made", "batch_size": 32,
@@ -141,10 +145,21 @@ def test_bed_limit_comes_only_from_tables_whose_hosts_fell_short_of_their_links(
     rate = net.duplex_payload_bps
     at_links = NetworkInputs.from_calibration({**CALIBRATION, "rounds": _rounds({2: rate,
                                                                                  4: 0.98 * rate})})
-    assert at_links.bed_payload_bps is None  # every table ran at its links' rate
+    assert at_links.bed_payload_bps(GRAD_BYTES) is None  # every table ran at its links' rate
     held = NetworkInputs.from_calibration({**CALIBRATION, "rounds": _rounds({4: rate,
                                                                              8: 0.7 * rate})})
-    assert held.bed_payload_bps == pytest.approx(8 * 0.7 * rate)
+    assert held.bed_payload_bps(GRAD_BYTES) == pytest.approx(8 * 0.7 * rate)
+    assert held.bed_payload_bps(2 << 20) is None  # no table reaches 2 MiB: not known
+
+
+def test_the_beds_cap_never_takes_the_servers_link_below_a_workers_nor_lifts_a_slower_one(net):
+    rate = net.duplex_payload_bps
+    crowded = NetworkInputs.from_calibration({**CALIBRATION, "rounds": _rounds({2: 0.3 * rate})})
+    assert crowded.bed_payload_bps(GRAD_BYTES) == pytest.approx(0.6 * rate)
+    assert server_link_bps(crowded, None, GRAD_BYTES) == rate
+    assert server_link_bps(crowded, 4 * rate, GRAD_BYTES) == rate
+    assert server_link_bps(crowded, 0.5 * rate, GRAD_BYTES) == 0.5 * rate
+    assert server_link_bps(net, 4 * rate, GRAD_BYTES) == 4 * rate  # no tables: no cap
 
 
 def test_a_bed_held_back_by_the_machine_caps_the_servers_link_at_half_of_it_each_way(net):
@@ -200,6 +215,59 @@ def test_a_stored_run_is_predicted_again_with_its_measurements_kept(net):
     stored["rows"].pop()
     with pytest.raises(ValueError, match="no row 'PS server link 8x 8 workers"):
         pvr.repredict(stored, {200e6: held}, predict)
+
+
+def _stored_run(folder, net, calibration):
+    """A run folder as run.py leaves it: run.json and ps_vs_ring.json of one 8-worker point."""
+    point = pvr.PsVsRingConfig(8, 200e6, server_factors=(1, 8), updates=160)
+    measured = {"grad_bytes": GRAD_BYTES, "ring_s": 0.07, "ring": {"time_s": 0.07},
+                "ps": [{"server_factor": k, "round_s": r, "summary": {}}
+                       for k, r in ((1, 0.5), (8, 0.11))]}
+    rows = pvr.rows(pvr.Experiment("ps_vs_ring", "?", (point,)), {200e6: net},
+                    lambda p: measured, lambda p, n: pvr.predict(p, n, REFERENCE))
+    meta = {"command": "python experiments/run.py", "machine": "m", "cpus": 2,
+            "load_average": "0.0 0.0 0.0", "wall_s": 1.0, "calibration": [calibration]}
+    result = {"name": "ps_vs_ring", "question": "?", "plot": "ps_vs_ring.png",
+              "points": [point.as_dict()], "rows": rows, "inputs": {"200000000.0": net.as_dict()}}
+    (folder / "run.json").write_text(json.dumps(meta))
+    (folder / "ps_vs_ring.json").write_text(json.dumps(result))
+    return result
+
+
+def test_run_repredict_rewrites_the_rows_plot_and_report_and_keeps_the_measurements(
+        tmp_path, monkeypatch):
+    from experiments import run
+    monkeypatch.setattr(pvr, "reference_run", lambda model, batch: REFERENCE)
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    calibration = {**CALIBRATION, "rounds": _rounds({8: 0.5 * 188e6})}
+    held = NetworkInputs.from_calibration(calibration)
+    before = _stored_run(tmp_path, held, calibration)
+    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 0
+    after = json.loads((tmp_path / "ps_vs_ring.json").read_text())
+    assert [r["measured_s"] for r in after["rows"]] == [r["measured_s"] for r in before["rows"]]
+    assert after["repredicted"] == ("python experiments/run.py --repredict ps_vs_ring "
+                                    f"--out {tmp_path}")
+    assert (tmp_path / "ps_vs_ring.png").exists() and (tmp_path / "RESULTS.md").exists()
+    fidelity = json.loads((tmp_path / "fidelity.json").read_text())
+    assert [r["predicted_s"] for r in fidelity] == [r["predicted_s"] for r in after["rows"]]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "ps_vs_ring.json").write_text("[1]"), "not a result file"),
+    (lambda d: (d / "ps_vs_ring.json").unlink(), "no ps_vs_ring.json"),
+    (lambda d: (d / "run.json").write_text("{"), "bad run.json"),
+    (lambda d: (d / "run.json").write_text(json.dumps(
+        {"calibration": [{**CALIBRATION, "goodput_bps": 150e6}]})), "not the one in run.json"),
+])
+def test_run_repredict_on_bad_files_says_so_in_one_line(tmp_path, net, damage, message):
+    _stored_run(tmp_path, net, CALIBRATION)
+    damage(tmp_path)
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--repredict",
+                           "ps_vs_ring", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr
 
 
 def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
