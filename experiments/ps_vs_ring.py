@@ -191,7 +191,8 @@ def stored_measurements(point: PsVsRingConfig, stored_rows: list[dict]) -> dict:
         raise ValueError(f"the stored run has no row {missing[0]!r}")
     ring, *ps = (by_config[config] for config in wanted)
     return {"grad_bytes": ring["grad_bytes"], "ring_s": ring["measured_s"],
-            "ring": ring["measured"], "ps": [{"server_factor": row["server_factor"], "round_s": row["measured_s"],
+            "ring": ring["measured"],
+            "ps": [{"server_factor": row["server_factor"], "round_s": row["measured_s"],
                     "summary": row["measured"]} for row in ps]}
 
 

@@ -270,7 +270,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
               file=sys.stderr)
         return 2
     for name in names:
-        path = RESULTS / f"{name}.json"
+        path, module = RESULTS / f"{name}.json", importlib.import_module(f"experiments.{name}")
         try:
             result = json.loads(path.read_text())
             if not isinstance(result, dict):
@@ -278,8 +278,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
             if not same_inputs(result.get("inputs"), net_by_rate):
                 raise ValueError("its calibration is not the one in run.json (a later run "
                                  "rewrote run.json; run the experiment again)")
-            result["rows"] = importlib.import_module(f"experiments.{name}").repredict(
-                result, net_by_rate)
+            result["rows"] = module.repredict(result, net_by_rate)
         except FileNotFoundError:
             print(f"experiments/run.py: --repredict: no {path.name} in {RESULTS}", file=sys.stderr)
             return 2
@@ -288,7 +287,6 @@ def repredict(names: list[str], out: str | None = None) -> int:
             return 2
         result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
             f" --out {out}" if out else "")
-        module = importlib.import_module(f"experiments.{name}")
         module.plot(result["rows"], RESULTS / result["plot"])
         path.write_text(json.dumps(result, indent=1) + "\n")
     summary = regenerate(load_results(list(EXPERIMENTS)), meta)
