@@ -10,7 +10,6 @@ and its ratio to the backend's own all-reduce measured in the same run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -20,7 +19,11 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_dir  # noqa: E402
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time  # noqa: E402
+from real.allreduce import parse_args as check_benchmark_flags  # noqa: E402  (one line, exit 2)
+
+MAX_RANKS = 1024  # local processes per run
 
 
 def command(engine: str, ranks: int, args, out: str) -> list[str]:
@@ -38,15 +41,17 @@ def table(runs: list[dict]) -> str:
     for run in runs:
         backend = {r["bytes"]: r["busbw_Bps"] for r in run["results"] if r["algorithm"] == "backend"}
         for r in sorted(run["results"], key=lambda r: r["bytes"]):
+            reference = backend.get(r["bytes"], 0.0)  # 0 with one rank: nothing crosses a link
+            ratio = f"{r['busbw_Bps'] / reference:.2f}" if reference > 0 else "-"
             lines.append(f"| {run['backend']} | {r['world_size']} | {format_bytes(r['bytes'])} | "
                          f"{r['algorithm']} | {format_time(r['time_s'])} | "
                          f"{format_rate_Bps(r['algbw_Bps'])} | {format_rate_Bps(r['busbw_Bps'])} | "
-                         f"{r['busbw_Bps'] / backend[r['bytes']]:.2f} |")
+                         f"{ratio} |")
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="torch,mpi", help="comma-separated: torch, mpi")
     parser.add_argument("--ranks", default="2,4", help="comma-separated numbers of ranks")
     parser.add_argument("--sizes", default="64KB,1MB,16MB")
@@ -60,6 +65,13 @@ def main(argv=None) -> None:
         ranks = [int(n) for n in args.ranks.split(",")]
     except ValueError:
         parser.error(f"--ranks: not a list of integers: {args.ranks!r}")
+    if not all(1 <= n <= MAX_RANKS for n in ranks):
+        parser.error(f"--ranks: each must be from 1 to {MAX_RANKS}, got {args.ranks!r}")
+    try:
+        check_output_dir("--out-dir", args.out_dir)
+    except ValueError as error:
+        parser.error(str(error))
+    check_benchmark_flags(["--sizes", args.sizes, "--iters", str(args.iters)])
     if "mpi" in engines and shutil.which("mpiexec") is None:
         parser.error("--engines mpi: mpiexec not found (./install.sh mpi installs mpich)")
     os.makedirs(args.out_dir, exist_ok=True)
@@ -69,11 +81,15 @@ def main(argv=None) -> None:
             out = os.path.join(args.out_dir, f"allreduce_{'mpi' if engine == 'mpi' else 'gloo'}_p{n}.json")
             cmd = command(engine, n, args, out)
             print("$", " ".join(cmd), flush=True)
-            subprocess.run(cmd, check=True, stdout=sys.stderr)
+            if subprocess.run(cmd, stdout=sys.stderr).returncode != 0:
+                print(f"allreduce_sweep.py: error: the {engine} run on {n} ranks failed (its "
+                      f"output is above)", file=sys.stderr)
+                return 1
             with open(out) as f:
                 runs.append(json.load(f))
     print(table(runs))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

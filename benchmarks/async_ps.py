@@ -16,8 +16,8 @@ after the first round of pushes; sync: iterations between two barriers after a w
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -32,12 +32,12 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.compute import parse_compute
-from dsgd_sim.units import parse_time
 from real.comm import init
 from real.flat_params import flatten_parameters
-from real.local_launch import free_port
-from real.models import build_model
+from real.local_launch import MAX_LOCAL_PROCESSES, free_port
+from real.models import MODELS, build_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNC_WARMUP_ITERATIONS = 3
@@ -97,15 +97,26 @@ def sync_rate(procs: int, compute: str, iterations: int, model: str) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--compute-mean", default="50ms", help="mean of the exponential compute")
     parser.add_argument("--seconds", type=float, default=10.0, help="async timed window per run")
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    mean_s = parse_time(args.compute_mean)
     compute = f"exp:{args.compute_mean}"
+    try:
+        mean_s = parse_compute(compute).mean_s
+        check_output_file("--json", args.json)
+    except ValueError as error:
+        parser.error(str(error))
+    if not all(2 <= p <= MAX_LOCAL_PROCESSES for p in args.procs):
+        parser.error(f"--procs: each must be from 2 (a server and a worker) to "
+                     f"{MAX_LOCAL_PROCESSES}, got {args.procs}")
+    if not 0 < args.seconds < math.inf:
+        parser.error(f"--seconds must be positive, got {args.seconds}")
+    if args.model not in MODELS:
+        parser.error(f"unknown --model {args.model!r} (choose from {', '.join(MODELS)})")
     rows = []
     print(f"host: {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}; "
           f"compute {compute}, model {args.model}")

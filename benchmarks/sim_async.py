@@ -14,13 +14,12 @@ figure on a shared machine) and wall seconds:
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
 import time
 
-from sim_sync import pin_to_one_core, time_default_command  # this folder
+from sim_sync import parse_args, pin_to_one_core, time_default_command  # this folder
 
 from dsgd_sim import ClusterConfig, from_preset
 from dsgd_sim.compute import Exponential
@@ -46,10 +45,7 @@ def time_run(cluster: ClusterConfig, workload) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", metavar="FILE")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0])
     pin_to_one_core()
     result = {"machine": f"{platform.processor() or platform.machine()}, "
                          f"Python {platform.python_version()}"}

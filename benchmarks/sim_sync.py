@@ -10,7 +10,6 @@ Measures (pinned to one CPU core, medians of several runs):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -20,6 +19,22 @@ import sys
 import time
 
 from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+
+
+def parse_args(description: str, argv=None):
+    """``--repeats`` and ``--json`` of the simulator benchmarks; a bad one is one line, exit 2."""
+    parser = OneLineArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    try:
+        check_output_file("--json", args.json)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
 
 
 def pin_to_one_core() -> None:
@@ -48,10 +63,7 @@ def time_default_command() -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", metavar="FILE")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0])
     pin_to_one_core()
     large = [time_large_run(1024, 1000) for _ in range(args.repeats)]
     default = [time_default_command() for _ in range(max(args.repeats, 5))]

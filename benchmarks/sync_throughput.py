@@ -16,7 +16,6 @@ per-round ratio to DDP, and the median per-step compute, exposed communication a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -31,10 +30,11 @@ if __package__ in (None, ""):
 import torch
 import torch.multiprocessing as mp
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.units import parse_time
 from real.comm import init
-from real.data import load_dataset
-from real.local_launch import free_port
+from real.data import ShardedBatches, load_dataset
+from real.local_launch import MAX_LOCAL_PROCESSES, free_port
 from real.sync import train
 from real.sync_config import SyncConfig
 
@@ -108,7 +108,7 @@ def print_row(row: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = OneLineArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="lenet,mlp-large")
     p.add_argument("--ranks", default="2,4")
     p.add_argument("--sync", default=",".join(MODES))
@@ -128,9 +128,25 @@ def main(argv=None) -> int:
         args.sync = args.sync.split(",")
         args.allreduce = args.allreduce.split(",")
         ranks = [int(r) for r in args.ranks.split(",")]
-        SyncConfig(sync=args.sync[0], steps=args.steps, batch_size=args.batch_size)
+        for model in args.models.split(","):  # every run's settings, checked before any runs
+            for sync in args.sync:
+                for allreduce in ["backend"] if sync == "ddp" else args.allreduce:
+                    SyncConfig(model=model, sync=sync, allreduce=allreduce,
+                               steps=args.steps + args.warmup, warmup_steps=args.warmup,
+                               batch_size=args.batch_size, num_samples=args.num_samples,
+                               emulate_compute_s=args.emulate_compute_s,
+                               bucket_mb=args.bucket_mb, seed=args.seed)
+        for world_size in ranks:
+            if not 1 <= world_size <= MAX_LOCAL_PROCESSES:
+                raise ValueError(f"--ranks: each must be from 1 to {MAX_LOCAL_PROCESSES}, "
+                                 f"got {world_size}")
+            ShardedBatches(args.num_samples, args.batch_size, world_size, 0, args.seed)
+        if args.steps < 1 or args.rounds < 1:
+            raise ValueError(f"--steps and --rounds must be at least 1, got {args.steps} and "
+                             f"{args.rounds}")
+        check_output_file("--json", args.json)
     except ValueError as error:
-        p.exit(2, f"sync_throughput.py: error: {error}\n")
+        p.error(str(error))
     print(f"# {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, Gloo; "
           f"batch {args.batch_size}/rank, {args.steps} timed steps x {args.rounds} rounds, "
           f"emulated compute {args.emulate_compute_s * 1e3:g} ms")

@@ -138,6 +138,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         path = getattr(args, flag)
         if path and not Path(path).resolve().parent.is_dir():
             p.error(f"--{flag} {path}: folder {Path(path).parent} does not exist")
+        if path and Path(path).is_dir():
+            p.error(f"--{flag} {path}: is a folder, not a file name")
     return args
 
 

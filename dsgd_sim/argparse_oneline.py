@@ -54,3 +54,19 @@ def check_output_file(flag: str, path: str | None) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {parent}")
+
+
+def check_output_dir(flag: str, path: str | None) -> None:
+    """Refuse an output folder that cannot be made or written into, before any work is done:
+    ``ValueError`` naming the flag and the path. ``None`` (not asked for) passes."""
+    if path is None:
+        return
+    if not path:
+        raise ValueError(f"{flag} {path!r} is not a folder name")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):  # the folder, or the nearest parent it would be made in
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{flag} {path!r}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path!r}: cannot write into {existing}")

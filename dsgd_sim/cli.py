@@ -36,13 +36,14 @@ from .report import (async_config_json, baseline_iteration_s, config_json, forma
 from .sync import SyncConfig, SyncSimulation
 from .trace import Trace
 from .units import parse_bandwidth, parse_count, parse_size, parse_time
-from .workload import Workload, from_preset, load_profile
+from .workload import MAX_GRAD_BYTES, Workload, from_preset, load_profile
 
 MAX_REPLICAS = 65_536
 MAX_SECONDS = 1e6  # a compute step or a latency longer than 11 days is a typo, not a workload
-MAX_BYTES = 10**15  # 1 PB of gradients
+MAX_BYTES = MAX_GRAD_BYTES  # 1 PB of gradients
 MAX_SLOWDOWN = 1e3
 MAX_ITERATIONS = 10_000_000
+MIN_BPS = 1.0  # slower is a typo; far slower overflows transfer times to infinity
 MODES = ("sync", "async", "both")
 
 
@@ -95,6 +96,13 @@ def _at_most(parse, maximum: float, unit: str):
     return parse_bounded
 
 
+def _bounded_bandwidth(text: str) -> float:
+    value = parse_bandwidth(text)
+    if not MIN_BPS <= value < math.inf:
+        raise ValueError(f"bandwidth {text!r} must be a finite rate of at least {MIN_BPS:g} bit/s")
+    return value
+
+
 def _bounded_compute(text: str):
     model = parse_compute(text)
     if model.mean_s > MAX_SECONDS:
@@ -144,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "bandwidth, parameter-server throughput and staleness.")
     p.add_argument("--replicas", type=_typed(parse_replicas, "replicas"), default=[16],
                    help="replica count (async: workers), or a sweep: 1,2,4,...,1024 (default 16)")
-    p.add_argument("--bandwidth", type=_typed(parse_bandwidth, "bandwidth"), default=10e9,
+    p.add_argument("--bandwidth", type=_typed(_bounded_bandwidth, "bandwidth"), default=10e9,
                    help="each replica's NIC, each direction: 10Gbps, 100Mbit/s, 1.25GB/s (default 10Gbps)")
     p.add_argument("--latency", type=_typed(_at_most(parse_time, MAX_SECONDS, "s"), "latency"), default=10e-6,
                    help="per-message latency α: 5us, 0.5ms (default 10us)")
@@ -177,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--round-costs", metavar="FILE",
                    help="all-reduce rounds measured on your cluster (experiments/ring_probe.py "
                         "--json): each round costs what it measured, not latency + size/bandwidth")
-    p.add_argument("--ps-bandwidth", type=_typed(parse_bandwidth, "bandwidth"),
+    p.add_argument("--ps-bandwidth", type=_typed(_bounded_bandwidth, "bandwidth"),
                    help="parameter server's NIC (default: as --bandwidth)")
     p.add_argument("--bucket-size", type=_typed(parse_size, "size"),
                    help="gradient buckets as in DDP: 25MB")
@@ -203,10 +211,11 @@ def _add_async_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-staleness", type=_typed(
         lambda t: _whole_number(t, "max staleness", 0, MAX_ITERATIONS), "staleness"),
         help="async: drop (and recompute) gradients more than this many updates stale")
-    p.add_argument("--ps-service-time", type=_typed(parse_time, "time"),
+    p.add_argument("--ps-service-time",
+                   type=_typed(_at_most(parse_time, MAX_SECONDS, "s"), "time"),
                    help="async: server time to apply one update (default: 3 x shard bytes at "
                         "--ps-memory-bandwidth)")
-    p.add_argument("--ps-memory-bandwidth", type=_typed(parse_bandwidth, "bandwidth"),
+    p.add_argument("--ps-memory-bandwidth", type=_typed(_bounded_bandwidth, "bandwidth"),
                    default=8 * DEFAULT_SERVER_MEMORY_BPS,
                    help="async: server memory bandwidth for applying updates (default 20GB/s)")
     p.add_argument("--replay", action="store_true",

@@ -22,6 +22,9 @@ import numpy as np
 
 from .units import format_time, parse_time
 
+MAX_TIME_S = 1e6  # beyond 11 days is a typo; far beyond overflows time.sleep and the simulator
+MAX_SIGMA = 10.0  # lognormal: at sigma 10 the median is already e^-50 of the mean
+
 
 class ComputeModel:
     """A distribution of compute seconds. Subclasses set ``mean_s`` and implement ``sample``."""
@@ -118,7 +121,10 @@ class Empirical(ComputeModel):
 def _times(args: list[str], count: int, spec: str) -> list[float]:
     if len(args) != count:
         raise ValueError(f"compute {spec!r} takes {count} value(s), got {len(args)}")
-    return [parse_time(a) for a in args]
+    times = [parse_time(a) for a in args]
+    if max(times) > MAX_TIME_S:
+        raise ValueError(f"compute {spec!r}: times must be at most {MAX_TIME_S:g} s")
+    return times
 
 
 def _parse_lognormal(args: list[str], spec: str) -> LogNormal:
@@ -128,9 +134,9 @@ def _parse_lognormal(args: list[str], spec: str) -> LogNormal:
         sigma = float(args[1])
     except ValueError:
         raise ValueError(f"compute {spec!r}: sigma {args[1]!r} is not a number") from None
-    if not math.isfinite(sigma) or sigma < 0:
-        raise ValueError(f"compute {spec!r}: sigma must be a finite number >= 0")
-    return LogNormal(parse_time(args[0]), sigma)
+    if not (math.isfinite(sigma) and 0 <= sigma <= MAX_SIGMA):
+        raise ValueError(f"compute {spec!r}: sigma must be a number from 0 to {MAX_SIGMA:g}")
+    return LogNormal(*_times(args[:1], 1, spec), sigma)
 
 
 PARSERS = {

@@ -20,8 +20,10 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .compute import ComputeModel, Constant, Empirical
+from .compute import MAX_TIME_S, ComputeModel, Constant, Empirical
 from .presets import BYTES_PER_PARAM, DEFAULT_PRESET, PRESETS
+
+MAX_GRAD_BYTES = 10**15  # 1 PB of gradients
 
 
 @dataclass(frozen=True)
@@ -87,17 +89,19 @@ def from_preset(name: str = DEFAULT_PRESET) -> Workload:
                     preset.source)
 
 
-def _number(value, what: str, path: str, minimum: float = 0.0) -> float:
+def _number(value, what: str, path: str, maximum: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < minimum:
-        raise ValueError(f"profile {path}: {what} must be a number >= {minimum:g}, got {value!r}")
+            or not 0 <= value <= maximum:
+        raise ValueError(f"profile {path}: {what} must be a number from 0 to {maximum:g}, "
+                         f"got {value!r}")
     return float(value)
 
 
 def _profile_layers(data: dict, path: str, mean_compute_s: float) -> tuple[Layer, ...]:
     raw = data.get("layers")
     if raw is None:
-        grad_bytes = int(_number(data.get("grad_bytes"), "grad_bytes (or layers)", path))
+        grad_bytes = int(_number(data.get("grad_bytes"), "grad_bytes (or layers)", path,
+                                 MAX_GRAD_BYTES))
         return (Layer("gradient", grad_bytes, 0.0),)
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"profile {path}: 'layers' must be a non-empty list")
@@ -105,8 +109,9 @@ def _profile_layers(data: dict, path: str, mean_compute_s: float) -> tuple[Layer
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict):
             raise ValueError(f"profile {path}: layers[{i}] must be an object")
-        size = _number(entry.get("grad_bytes"), f"layers[{i}].grad_bytes", path)
-        backward = _number(entry.get("backward_s", 0.0), f"layers[{i}].backward_s", path)
+        size = _number(entry.get("grad_bytes"), f"layers[{i}].grad_bytes", path, MAX_GRAD_BYTES)
+        backward = _number(entry.get("backward_s", 0.0), f"layers[{i}].backward_s", path,
+                           MAX_TIME_S)
         layers.append(Layer(str(entry.get("name", f"layer{i}")), int(size),
                             backward / mean_compute_s))
     total_share = sum(layer.backward_share for layer in layers)
@@ -130,7 +135,7 @@ def load_profile(path: str) -> Workload:
     samples = data.get("compute_s")
     if not isinstance(samples, list) or not samples:
         raise ValueError(f"profile {path}: 'compute_s' must be a non-empty list of seconds")
-    samples = tuple(_number(s, "compute_s entries", path) for s in samples)
+    samples = tuple(_number(s, "compute_s entries", path, MAX_TIME_S) for s in samples)
     compute = Empirical(samples)
     if compute.mean_s <= 0:
         raise ValueError(f"profile {path}: compute times must not all be zero")

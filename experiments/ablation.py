@@ -18,7 +18,6 @@ Prints one line per row group: rows, then median and worst |error| of each model
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import statistics
@@ -28,6 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from experiments.configs import bed_label  # noqa: E402
 from experiments.model import REDUCES_BETWEEN_ROUNDS, NetworkInputs, predict_allreduce_s  # noqa: E402
 
@@ -79,17 +79,20 @@ def ablation(calibration: list[dict], rows: list[dict], tables: dict | None = No
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=str(RESULTS), help="folder with calibration.json and allreduce.json")
     args = parser.parse_args(argv)
     folder = Path(args.results)
     try:
         calibration = json.loads((folder / "calibration.json").read_text())
         allreduce = json.loads((folder / "allreduce.json").read_text())
-        rows = allreduce["rows"]
-    except (OSError, ValueError, KeyError) as error:
+        table = ablation(calibration, allreduce["rows"], allreduce.get("rounds"))
+    except (OSError, ValueError) as error:
         parser.error(f"cannot read the results in {folder}: {error}")
-    for name, result in ablation(calibration, rows, allreduce.get("rounds")).items():
+    except (AttributeError, KeyError, TypeError, ZeroDivisionError) as error:
+        parser.error(f"the results in {folder} are not as experiments/run.py writes them: "
+                     f"{error!r}")
+    for name, result in table.items():
         n = result[MODELS[0]][0]
         print(f"{name}: {n} rows; " + "; ".join(
             f"{model} median {med:.1%} worst {worst:.1%}" for model, (_, med, worst) in result.items()))

@@ -16,12 +16,19 @@ start until this host has received all ``n`` bytes from its peer and sent all of
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
+import sys
 import threading
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file  # noqa: E402
+from real.testbed.probe import byte_counts  # noqa: E402
 
 CHUNK = 1 << 20
 
@@ -46,20 +53,25 @@ def receive(sock: socket.socket, n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", required=True, help="the other host's address")
     parser.add_argument("--port", type=int, default=5202)
-    parser.add_argument("--sizes", default="2000000,16000000", help="bytes each way, comma-separated")
+    parser.add_argument("--sizes", type=byte_counts, default=[2_000_000, 16_000_000],
+                        help="bytes each way, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--idle", type=float, default=0.05, help="seconds of pause before each transfer")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
+    try:
+        check_output_file("--json", args.json)
+    except ValueError as error:
+        parser.error(str(error))
     listener = socket.create_server(("0.0.0.0", args.port), reuse_port=True)
     outgoing = connect(args.peer, args.port)
     incoming, _ = listener.accept()
     for sock in (outgoing, incoming):  # no Nagle: a small payload right after the sync byte must
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # not wait for that byte's ACK
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = args.sizes
     rows = [{"bytes": n, "seconds": []} for n in sizes]
     for _ in range(args.repeats):  # sizes interleaved: a burst of other load spreads over all sizes
         for n, row in zip(sizes, rows):

@@ -34,7 +34,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file  # noqa: E402
-from dsgd_sim.units import parse_size  # noqa: E402
+from dsgd_sim.units import format_bytes, parse_size  # noqa: E402
+from real.allreduce import MAX_BUFFER_BYTES  # noqa: E402
 from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
 
 TAG = 31
@@ -43,6 +44,7 @@ TAG = 31
 # line between two points ×4 apart misprices it, ×4 above
 SIZE_GRID = (64, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20)
 MIN_CHAIN_ROUNDS = 4  # so that a chain's later rounds average over at least three
+MAX_ROUNDS = MAX_REPEATS = 1000  # the end of every round of every chain is kept in memory
 
 
 def chain_rounds(world_size: int) -> int:
@@ -142,8 +144,13 @@ def parse_args(argv=None):
     bad = [n for n in args.size_bytes if n <= 0 or n % 4]
     if bad:
         parser.error(f"--sizes: {bad[0]} bytes is not a positive multiple of 4")
-    if (args.rounds is not None and args.rounds < 2) or args.repeats < 1:
-        parser.error(f"--rounds must be >= 2 and --repeats >= 1 (got {args.rounds}, {args.repeats})")
+    if args.size_bytes[-1] > MAX_BUFFER_BYTES:
+        parser.error(f"--sizes: {args.size_bytes[-1]} bytes is more than this probe allocates "
+                     f"({format_bytes(MAX_BUFFER_BYTES)} per buffer)")
+    if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS) \
+            or not 1 <= args.repeats <= MAX_REPEATS:
+        parser.error(f"--rounds must be from 2 to {MAX_ROUNDS} and --repeats from 1 to "
+                     f"{MAX_REPEATS} (got {args.rounds}, {args.repeats})")
     return parser, args
 
 

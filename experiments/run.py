@@ -33,8 +33,10 @@ from experiments.configs import EXPERIMENTS, select  # noqa: E402
 from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs, predict_allreduce_s  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
-from experiments.report import plot_allreduce, plot_async, plot_sync, write_results_md  # noqa: E402
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type  # noqa: E402
+from experiments.report import (plot_allreduce, plot_async, plot_sync,  # noqa: E402
+                                results_markdown)
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
+                                       check_output_dir)
 from real.testbed.config import parse_congestion_control  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -160,17 +162,35 @@ def header_lines(meta: dict) -> list[str]:
             "made in its own run."]
 
 
+BAD_RESULTS = (AttributeError, KeyError, OSError, TypeError, ValueError)  # files not as written
+
+
 def load_results(names: list[str]) -> list[dict]:
-    """The result files present for ``names`` (a run of some experiments keeps the others')."""
-    return [json.loads((RESULTS / f"{n}.json").read_text()) for n in names
-            if (RESULTS / f"{n}.json").exists()]
+    """The result files present for ``names`` (a run of some experiments keeps the others');
+    ``ValueError`` naming a file that is not a result."""
+    results = []
+    for name in names:
+        path = RESULTS / f"{name}.json"
+        if path.exists():
+            try:
+                result = json.loads(path.read_text())
+            except (OSError, ValueError) as error:
+                raise ValueError(f"{path.name}: {error}") from None
+            if not isinstance(result, dict):
+                raise ValueError(f"{path.name}: not a result file (a JSON object)")
+            results.append(result)
+    return results
 
 
-def regenerate(results: list[dict], meta: dict) -> dict:
-    for r in results:
-        r["notes"] = NOTES.get(r["name"], [])
+def problem(error: Exception) -> str:
+    """One line saying what was wrong with the result files (a KeyError's text is the key)."""
+    return f"missing key {error}" if isinstance(error, KeyError) else " ".join(str(error).split())
+
+
+def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
+    """The fidelity rows and the RESULTS.md text of ``results``; nothing is written."""
+    results = [{**r, "notes": NOTES.get(r["name"], [])} for r in results]
     rows = fidelity_rows(results)
-    (RESULTS / "fidelity.json").write_text(json.dumps(rows, indent=1) + "\n")
     folder = "results/" if REPORT.parent != RESULTS else ""
     header = header_lines(meta)
     header += ["", "The notes under each table are kept with the code (`experiments/notes.py`) and "
@@ -178,7 +198,14 @@ def regenerate(results: list[dict], meta: dict) -> dict:
                "(`experiments/results/full/RESULTS.md`), and in the later ones the earlier full "
                "grids they were written with, as they say; this run's own figures are in the "
                "tables."]
-    write_results_md(results, rows, REPORT, header, folder)
+    return rows, results_markdown(results, rows, header, folder)
+
+
+def regenerate(results: list[dict], meta: dict) -> dict:
+    """Rewrite fidelity.json and the report, both built before either is written."""
+    rows, report = report_texts(results, meta)
+    (RESULTS / "fidelity.json").write_text(json.dumps(rows, indent=1) + "\n")
+    REPORT.write_text(report)
     return summarise(rows)
 
 
@@ -203,6 +230,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     try:
         args.experiments = select(args.names, args.quick)
+        check_output_dir("--out", args.out)
     except ValueError as error:
         parser.error(str(error))
     if args.repredict and (not args.names or set(args.names) - set(REPREDICTABLE)):
@@ -226,8 +254,13 @@ def main(argv=None) -> int:
               "first)", file=sys.stderr)
         return 2
     if args.report_only:
-        meta = json.loads((RESULTS / "run.json").read_text())
-        summary = regenerate(load_results(list(EXPERIMENTS)), meta)
+        try:
+            meta = json.loads((RESULTS / "run.json").read_text())
+            summary = regenerate(load_results(list(EXPERIMENTS)), meta)
+        except BAD_RESULTS as error:
+            print(f"experiments/run.py: --report-only: bad results in {RESULTS}: "
+                  f"{problem(error)}", file=sys.stderr)
+            return 2
         print(json.dumps(summary))
         return 0
     if args.repredict:
@@ -265,10 +298,11 @@ def repredict(names: list[str], out: str | None = None) -> int:
         meta = json.loads((RESULTS / "run.json").read_text())
         net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
                        for c in meta["calibration"]}
-    except (KeyError, TypeError, ValueError) as error:
-        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: {error}",
+    except BAD_RESULTS as error:
+        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: {problem(error)}",
               file=sys.stderr)
         return 2
+    updated = {}  # name -> (its file, its plot, its module, its result predicted again)
     for name in names:
         path, module = RESULTS / f"{name}.json", importlib.import_module(f"experiments.{name}")
         try:
@@ -279,17 +313,29 @@ def repredict(names: list[str], out: str | None = None) -> int:
                 raise ValueError("its calibration is not the one in run.json (a later run "
                                  "rewrote run.json; run the experiment again)")
             result["rows"] = module.repredict(result, net_by_rate)
+            plot = RESULTS / result["plot"]
         except FileNotFoundError:
             print(f"experiments/run.py: --repredict: no {path.name} in {RESULTS}", file=sys.stderr)
             return 2
-        except (AttributeError, KeyError, TypeError, ValueError) as error:
-            print(f"experiments/run.py: --repredict: {path.name}: {error}", file=sys.stderr)
+        except BAD_RESULTS as error:
+            print(f"experiments/run.py: --repredict: {path.name}: {problem(error)}",
+                  file=sys.stderr)
             return 2
         result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
             f" --out {out}" if out else "")
-        module.plot(result["rows"], RESULTS / result["plot"])
+        updated[name] = (path, plot, module, result)
+    try:  # the report too is built before anything is written
+        results = [r for n in EXPERIMENTS
+                   for r in ([updated[n][3]] if n in updated else load_results([n]))]
+        report_texts(results, meta)
+    except BAD_RESULTS as error:
+        print(f"experiments/run.py: --repredict: bad results in {RESULTS}: {problem(error)}",
+              file=sys.stderr)
+        return 2
+    for path, plot, module, result in updated.values():
+        module.plot(result["rows"], plot)
         path.write_text(json.dumps(result, indent=1) + "\n")
-    summary = regenerate(load_results(list(EXPERIMENTS)), meta)
+    summary = regenerate(results, meta)
     print(json.dumps(summary))
     return 0
 

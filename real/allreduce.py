@@ -206,6 +206,8 @@ ALGORITHMS = {"ring": ring_all_reduce, "naive": naive_all_reduce, "backend": bac
 
 
 # -- benchmark ---------------------------------------------------------------------------------
+MAX_ITERS = 1_000_000  # per size; the timings of every iteration are kept
+MAX_SEED = 2**53  # a rank's buffers are seeded with seed * 1000 + rank, a 64-bit number
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
           "int64": torch.int64}
 
@@ -254,8 +256,11 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
                      f"({format_bytes(MAX_BUFFER_BYTES)} per buffer)")
     if args.segment_bytes < itemsize:
         parser.error(f"--segment: {args.segment!r} is smaller than one {args.dtype} element")
-    if args.iters < 1 or args.warmup < 0:
-        parser.error(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+    if not (1 <= args.iters <= MAX_ITERS and 0 <= args.warmup <= MAX_ITERS):
+        parser.error(f"--iters must be from 1 to {MAX_ITERS:,} and --warmup from 0 to "
+                     f"{MAX_ITERS:,} (got {args.iters}, {args.warmup})")
+    if not 0 <= args.seed <= MAX_SEED:
+        parser.error(f"--seed must be a whole number from 0 to {MAX_SEED:,}, got {args.seed}")
     return parser, args
 
 

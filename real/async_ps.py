@@ -42,7 +42,7 @@ from tqdm import tqdm
 from real.comm import CommError, init
 from real.comm_cli import default_threads
 from real.data import ShardedBatches, load_dataset
-from real.local_launch import env_rank, free_port, say
+from real.local_launch import env_int, env_rank, rendezvous, say
 from real.ps_config import AsyncConfig, parse_args
 from real.ps_protocol import ProtocolError
 from real.ps_server import ParameterServer, WorkersLost
@@ -57,10 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     if config.nproc_per_node:
         try:  # check what can be checked once, here, before starting any process
             load_data(config, config.nproc_per_node - 1)
+            address, port = rendezvous(config.master_addr, config.master_port)
         except ValueError as error:
             print(f"{PROG}: error: {error}", file=sys.stderr)
             return 2
-        return launch(config)
+        return launch(config, address, port)
     return run_process(config)
 
 
@@ -72,14 +73,14 @@ def load_data(config: AsyncConfig, workers: int):
 
 def run_process(config: AsyncConfig) -> int:
     """One process's whole life: join, serve or work, report, leave. Returns the exit status."""
-    rank = env_rank()
-    say(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}")
     try:
+        rank = env_rank()
+        say(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}")
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
     except (ValueError, CommError) as error:
         return fail(error, 2 if isinstance(error, ValueError) else 1)
     try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", comm.world_size))
+        local = env_int("LOCAL_WORLD_SIZE", comm.world_size)
         torch.set_num_threads(config.threads or default_threads(local))
         if comm.world_size < 2:
             raise ValueError("a parameter server needs at least 2 processes (a server and a "
@@ -132,15 +133,14 @@ def serve(config: AsyncConfig, comm) -> None:
         f"{'-' if loss is None else f'{loss:.4f}'}")
 
 
-def launch(config: AsyncConfig) -> int:
-    """Start ``nproc_per_node`` local processes (rank 0 the server) and wait for all of them.
+def launch(config: AsyncConfig, address: str, port: int) -> int:
+    """Start ``nproc_per_node`` local processes (rank 0 the server) meeting at ``address``:
+    ``port`` (``local_launch.rendezvous``) and wait for all of them.
 
     Unlike torchrun, a dying worker does not end the others. The exit status is the server's
     if it failed, else 1 if a worker failed with an error, else 0 (a worker killed by a signal
     is a lost worker, which the server has already counted and survived).
     """
-    address = config.master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = config.master_port or int(os.environ.get("MASTER_PORT", 0)) or free_port(address)
     context = mp.get_context("spawn")
     nproc = config.nproc_per_node
     procs = [context.Process(target=_child, args=(rank, config, nproc, address, port))

@@ -53,6 +53,7 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)
 ENGINES = ("torch", "mpi")
 BACKENDS = ("gloo", "nccl", "mpi")
+MAX_TIMEOUT_S = 1e6  # 11 days: longer is a typo; far longer overflows datetime and stalls Gloo
 
 
 class CommError(RuntimeError):
@@ -284,6 +285,8 @@ def init(engine: str = "torch", backend: str | None = None, timeout_s: float = 3
         raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+    if timeout_s > MAX_TIMEOUT_S:
+        raise ValueError(f"timeout_s must be at most {MAX_TIMEOUT_S:g} s, got {timeout_s!r}")
     if engine == "mpi":
         from .comm_mpi import MpiCommunicator
         return MpiCommunicator.create(timeout_s, check_sizes)

@@ -25,9 +25,10 @@ import torch
 
 from dsgd_sim.units import parse_time
 
-from .comm import CommError, Communicator, init
+from .comm import MAX_TIMEOUT_S, CommError, Communicator, init
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
+MAX_THREADS = 1024  # torch threads per rank beyond this are a typo, not a machine
 
 
 def add_comm_arguments(parser: argparse.ArgumentParser, timeout: str = DEFAULT_TIMEOUT) -> None:
@@ -72,6 +73,8 @@ def timeout_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(f"--timeout: {error}")
     if timeout_s <= 0:
         parser.error(f"--timeout must be positive, got {args.timeout!r}")
+    if timeout_s > MAX_TIMEOUT_S:
+        parser.error(f"--timeout must be at most {MAX_TIMEOUT_S:g} s, got {args.timeout!r}")
     return timeout_s
 
 
@@ -83,13 +86,16 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
     with status 1, so a dead peer reads as a message, not a traceback."""
     timeout_s = timeout_from_args(parser, args)
     threads = getattr(args, "threads", 0)
-    if threads < 0:
-        parser.error(f"--threads must be >= 0, got {threads}")
+    if not 0 <= threads <= MAX_THREADS:
+        parser.error(f"--threads must be from 0 to {MAX_THREADS}, got {threads}")
     torch.set_num_threads(threads or default_threads())
     backend = None if args.backend == "auto" else args.backend
     comm: Communicator | None = None
     try:
-        comm = init("auto", backend, timeout_s, check_sizes)
+        try:
+            comm = init("auto", backend, timeout_s, check_sizes)
+        except ValueError as error:  # bad input: a backend this machine lacks, a bad variable
+            parser.error(str(error))
         yield comm
     except CommError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .comm import (CommError, Communicator, DoneWork, Work, check_op, divide_for_avg)
+from .local_launch import env_int
 
 _TORCH_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM,
               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -112,7 +113,9 @@ class TorchCommunicator(Communicator):
             raise ValueError(f"the torch engine has backends gloo and nccl, not {backend!r}")
         timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            if not torch.cuda.is_available():
+                raise ValueError("backend nccl needs a CUDA GPU, and torch sees none here")
+            torch.cuda.set_device(env_int("LOCAL_RANK", 0))
         try:
             if "RANK" in os.environ:
                 dist.init_process_group(backend, timeout=timeout)

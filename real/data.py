@@ -95,7 +95,11 @@ def synthetic_dataset(num_samples: int, seed: int) -> Dataset:
     teacher = np.random.default_rng([seed, 0x7EAC4E5, 1])
     w1 = teacher.standard_normal((features, TEACHER_HIDDEN), dtype=np.float32) / np.sqrt(features)
     w2 = teacher.standard_normal((TEACHER_HIDDEN, NUM_CLASSES), dtype=np.float32)
-    images = smooth_gaussian_images(np.random.default_rng([seed, 0x7EAC4E5, 2]), num_samples)
+    try:
+        images = smooth_gaussian_images(np.random.default_rng([seed, 0x7EAC4E5, 2]), num_samples)
+    except MemoryError:
+        raise ValueError(f"{num_samples} synthetic samples ({num_samples * features * 4 / 1e9:.3g}"
+                         " GB) do not fit in this machine's memory") from None
     labels = np.argmax(np.tanh(images @ w1) @ w2, axis=1).astype(np.int64)
     return Dataset(images, labels)
 

@@ -30,13 +30,23 @@ class Placement:
         return self.rank == 0
 
 
+def env_int(name: str, default: int) -> int:
+    """The whole number in environment variable ``name`` (``default`` when it is unset);
+    ``ValueError`` naming the variable when it holds anything else."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} is not a whole number") from None
+
+
 def placement_from_env() -> Placement:
     """The torchrun variables, or one rank of one when they are absent."""
-    def number(name: str, default: int) -> int:
-        return int(os.environ.get(name, default))
-    world_size = number("WORLD_SIZE", 1)
-    return Placement(number("RANK", 0), world_size, number("LOCAL_RANK", 0),
-                     number("LOCAL_WORLD_SIZE", world_size))
+    world_size = env_int("WORLD_SIZE", 1)
+    return Placement(env_int("RANK", 0), world_size, env_int("LOCAL_RANK", 0),
+                     env_int("LOCAL_WORLD_SIZE", world_size))
 
 
 def mpi_local_rank() -> tuple[int, int]:
@@ -44,7 +54,7 @@ def mpi_local_rank() -> tuple[int, int]:
     for rank_var, size_var in [("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
                                ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")]:
         if rank_var in os.environ and size_var in os.environ:
-            return int(os.environ[rank_var]), int(os.environ[size_var])
+            return env_int(rank_var, 0), env_int(size_var, 1)
     return 0, 1
 
 
@@ -60,7 +70,7 @@ def env_rank() -> int:
     """This process's rank as the launcher set it, before any communicator exists (0 if none)."""
     for name in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         if name in os.environ:
-            return int(os.environ[name])
+            return env_int(name, 0)
     return 0
 
 
@@ -70,14 +80,28 @@ def free_port(address: str) -> int:
         return probe.getsockname()[1]
 
 
+def rendezvous(address: str | None, port: int) -> tuple[str, int]:
+    """Where a self-launched job meets: ``address``/``port``, else ``$MASTER_ADDR``/
+    ``$MASTER_PORT``, else the loopback address and a free port; ``ValueError`` naming a bad
+    variable or an address this machine cannot listen on."""
+    address = address or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = port or env_int("MASTER_PORT", 0)
+    if not port:
+        try:
+            port = free_port(address)
+        except OSError as error:
+            raise ValueError(f"cannot listen on master address {address!r}: "
+                             f"{error.strerror or error}") from None
+    return address, port
+
+
 def self_launch(worker, config, nproc: int, address: str | None, port: int) -> int:
     """Run ``worker(config)`` in ``nproc`` local processes as ranks 0..nproc-1; the exit status.
 
-    ``address``/``port`` default to ``$MASTER_ADDR``/``$MASTER_PORT``, then to the loopback
-    address and a free port. A failing rank ends the others; its exit status is returned.
+    ``address``/``port`` as ``rendezvous`` picks them (``ValueError`` if it cannot). A failing
+    rank ends the others; its exit status is returned.
     """
-    address = address or os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = port or int(os.environ.get("MASTER_PORT", 0)) or free_port(address)
+    address, port = rendezvous(address, port)
     context = mp.start_processes(_child, args=(worker, config, nproc, address, port),
                                  nprocs=nproc, join=False, start_method="spawn")
     try:

@@ -52,8 +52,8 @@ from real.data import ShardedBatches, load_dataset
 from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
-from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env, say,
-                               self_launch)
+from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env,
+                               rendezvous, say, self_launch)
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
                                 write_checkpoint)
@@ -70,17 +70,22 @@ class ReplicaMismatch(RuntimeError):
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv, quiet=env_rank() != 0)
+    try:
+        rank = env_rank()
+    except ValueError as error:
+        print(f"sync.py: error: {error}", file=sys.stderr)
+        return 2
+    config = parse_args(argv, quiet=rank != 0)
     if config.nproc_per_node:
         try:  # check what can be checked once, here, before starting any process
             dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
             ShardedBatches(len(dataset), config.batch_size, config.nproc_per_node, 0, config.seed)
             pick_device(config, 0, config.nproc_per_node)
+            address, port = rendezvous(config.master_addr, config.master_port)
         except ValueError as error:
             print(f"sync.py: error: {error}", file=sys.stderr)
             return 2
-        return self_launch(run_worker, config, config.nproc_per_node, config.master_addr,
-                           config.master_port)
+        return self_launch(run_worker, config, config.nproc_per_node, address, port)
     return run_worker(config)
 
 

@@ -11,9 +11,12 @@ import math
 import time
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_dir, check_output_file
+from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import parse_time
 
+from .comm import MAX_TIMEOUT_S
+from .comm_cli import MAX_THREADS
 from .data import DatasetSpec
 from .local_launch import check_launch_settings
 from .grad_sync import STRATEGIES
@@ -76,8 +79,10 @@ class SyncConfig:
             raise ValueError(f"unknown --allreduce {self.allreduce!r}")
         if self.sync == "ddp" and self.allreduce != "backend":
             raise ValueError(f"--sync ddp uses the backend's all-reduce, not {self.allreduce!r}")
-        if not self.bucket_mb > 0:
-            raise ValueError(f"--bucket-mb must be positive, got {self.bucket_mb}")
+        if self.threads > MAX_THREADS:
+            raise ValueError(f"--threads must be at most {MAX_THREADS}, got {self.threads}")
+        if not 0 < self.bucket_mb < math.inf:
+            raise ValueError(f"--bucket-mb must be positive and finite, got {self.bucket_mb}")
         if not (0 < self.lr < math.inf) or not 0 <= self.momentum < 1:
             raise ValueError(f"need a finite lr > 0 and 0 <= momentum < 1, got {self.lr}, "
                              f"{self.momentum}")
@@ -92,8 +97,14 @@ class SyncConfig:
                              "give --emulate-compute too")
         if self.emulate_compute_s and self.profile_out:
             raise ValueError("--profile-out measures real compute; drop --emulate-compute")
+        if self.emulate_compute_s > MAX_TIME_S:
+            raise ValueError(f"--emulate-compute must be at most {MAX_TIME_S:g} s, "
+                             f"got {self.emulate_compute_s:g} s")
         if not self.timeout_s > 0:
             raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
+        if self.timeout_s > MAX_TIMEOUT_S:
+            raise ValueError(f"--timeout must be at most {MAX_TIMEOUT_S:g} s, "
+                             f"got {self.timeout_s:g} s")
 
     def _check_backend(self):
         if self.backend not in BACKENDS:
@@ -175,6 +186,7 @@ def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig
         if not quiet:  # rank 0 writes the outputs; other nodes need not have its folders
             for flag in ("--json", "--trace", "--profile-out"):
                 check_output_file(flag, args[flag[2:].replace("-", "_")])
+            check_output_dir("--checkpoint-dir", config.checkpoint_dir)
         return config
     except ValueError as exc:
         parser.exit(2, f"sync.py: error: {exc}\n")

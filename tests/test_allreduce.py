@@ -150,6 +150,11 @@ def test_ring_rejects_unknown_op_and_bad_segment_size():
     (["--sizes", "3B"], "3 bytes"),
     (["--timeout", "soon"], "'soon'"),
     (["--threads", "-1"], "-1"),
+    (["--threads", "100000000"], "100000000"),
+    (["--timeout", "1e300s"], "'1e300s'"),
+    (["--iters", "1000000000000"], "1000000000000"),
+    (["--seed", "-1"], "-1"),
+    (["--seed", "100000000000000000000"], "100000000000000000000"),
 ])
 def test_benchmark_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -157,6 +162,15 @@ def test_benchmark_rejects_bad_flags_with_one_line_and_status_2(argv, named, cap
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert named in err[-1] and "Traceback" not in "".join(err)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_nccl_without_a_gpu_is_one_line_and_status_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--backend", "nccl"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nccl needs a CUDA GPU" in err[0]
 
 
 @pytest.mark.parametrize("launcher", ["gloo", pytest.param("mpi", marks=needs_mpi)])

@@ -244,6 +244,10 @@ def test_runs_under_mpiexec(tmp_path):
     (["--time", "ten"], "ten"),
     (["--updates", "0"], "no stop condition"),
     (["--max-staleness", "-2"], "--max-staleness must be at least 0"),
+    (["--timeout", "1e300s"], "--timeout must be at most"),
+    (["--threads", "100000000"], "--threads must be at most 1024"),
+    (["--emulate-compute", "lognormal:80ms,1e5"], "sigma must be"),
+    (["--emulate-compute", "1e300s"], "at most"),
 ])
 def test_bad_flag_is_one_line_and_exit_2(args, words, capsys):
     from real.async_ps import main
@@ -252,6 +256,22 @@ def test_bad_flag_is_one_line_and_exit_2(args, words, capsys):
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert words in err[-1] and "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("env, argv, message", [
+    ({"RANK": "abc"}, [], "environment variable RANK='abc' is not a whole number"),
+    ({"MASTER_PORT": "x"}, ["--nproc-per-node", "2"], "environment variable MASTER_PORT='x'"),
+    ({}, ["--nproc-per-node", "2", "--master-addr", "192.0.2.1"],
+     "cannot listen on master address '192.0.2.1'"),
+])
+def test_bad_environment_or_launch_setting_is_one_line_and_exit_2(env, argv, message,
+                                                                   monkeypatch, capfd):
+    from real.async_ps import main
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv + ["--num-samples", "64", "--no-progress"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("async_ps.py: error: ") and message in err[0]
 
 
 def test_single_process_is_refused_with_one_line():

@@ -105,6 +105,12 @@ BAD_INPUTS = [
     (["--plot", "/nonexistent/dir/p.png"], "/nonexistent/dir"),
     (["--stragglers", "1:1e308"], "'1:1e308'"), (["--grad-bytes", "1e30B"], "'1e30B'"),
     (["--compute", "1e300s"], "'1e300s'"), (["--latency", "1e9s"], "'1e9s'"),
+    (["--bandwidth", "1e-300bps"], "'1e-300bps'"), (["--bandwidth", "1e300Gbps"], "'1e300Gbps'"),
+    (["--ps-bandwidth", "1e-300bps"], "'1e-300bps'"),
+    (["--ps-memory-bandwidth", "1e-300bps", "--mode", "async"], "'1e-300bps'"),
+    (["--ps-service-time", "1e308s", "--mode", "async"], "'1e308s'"),
+    (["--compute", "lognormal:80ms,1e5"], "'lognormal:80ms,1e5'"),
+    (["--compute", "normal:80ms,1e307s"], "'normal:80ms,1e307s'"),
 ]
 
 
@@ -120,7 +126,9 @@ def test_bad_input_gives_one_line_and_status_2(args, named, capsys):
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"compute_s": []}',
                                      '{"compute_s": [0.1], "layers": [{"grad_bytes": -5}]}',
-                                     '{"compute_s": ["fast"], "grad_bytes": 10}'])
+                                     '{"compute_s": ["fast"], "grad_bytes": 10}',
+                                     '{"compute_s": [1e308], "grad_bytes": 10}',
+                                     '{"compute_s": [0.01], "grad_bytes": 1e308}'])
 def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
     path = tmp_path / "profile.json"
     path.write_text(content)

@@ -311,6 +311,8 @@ def test_init_rejects_unknown_engine_backend_and_timeout():
         init("torch", backend="ucc")
     with pytest.raises(ValueError, match="-1"):
         init("torch", timeout_s=-1)
+    with pytest.raises(ValueError, match="at most"):
+        init("torch", timeout_s=1e300)
 
 
 # -- failures: a dead or stuck peer ---------------------------------------------------------------

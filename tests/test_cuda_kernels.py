@@ -359,6 +359,15 @@ def test_bench_rejects_a_profile_mask_it_does_not_measure():
     assert caught.value.code == 2
 
 
+@pytest.mark.parametrize("flag", ["--json", "--profile"])
+def test_bench_refuses_a_folder_for_an_output_file_before_measuring(flag, tmp_path, capsys):
+    with pytest.raises(SystemExit) as caught:
+        bench.parse_args([flag, str(tmp_path)])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is a folder" in err[0]
+
+
 def test_result_row_reports_bandwidth_fraction_of_copy_and_speedup():
     row = bench.result_row("register_blocked", 5, 1000, 2000, 1, time_s=0.004, copy_GBps=8.0,
                            conv2d_time_s=0.010)

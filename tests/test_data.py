@@ -55,6 +55,11 @@ def test_bilinear_upsampling_matrix_matches_torch_interpolate():
     assert np.allclose(up @ field[:, 0].numpy() @ up.T, expected[:, 0].numpy(), atol=1e-5)
 
 
+def test_synthetic_dataset_too_large_for_memory_is_a_value_error():
+    with pytest.raises(ValueError, match="10000000000000 synthetic samples .* do not fit"):
+        synthetic_dataset(10**13, 0)
+
+
 def test_synthetic_labels_use_several_classes():
     labels = synthetic_dataset(2000, 0).labels
     counts = np.bincount(labels, minlength=10)

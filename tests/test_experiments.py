@@ -244,6 +244,35 @@ def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_pat
     assert done.stderr.count("\n") == 1 and "no run.json" in done.stderr
 
 
+@pytest.mark.parametrize("files, named", [
+    ({"run.json": "{"}, "Expecting property name"),
+    ({"run.json": "[]"}, "list indices"),
+    ({"run.json": "{}"}, "missing key 'calibration'"),
+    ({"run.json": "{}", "sync.json": "[1]"}, "sync.json: not a result file"),
+    ({"run.json": "{}", "sync.json": '{"rows": 5}'}, "missing key 'name'"),
+])
+def test_report_only_on_bad_files_says_so_in_one_line_and_writes_nothing(
+        files, named, tmp_path, monkeypatch, capsys):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert run.main(["--report-only", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--report-only: bad results" in err and named in err
+    assert not (tmp_path / "fidelity.json").exists() and not (tmp_path / "RESULTS.md").exists()
+
+
+def test_out_folder_that_is_a_file_is_refused_in_one_line(tmp_path):
+    (tmp_path / "results").write_text("")
+    done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--report-only",
+                           "--out", str(tmp_path / "results")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "is not a folder" in done.stderr
+
+
 @pytest.mark.parametrize("names", [[], ["sync"], ["ps_vs_ring", "allreduce"]])
 def test_repredict_takes_only_experiments_that_can_be_predicted_again(tmp_path, names):
     done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--repredict",
@@ -296,6 +325,24 @@ def test_four_host_sync_run_through_torchrun_c10d_rendezvous_completes_on_the_te
     assert summary["world_size"] == 4 and summary["measured_steps"] == 4
     assert summary["iteration_time_s"] >= 0.02  # at least the emulated compute of every step
     assert len(summary["weights_sha256"]) == 64 and summary["samples_per_s"] > 0
+
+
+@pytest.mark.parametrize("files, named", [
+    ({}, "cannot read"),
+    ({"calibration.json": "[]", "allreduce.json": "{"}, "cannot read"),
+    ({"calibration.json": "[]", "allreduce.json": "[]"}, "not as experiments/run.py writes"),
+    ({"calibration.json": "{}", "allreduce.json": '{"rows": [{"bandwidth_bps": 1}]}'},
+     "not as experiments/run.py writes"),
+])
+def test_ablation_on_bad_results_is_one_line_and_status_2(files, named, tmp_path, capsys):
+    from experiments.ablation import main
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--results", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and str(tmp_path) in err
 
 
 def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_without_startup():

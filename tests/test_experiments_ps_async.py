@@ -270,6 +270,27 @@ def test_run_repredict_on_bad_files_says_so_in_one_line(tmp_path, net, damage, m
     assert done.stderr.count("\n") == 1 and message in done.stderr
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "sync.json").write_text("{"), "sync.json"),
+    (lambda d: (d / "sync.json").write_text('{"rows": []}'), "missing key 'name'"),
+    (lambda d: (d / "ps_vs_ring.json").unlink() or (d / "ps_vs_ring.json").mkdir(),
+     "Is a directory"),
+])
+def test_run_repredict_writes_nothing_when_another_file_is_bad(tmp_path, net, monkeypatch,
+                                                              capsys, damage, message):
+    from experiments import run
+    monkeypatch.setattr(pvr, "reference_run", lambda model, batch: REFERENCE)
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    _stored_run(tmp_path, net, CALIBRATION)
+    damage(tmp_path)
+    before = {p.name: p.is_file() and p.read_text() for p in tmp_path.iterdir()}
+    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert {p.name: p.is_file() and p.read_text() for p in tmp_path.iterdir()} == before
+
+
 def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
     point = avs.AsyncVsSyncConfig(4, 200e6, updates=80)
     predicted = avs.predict(point, net, REFERENCE)

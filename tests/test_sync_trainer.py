@@ -209,12 +209,36 @@ def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
     (["--model", "resnet"], "unknown model 'resnet'"),
     (["--emulate-compute", "80"], "time '80' needs a unit"),
     (["--sync", "ddp", "--allreduce", "ring"], "--sync ddp uses the backend's all-reduce"),
+    (["--bucket-mb", "inf"], "--bucket-mb must be positive and finite"),
+    (["--timeout", "1e300s"], "--timeout must be at most"),
+    (["--threads", "100000000"], "--threads must be at most 1024"),
+    (["--emulate-compute", "1e300s"], "--emulate-compute must be at most"),
+    (["--checkpoint-dir", __file__], "is not a folder"),
 ])
 def test_bad_flag_gives_one_error_line_and_exit_status_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sync.py: error: ") and message in lines[0]
+
+
+@pytest.mark.parametrize("env, argv, message", [
+    ({"RANK": "abc"}, [], "environment variable RANK='abc' is not a whole number"),
+    ({"MASTER_PORT": "x"}, ["--nproc-per-node", "2", "--num-samples", "64"],
+     "environment variable MASTER_PORT='x'"),
+    ({}, ["--nproc-per-node", "2", "--num-samples", "64", "--master-addr", "192.0.2.1"],
+     "cannot listen on master address '192.0.2.1'"),
+    ({}, ["--nproc-per-node", "2", "--num-samples", "1000000000000"],
+     "do not fit in this machine's memory"),
+])
+def test_bad_environment_or_launch_setting_is_one_line_before_any_rank(env, argv, message,
+                                                                        monkeypatch, capfd):
+    from real.sync import main
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv + ["--no-progress"]) == 2
+    lines = capfd.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("sync.py: error: ") and message in lines[0]
 
 

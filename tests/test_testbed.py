@@ -23,9 +23,11 @@ from pathlib import Path
 import pytest
 
 from real.testbed import Testbed, TestbedConfig, bed as bed_module, network
-from real.testbed.calibrate import measure, shaper_time_s, summarise
+from real.testbed.__main__ import build_parser, config_from
+from real.testbed.calibrate import calibrate, measure, shaper_time_s, summarise
 from real.testbed.config import parse_congestion_control
 from real.testbed.launch import substitute
+from real.testbed.probe import main as probe_main
 from tests.dist_helpers import have_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,6 +76,10 @@ def test_config_rejects_bad_values_naming_them():
         TestbedConfig(hosts=0)
     with pytest.raises(ValueError, match="-5"):
         TestbedConfig(bandwidth_bps=-5)
+    with pytest.raises(ValueError, match="inf"):
+        TestbedConfig(bandwidth_bps=float("inf"))
+    with pytest.raises(ValueError, match="0.5 bit/s"):
+        TestbedConfig(slow_host_bps=0.5)
     with pytest.raises(ValueError, match="rank 3"):
         TestbedConfig(hosts=3, slow_host_bps=1e6, slow_rank=3)
     with pytest.raises(ValueError, match="8.8.8.0/24"):
@@ -98,6 +104,42 @@ def test_cli_rejects_a_bad_bandwidth_in_one_line_with_status_2():
     out, err = done.communicate(timeout=30)
     assert done.returncode == 2
     assert "'fast'" in err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["run", "--out-dir", __file__], "is not a folder"),
+    (["run", "--out-dir", f"{__file__}/hosts"], "is not a folder"),
+    (["run", "--timeout", "0s"], "--timeout must be positive"),
+    (["run", "--bandwidth", "1e300Gbps"], "inf"),
+])
+def test_cli_checks_its_input_before_making_a_test_bed(argv, named, capsys):
+    parser = build_parser()
+    with pytest.raises(SystemExit) as exit_info:
+        config_from(parser.parse_args(argv + ["--", "true"]), parser)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and named in err[0]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["client", "--connect", "10.0.0.1", "--sizes", "1000,lots"], "'1000,lots'"),
+    (["client", "--connect", "10.0.0.1", "--sizes", "0"], "'0'"),
+    (["client"], "--connect"),
+])
+def test_probe_rejects_bad_flags_in_one_line_before_connecting(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        probe_main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and ": error: " in err[0] and named in err[0]
+
+
+def test_calibration_refuses_no_pings_or_repeats_before_making_a_test_bed():
+    for pings, repeats in [(0, 3), (200, 0)]:
+        with pytest.raises(ValueError, match="at least 1 ping and 1 repeat"):
+            calibrate(TestbedConfig(), [2_000_000, 16_000_000], pings, repeats)
+    with pytest.raises(ValueError, match="increasing positive transfer sizes"):
+        calibrate(TestbedConfig(), [0, 16_000_000])
 
 
 def test_cli_without_ip_or_root_says_so_in_one_line(tmp_path):

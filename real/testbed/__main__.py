@@ -7,7 +7,8 @@ import json
 import shlex
 import sys
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type as _units, check_output_file
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _units,
+                                       check_output_dir, check_output_file)
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
@@ -78,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TestbedConfig:
     try:
         check_output_file("--json", args.json)  # before the test bed is built, not after the run
+        check_output_dir("--out-dir", getattr(args, "out_dir", None))
+        if getattr(args, "timeout", 1.0) <= 0:
+            raise ValueError(f"--timeout must be positive, got {args.timeout:g} s")
         return TestbedConfig(hosts=getattr(args, "hosts", 2), bandwidth_bps=args.bandwidth, slow_host_bps=args.slow_host,
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
                              mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port,

@@ -163,8 +163,12 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
     """Make a 2-host test bed of ``config``, measure it (TCP, then Gloo), unmake it; the record."""
     if config.hosts != 2:
         raise ValueError(f"calibration runs on 2 hosts, got {config.hosts}")
-    if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes):
-        raise ValueError(f"calibration needs two or more increasing transfer sizes, got {sizes}")
+    if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes) or sizes[0] < 1:
+        raise ValueError(f"calibration needs two or more increasing positive transfer sizes, "
+                         f"got {sizes}")
+    if pings < 1 or repeats < 1:
+        raise ValueError(f"calibration needs at least 1 ping and 1 repeat, got {pings} and "
+                         f"{repeats}")
     with scratch_testbed(config) as bed:
         raw = measure(bed, sizes, pings, repeats, timeout_s)
         raw_gloo = measure_gloo(bed, sizes, pings, repeats, timeout_s) if gloo else None

@@ -26,6 +26,7 @@ window as Reno does.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 
@@ -83,10 +84,12 @@ class TestbedConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= 64:
             raise ValueError(f"hosts must be between 1 and 64, got {self.hosts}")
-        if not self.bandwidth_bps > 0:
-            raise ValueError(f"bandwidth must be positive, got {self.bandwidth_bps} bit/s")
-        if self.slow_host_bps is not None and not self.slow_host_bps > 0:
-            raise ValueError(f"slow host bandwidth must be positive, got {self.slow_host_bps} bit/s")
+        if not 1 <= self.bandwidth_bps < math.inf:  # tc takes whole bits per second
+            raise ValueError(f"bandwidth must be a finite rate of at least 1 bit/s, "
+                             f"got {self.bandwidth_bps} bit/s")
+        if self.slow_host_bps is not None and not 1 <= self.slow_host_bps < math.inf:
+            raise ValueError(f"slow host bandwidth must be a finite rate of at least 1 bit/s, "
+                             f"got {self.slow_host_bps} bit/s")
         if self.slow_rank is not None:
             if self.slow_host_bps is None:
                 raise ValueError("slow_rank needs slow_host_bps (a rate for the slow host)")

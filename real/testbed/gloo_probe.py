@@ -12,14 +12,21 @@ each transfer both ranks wait ``--idle`` seconds so the shapers' buckets are ful
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
+import sys
 import time
+
+if __package__ in (None, ""):  # run as a script: import the repository, not real/testbed itself
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 import torch.distributed as dist
+
+from dsgd_sim.argparse_oneline import OneLineArgumentParser
+from real.local_launch import env_int
+from real.testbed.probe import byte_counts
 
 WARMUP = 20
 
@@ -71,15 +78,22 @@ def bulk(rank: int, n_bytes: int, repeats: int, idle_s: float) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pings", type=int, default=200)
-    parser.add_argument("--sizes", type=lambda t: [int(s) for s in t.split(",")], default=[2_000_000, 16_000_000],
+    parser.add_argument("--sizes", type=byte_counts, default=[2_000_000, 16_000_000],
                         help="comma-separated byte counts of bulk transfers")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--idle", type=float, default=0.05, help="seconds idle before each transfer")
     parser.add_argument("--json", required=True, help="where rank 0 writes the times")
     args = parser.parse_args()
-    rank, world_size = int(os.environ["HOST_RANK"]), int(os.environ["NUM_HOSTS"])
+    unset = [name for name in ("HOST_RANK", "NUM_HOSTS", "MASTER_ADDR", "MASTER_PORT")
+             if name not in os.environ]
+    if unset:
+        parser.error(f"{', '.join(unset)} not set: run it on a test bed (python -m real.testbed)")
+    try:
+        rank, world_size = env_int("HOST_RANK", 0), env_int("NUM_HOSTS", 0)
+    except ValueError as error:
+        parser.error(str(error))
     if world_size != 2:
         parser.error(f"the Gloo probe runs on exactly 2 hosts, got NUM_HOSTS={world_size}")
     address = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"

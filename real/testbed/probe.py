@@ -123,14 +123,33 @@ def run_client(args: argparse.Namespace) -> dict:
     return result
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, ``PROG: error: MESSAGE``, and exit status 2 (as
+    dsgd_sim's OneLineArgumentParser; this file imports only the standard library)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def byte_counts(text: str) -> list[int]:
+    """``--sizes``: comma-separated positive byte counts."""
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive byte counts")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("role", choices=["server", "client"])
     parser.add_argument("--port", type=int, default=5201)
     parser.add_argument("--connect", help="server address (client)")
     parser.add_argument("--connect-timeout", type=float, default=10.0, help="seconds")
     parser.add_argument("--pings", type=int, default=200)
-    parser.add_argument("--sizes", type=lambda t: [int(s) for s in t.split(",")], default=[8_000_000],
+    parser.add_argument("--sizes", type=byte_counts, default=[8_000_000],
                         help="comma-separated byte counts of bulk transfers")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--idle", type=float, default=0.05, help="seconds idle before each transfer")
