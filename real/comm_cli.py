@@ -26,9 +26,9 @@ import torch
 from dsgd_sim.units import parse_time
 
 from .comm import MAX_TIMEOUT_S, CommError, Communicator, init
+from .local_launch import MAX_THREADS
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
-MAX_THREADS = 1024  # torch threads per rank beyond this are a typo, not a machine
 
 
 def add_comm_arguments(parser: argparse.ArgumentParser, timeout: str = DEFAULT_TIMEOUT) -> None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch.multiprocessing as mp
 
+from .comm import MAX_TIMEOUT_S
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -131,10 +133,18 @@ def fast_exit(status: int) -> None:
 
 
 MAX_LOCAL_PROCESSES = 1024  # --nproc-per-node beyond this is a typo, not a machine
+MAX_THREADS = 1024  # torch threads per rank beyond this are a typo, not a machine
 
 
-def check_launch_settings(seed: int, master_port: int, nproc_per_node: int) -> None:
+def check_launch_settings(seed: int, master_port: int, nproc_per_node: int, threads: int,
+                          timeout_s: float) -> None:
     """The launch settings sync.py and async_ps.py share; ``ValueError`` names the bad one."""
+    if threads > MAX_THREADS:
+        raise ValueError(f"--threads must be at most {MAX_THREADS}, got {threads}")
+    if not timeout_s > 0:
+        raise ValueError(f"--timeout must be positive, got {timeout_s}")
+    if timeout_s > MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout must be at most {MAX_TIMEOUT_S:g} s, got {timeout_s:g} s")
     if not 0 <= seed < 2**63:
         raise ValueError(f"--seed must be a whole number from 0 to 2**63-1, got {seed}")
     if master_port > 65535:

@@ -15,8 +15,6 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.units import parse_time
 
-from .comm import MAX_TIMEOUT_S
-from .comm_cli import MAX_THREADS
 from .data import DatasetSpec
 from .local_launch import check_launch_settings
 from .models import MODELS
@@ -60,8 +58,6 @@ class AsyncConfig:
             if getattr(self, name) < low:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least {low}, "
                                  f"got {getattr(self, name)}")
-        if self.threads > MAX_THREADS:
-            raise ValueError(f"--threads must be at most {MAX_THREADS}, got {self.threads}")
         if self.nproc_per_node == 1:
             raise ValueError("--nproc-per-node must be at least 2 (one server and a worker)")
         if self.model not in MODELS:
@@ -85,12 +81,8 @@ class AsyncConfig:
             raise ValueError(f"unknown --backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
         if self.backend == "mpi" and self.nproc_per_node:
             raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
-        if not self.timeout_s > 0:
-            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
-        if self.timeout_s > MAX_TIMEOUT_S:
-            raise ValueError(f"--timeout must be at most {MAX_TIMEOUT_S:g} s, "
-                             f"got {self.timeout_s:g} s")
-        check_launch_settings(self.seed, self.master_port, self.nproc_per_node)
+        check_launch_settings(self.seed, self.master_port, self.nproc_per_node, self.threads,
+                              self.timeout_s)
         check_output_file("--json", self.json)
         check_output_file("--trace", self.trace)
 

@@ -15,8 +15,6 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_dir, c
 from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import parse_time
 
-from .comm import MAX_TIMEOUT_S
-from .comm_cli import MAX_THREADS
 from .data import DatasetSpec
 from .local_launch import check_launch_settings
 from .grad_sync import STRATEGIES
@@ -79,14 +77,13 @@ class SyncConfig:
             raise ValueError(f"unknown --allreduce {self.allreduce!r}")
         if self.sync == "ddp" and self.allreduce != "backend":
             raise ValueError(f"--sync ddp uses the backend's all-reduce, not {self.allreduce!r}")
-        if self.threads > MAX_THREADS:
-            raise ValueError(f"--threads must be at most {MAX_THREADS}, got {self.threads}")
         if not 0 < self.bucket_mb < math.inf:
             raise ValueError(f"--bucket-mb must be positive and finite, got {self.bucket_mb}")
         if not (0 < self.lr < math.inf) or not 0 <= self.momentum < 1:
             raise ValueError(f"need a finite lr > 0 and 0 <= momentum < 1, got {self.lr}, "
                              f"{self.momentum}")
-        check_launch_settings(self.seed, self.master_port, self.nproc_per_node)
+        check_launch_settings(self.seed, self.master_port, self.nproc_per_node, self.threads,
+                              self.timeout_s)
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"unknown --device {self.device!r} (cpu or cuda)")
         if self.backend is None:
@@ -100,11 +97,6 @@ class SyncConfig:
         if self.emulate_compute_s > MAX_TIME_S:
             raise ValueError(f"--emulate-compute must be at most {MAX_TIME_S:g} s, "
                              f"got {self.emulate_compute_s:g} s")
-        if not self.timeout_s > 0:
-            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
-        if self.timeout_s > MAX_TIMEOUT_S:
-            raise ValueError(f"--timeout must be at most {MAX_TIMEOUT_S:g} s, "
-                             f"got {self.timeout_s:g} s")
 
     def _check_backend(self):
         if self.backend not in BACKENDS:
