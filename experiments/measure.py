@@ -40,13 +40,16 @@ ROUND_SIZES_FULL = ROUND_SIZES_QUICK + [16 << 20]
 CONGESTION_CONTROL = "reno"
 """Every test bed's TCP congestion control (``TestbedConfig.congestion_control``; None: the
 machine's). ``experiments/run.py --congestion-control`` sets it for a whole run."""
+SCHEDULING = "batch"
+"""Every test bed's CPU scheduling policy (``TestbedConfig.scheduling``);
+``experiments/run.py --scheduling`` sets it for a whole run."""
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
     """The test bed of ``hosts`` hosts at ``bandwidth_bps`` that every experiment and calibration
     runs on (``settings``: any other ``TestbedConfig`` field, a faster server host for one)."""
     return TestbedConfig(hosts=hosts, bandwidth_bps=bandwidth_bps,
-                         congestion_control=CONGESTION_CONTROL, **settings)
+                         congestion_control=CONGESTION_CONTROL, scheduling=SCHEDULING, **settings)
 
 
 # which hosts of an experiment point run a ring all-reduce (the async server runs none); the

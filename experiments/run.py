@@ -37,7 +37,7 @@ from experiments.report import (plot_allreduce, plot_async, plot_sync,  # noqa: 
                                 results_markdown)
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir)
-from real.testbed.config import parse_congestion_control  # noqa: E402
+from real.testbed.config import SCHEDULING_POLICIES, parse_congestion_control  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
@@ -147,8 +147,11 @@ def header_lines(meta: dict) -> list[str]:
                        f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"])
     tcp = meta.get("congestion_control", "system")
     tcp = {"reno": "Reno", "system": "the machine's default"}.get(tcp, tcp)
+    policy = {"batch": "batch (`SCHED_BATCH`)", "normal": "the machine's default"}.get(
+        meta.get("scheduling", "normal"))
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
-            f"average {meta['load_average']}, TCP congestion control: {tcp}) in "
+            f"average {meta['load_average']}, TCP congestion control: {tcp}, CPU scheduling: "
+            f"{policy}) in "
             f"{meta['wall_s'] / 60:.1f} min. Every measured "
             "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
             "sync: over steps after warm-up); the 2 CPU cores are shared by every host and by other "
@@ -227,6 +230,9 @@ def parse_args(argv=None):
                         type=argparse_type(parse_congestion_control, "congestion control"),
                         help="every test bed's TCP congestion control (default reno; 'system': "
                              "this machine's default)")
+    parser.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="batch",
+                        help="every test bed's CPU scheduling policy (default batch: a waking "
+                             "thread preempts no other, as on separate machines)")
     args = parser.parse_args(argv)
     try:
         args.experiments = select(args.names, args.quick)
@@ -236,9 +242,10 @@ def parse_args(argv=None):
     if args.repredict and (not args.names or set(args.names) - set(REPREDICTABLE)):
         parser.error(f"--repredict takes the experiments to predict again, of: "
                      f"{', '.join(REPREDICTABLE)}")
-    if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"):
-        parser.error("--repredict measures nothing: it takes no --report-only, --quick or "
-                     "--congestion-control")
+    if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
+                           or args.scheduling != "batch"):
+        parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
+                     "--congestion-control or --scheduling")
     return args
 
 
@@ -354,6 +361,7 @@ def measure_all(args) -> list[dict]:
     from experiments import measure
     from experiments.measure import calibrate_rate, ring_bytes, ring_hosts
     measure.CONGESTION_CONTROL = args.congestion_control
+    measure.SCHEDULING = args.scheduling
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
@@ -363,9 +371,12 @@ def measure_all(args) -> list[dict]:
     meta = {"command": "python experiments/run.py" + (" --quick" if args.quick else "")
             + (f" --out {args.out}" if args.out else "")
             + (f" --congestion-control {args.congestion_control or 'system'}"
-               if args.congestion_control != "reno" else "") + "".join(f" {n}" for n in args.names),
+               if args.congestion_control != "reno" else "")
+            + (f" --scheduling {args.scheduling}" if args.scheduling != "batch" else "")
+            + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
+            "scheduling": args.scheduling,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
             "wall_s": 0.0}

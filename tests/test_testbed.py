@@ -88,6 +88,8 @@ def test_config_rejects_bad_values_naming_them():
         TestbedConfig(burst_bytes=1000)
     with pytest.raises(ValueError, match="'reno; reboot'"):
         TestbedConfig(congestion_control="reno; reboot")
+    with pytest.raises(ValueError, match="'fifo'"):
+        TestbedConfig(scheduling="fifo")
     # the flag's "system" means the machine's default (None), any other name is kept
     assert (parse_congestion_control("system"), parse_congestion_control("cubic")) == (None, "cubic")
 
@@ -180,6 +182,20 @@ def test_every_host_uses_the_chosen_congestion_control_or_the_machines(tmp_path)
         result = bed.run(command, timeout_s=30)
     # a new namespace starts from the machine's default
     assert [h.stdout().strip() for h in result.hosts] == [machine, machine]
+
+
+@needs_namespaces
+def test_every_host_runs_under_the_chosen_scheduling_policy_and_so_does_what_it_starts(tmp_path):
+    # the shell's own policy, and that of a process it starts (the policy is inherited)
+    command = ("python -c 'import os; print(os.sched_getscheduler(0))' && "
+               "sh -c 'python -c \"import os; print(os.sched_getscheduler(0))\"'")
+    with Testbed(TestbedConfig(hosts=2), tmp_path / "batch") as bed:
+        result = bed.run(command, timeout_s=30)
+    batch = [f"{os.SCHED_BATCH}\n{os.SCHED_BATCH}"] * 2
+    assert [h.stdout().strip() for h in result.hosts] == batch
+    with Testbed(TestbedConfig(hosts=2, scheduling="normal"), tmp_path / "normal") as bed:
+        result = bed.run(command, timeout_s=30)
+    assert [h.stdout().strip() for h in result.hosts] == [f"{os.SCHED_OTHER}\n{os.SCHED_OTHER}"] * 2
 
 
 @needs_namespaces

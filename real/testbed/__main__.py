@@ -13,7 +13,7 @@ from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
 from real.testbed.calibrate import calibrate
-from real.testbed.config import TestbedConfig, parse_congestion_control
+from real.testbed.config import SCHEDULING_POLICIES, TestbedConfig, parse_congestion_control
 
 EXAMPLES = """examples:
   python -m real.testbed run --hosts 2 --bandwidth 100Mbps -- \\
@@ -43,6 +43,9 @@ def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> No
                         type=_units(parse_congestion_control, "congestion control"),
                         help="every host's TCP congestion control (default reno; 'system': this "
                              "machine's default for a new namespace)")
+    parser.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="batch",
+                        help="CPU scheduling policy of every host's processes (default batch: a "
+                             "waking thread preempts no other, as on separate machines)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +88,8 @@ def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Te
         return TestbedConfig(hosts=getattr(args, "hosts", 2), bandwidth_bps=args.bandwidth, slow_host_bps=args.slow_host,
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
                              mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port,
-                             congestion_control=args.congestion_control)
+                             congestion_control=args.congestion_control,
+                             scheduling=args.scheduling)
     except ValueError as exc:
         parser.error(str(exc))
 

@@ -139,7 +139,8 @@ class Testbed:
             raise network.TestbedError("the test bed is not up")
         host = self.hosts[rank]
         argv = launch.host_argv(host.namespace, host.hostname, argv)
-        process = launch.start(argv, self.host_env(rank, env), stdout, stderr)
+        process = launch.start(argv, self.host_env(rank, env), stdout, stderr,
+                               scheduling=self.config.scheduling)
         self._processes.append(process)
         return process
 

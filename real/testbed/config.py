@@ -21,6 +21,16 @@ trip it has seen (here tens of microseconds), so once other flows or the reverse
 fill the shaper's queue, a BBR flow cannot keep its share of the link busy (see
 ``experiments/RESULTS.md``). At the sub-millisecond round trips of the test bed, CUBIC grows its
 window as Reno does.
+
+Every host's processes run under the batch scheduling policy (``SCHED_BATCH``) unless told
+otherwise. On a real cluster a host's threads never take another host's cores; here all hosts
+share this machine's, and the kernel lets a thread that wakes up preempt the one running. Gloo's
+network thread busy-waits at times (its epoll loop only try-locks a connection that another
+thread holds, and polls again), and a woken one can take the core from the very thread it waits
+for, until the scheduler's tick (4 ms at 250 Hz): a 64 kB all-reduce on 2 hosts took 0.4 ms in
+one run and 3.4 ms in the next. Under the batch policy a waking thread preempts none, which
+removes those stalls (see ``experiments/RESULTS.md``); ``scheduling="normal"`` keeps the
+machine's default policy.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ IP_HEADER_BYTES = 20
 TCP_HEADER_BYTES = 32  # 20 + 12 bytes of the timestamp option (net.ipv4.tcp_timestamps=1)
 SHAPER_TIMER_SLACK_S = 1e-3  # the bucket holds at least this long at the rate (see burst_bytes)
 MIN_BURST_FRAMES = 10
+SCHEDULING_POLICIES = ("batch", "normal")
 
 
 def parse_congestion_control(text: str) -> str | None:
@@ -80,6 +91,9 @@ class TestbedConfig:
     congestion_control: str | None = "reno"
     """TCP congestion control of every host (``net.ipv4.tcp_congestion_control`` in its
     namespace); None: whatever a new namespace gets on this machine."""
+    scheduling: str = "batch"
+    """CPU scheduling policy of every host's processes: ``batch`` (``SCHED_BATCH``: a thread
+    that wakes up does not preempt the running one) or ``normal`` (the machine's default)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= 64:
@@ -103,6 +117,9 @@ class TestbedConfig:
             raise ValueError(f"queue must be a positive time, got {self.queue_s} s")
         if self.congestion_control is not None:
             parse_congestion_control(self.congestion_control)
+        if self.scheduling not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING_POLICIES)}, "
+                             f"got {self.scheduling!r}")
         if not 1 <= self.master_port <= 65535:
             raise ValueError(f"master port must be 1..65535, got {self.master_port}")
         try:
@@ -163,4 +180,5 @@ class TestbedConfig:
             "mtu_bytes": self.mtu_bytes, "frame_bytes": self.frame_bytes,
             "payload_efficiency": self.payload_efficiency, "subnet": self.subnet,
             "master_port": self.master_port, "congestion_control": self.congestion_control,
+            "scheduling": self.scheduling,
         }

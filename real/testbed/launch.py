@@ -102,10 +102,20 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def start(argv: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
-    """Start ``argv`` (from ``host_argv``) in a new session; it dies if this process is killed."""
+def _batch_and_die_with_parent() -> None:
+    """``_die_with_parent``, and the batch scheduling policy for the child and all it starts
+    (see ``TestbedConfig.scheduling``)."""
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    _die_with_parent()
+
+
+def start(argv: list[str], env: dict[str, str], stdout, stderr,
+          scheduling: str = "normal") -> subprocess.Popen:
+    """Start ``argv`` (from ``host_argv``) in a new session; it dies if this process is killed.
+    ``scheduling``: ``batch`` runs it, and everything it starts, under ``SCHED_BATCH``."""
+    setup = _batch_and_die_with_parent if scheduling == "batch" else _die_with_parent
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            start_new_session=True, preexec_fn=_die_with_parent)
+                            start_new_session=True, preexec_fn=setup)
 
 
 def signal_group(process: subprocess.Popen, signum: int) -> None:
