@@ -295,7 +295,7 @@ NOTES: dict[str, list[str]] = {
         "ranks over loopback, medians of 40 in four runs of `torchrun --nproc-per-node 2 "
         "real/allreduce.py --sizes 64KB --iters 40 --threads 1`: ring 0.8–3.1 ms, naive ring "
         "0.36–0.51 ms, Gloo 0.58–1.56 ms); its cause, found since: the scheduler tick (the "
-        "second paragraph; under `chrt -b 0 torchrun …` the ring took 0.41–0.59 ms). Small calls are run with 5× "
+        "second paragraph; under `chrt -b 0 torchrun …` the ring took 0.43–0.62 ms). Small calls are run with 5× "
         "the iterations and small probe rounds with 9× the chains, because their medians moved "
         "between runs (a 16 KiB first round at 200 Mbit/s took 0.33 ms in one run, 2.75 ms in "
         "the next). A per-round CPU term would need the ranks' wake-up cost under the run's "
