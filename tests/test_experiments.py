@@ -237,6 +237,33 @@ def test_every_experiment_test_bed_takes_the_runs_congestion_control(monkeypatch
     assert (bed.congestion_control, bed.rate_bps(0), bed.rate_bps(1)) == (None, 200e6, 50e6)
 
 
+def test_every_experiment_test_bed_takes_the_runs_scheduling_policy(monkeypatch):
+    from experiments import measure
+    assert measure.testbed_config(3, 50e6).scheduling == "batch"
+    monkeypatch.setattr(measure, "SCHEDULING", "normal")
+    assert measure.testbed_config(5, 50e6, slow_host_bps=200e6, slow_rank=0).scheduling == "normal"
+
+
+def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(capsys):
+    from experiments import run
+    for argv, said in ((["--scheduling", "fifo", "multinode"], "'fifo'"),
+                       (["--repredict", "--scheduling", "normal", "ps_vs_ring"], "--scheduling")):
+        with pytest.raises(SystemExit) as exit_:
+            run.parse_args(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err
+
+
+def test_results_header_names_the_runs_scheduling_policy():
+    from experiments.run import header_lines
+    meta = json.loads((REPO / "experiments/results/run.json").read_text())
+    assert "CPU scheduling: batch (`SCHED_BATCH`)" in header_lines(meta)[0]
+    # a run from before the policy existed ran under the machine's
+    del meta["scheduling"]
+    assert "CPU scheduling: the machine's default" in header_lines(meta)[0]
+
+
 def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--report-only",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
