@@ -11,8 +11,8 @@ one). One *round* is every worker's gradient in and the weights out once:
 * **Predicted from the calibration alone:** the PS with the simulator's async model, the server's
   link at k x the calibrated duplex payload rate, but each way at most half of what the whole
   bed carries where the calibration's ring rounds found the machine, not the links, the limit
-  (``experiments.ps_model.server_link_bps``; 8 hosts at 200 Mbit/s on 2 cores)
-  (``experiments.ps_model.simulate_async``),
+  (``experiments.ps_model.simulate_async`` with ``server_link_bps``; 8 hosts at 200 Mbit/s on
+  2 cores),
   taking pushes as they come, several at once, as the real server does (a receive posted per
   worker); also, for the plot, the simulator's server taking one push at a time
   (``predicted_one_push_s``, ``AsyncConfig.one_push_at_a_time``: its inbound is one flow at the

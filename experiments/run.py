@@ -206,7 +206,11 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
 
 def regenerate(results: list[dict], meta: dict) -> dict:
     """Rewrite fidelity.json and the report, both built before either is written."""
-    rows, report = report_texts(results, meta)
+    return write_report(*report_texts(results, meta))
+
+
+def write_report(rows: list[dict], report: str) -> dict:
+    """Write fidelity.json and the report (``report_texts``); their summary."""
     (RESULTS / "fidelity.json").write_text(json.dumps(rows, indent=1) + "\n")
     REPORT.write_text(report)
     return summarise(rows)
@@ -334,7 +338,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
     try:  # the report too is built before anything is written
         results = [r for n in EXPERIMENTS
                    for r in ([updated[n][3]] if n in updated else load_results([n]))]
-        report_texts(results, meta)
+        texts = report_texts(results, meta)
     except BAD_RESULTS as error:
         print(f"experiments/run.py: --repredict: bad results in {RESULTS}: {problem(error)}",
               file=sys.stderr)
@@ -342,8 +346,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
     for path, plot, module, result in updated.values():
         module.plot(result["rows"], plot)
         path.write_text(json.dumps(result, indent=1) + "\n")
-    summary = regenerate(results, meta)
-    print(json.dumps(summary))
+    print(json.dumps(write_report(*texts)))
     return 0
 
 

@@ -56,6 +56,16 @@ BACKENDS = ("gloo", "nccl", "mpi")
 MAX_TIMEOUT_S = 1e6  # 11 days: longer is a typo; far longer overflows datetime and stalls Gloo
 
 
+def check_timeout(timeout_s: float, name: str = "timeout_s", given: str | None = None) -> None:
+    """``ValueError`` unless ``timeout_s`` is positive and at most ``MAX_TIMEOUT_S``; the message
+    names ``name`` and shows ``given`` (what the user typed) or the number of seconds."""
+    shown = repr(given) if given is not None else f"{timeout_s:g} s"
+    if not timeout_s > 0:
+        raise ValueError(f"{name} must be positive, got {shown}")
+    if timeout_s > MAX_TIMEOUT_S:
+        raise ValueError(f"{name} must be at most {MAX_TIMEOUT_S:g} s, got {shown}")
+
+
 class CommError(RuntimeError):
     """A communication failed: a peer died or timed out, or ranks passed mismatched tensors."""
 
@@ -283,10 +293,7 @@ def init(engine: str = "torch", backend: str | None = None, timeout_s: float = 3
         raise ValueError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)}, auto)")
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-    if timeout_s > MAX_TIMEOUT_S:
-        raise ValueError(f"timeout_s must be at most {MAX_TIMEOUT_S:g} s, got {timeout_s!r}")
+    check_timeout(timeout_s)
     if engine == "mpi":
         from .comm_mpi import MpiCommunicator
         return MpiCommunicator.create(timeout_s, check_sizes)

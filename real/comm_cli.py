@@ -25,7 +25,7 @@ import torch
 
 from dsgd_sim.units import parse_time
 
-from .comm import MAX_TIMEOUT_S, CommError, Communicator, init
+from .comm import CommError, Communicator, check_timeout, init
 from .local_launch import MAX_THREADS
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
@@ -71,10 +71,10 @@ def timeout_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         timeout_s = parse_time(args.timeout)
     except ValueError as error:
         parser.error(f"--timeout: {error}")
-    if timeout_s <= 0:
-        parser.error(f"--timeout must be positive, got {args.timeout!r}")
-    if timeout_s > MAX_TIMEOUT_S:
-        parser.error(f"--timeout must be at most {MAX_TIMEOUT_S:g} s, got {args.timeout!r}")
+    try:
+        check_timeout(timeout_s, "--timeout", given=args.timeout)
+    except ValueError as error:
+        parser.error(str(error))
     return timeout_s
 
 

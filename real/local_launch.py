@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch.multiprocessing as mp
 
-from .comm import MAX_TIMEOUT_S
+from .comm import check_timeout
 
 
 @dataclass(frozen=True)
@@ -141,10 +141,7 @@ def check_launch_settings(seed: int, master_port: int, nproc_per_node: int, thre
     """The launch settings sync.py and async_ps.py share; ``ValueError`` names the bad one."""
     if threads > MAX_THREADS:
         raise ValueError(f"--threads must be at most {MAX_THREADS}, got {threads}")
-    if not timeout_s > 0:
-        raise ValueError(f"--timeout must be positive, got {timeout_s}")
-    if timeout_s > MAX_TIMEOUT_S:
-        raise ValueError(f"--timeout must be at most {MAX_TIMEOUT_S:g} s, got {timeout_s:g} s")
+    check_timeout(timeout_s, "--timeout")
     if not 0 <= seed < 2**63:
         raise ValueError(f"--seed must be a whole number from 0 to 2**63-1, got {seed}")
     if master_port > 65535:

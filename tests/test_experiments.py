@@ -258,10 +258,12 @@ def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(caps
 def test_results_header_names_the_runs_scheduling_policy():
     from experiments.run import header_lines
     meta = json.loads((REPO / "experiments/results/run.json").read_text())
-    assert "CPU scheduling: batch (`SCHED_BATCH`)" in header_lines(meta)[0]
+    for policy, said in (("batch", "batch (`SCHED_BATCH`)"), ("normal", "the machine's default")):
+        meta["scheduling"] = policy
+        assert f"CPU scheduling: {said})" in header_lines(meta)[0]
     # a run from before the policy existed ran under the machine's
     del meta["scheduling"]
-    assert "CPU scheduling: the machine's default" in header_lines(meta)[0]
+    assert "CPU scheduling: the machine's default)" in header_lines(meta)[0]
 
 
 def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):

@@ -186,7 +186,7 @@ def test_every_host_uses_the_chosen_congestion_control_or_the_machines(tmp_path)
 
 @needs_namespaces
 def test_every_host_runs_under_the_chosen_scheduling_policy_and_so_does_what_it_starts(tmp_path):
-    # the shell's own policy, and that of a process it starts (the policy is inherited)
+    # a process the host's command starts, and one that process starts in turn (inherited)
     command = ("python -c 'import os; print(os.sched_getscheduler(0))' && "
                "sh -c 'python -c \"import os; print(os.sched_getscheduler(0))\"'")
     with Testbed(TestbedConfig(hosts=2), tmp_path / "batch") as bed:
