@@ -7,7 +7,9 @@ All predictions come from the same run's calibration (network only); only the mo
 * ``rounds``: the ring rounds timed on a test bed of the row's host count (``ring_probe.py``:
   on the row's own test bed before and after its rows, where ``allreduce.json`` holds those tables; else
   the calibration's), composed by the simulator, plus the additions the probe timed for the
-  hand-written rings (the model the experiments use);
+  hand-written rings, each call in the benchmark's stream of calls (the model the experiments
+  use: ``predict_allreduce_stream_s``);
+* ``rounds, calls alone``: the same, each call priced as if it ran alone (a full bucket);
 * ``rounds, no additions``: the same rounds without the additions;
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
   duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;
@@ -29,7 +31,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from experiments.configs import bed_label  # noqa: E402
-from experiments.model import REDUCES_BETWEEN_ROUNDS, NetworkInputs, predict_allreduce_s  # noqa: E402
+from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs,  # noqa: E402
+                               predict_allreduce_s, predict_allreduce_stream_s)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -44,11 +47,16 @@ GROUPS = {
 }
 
 
-MODELS = ("rounds", "rounds, no additions", "shaper", "shaper, no start-up")
+MODELS = ("rounds", "rounds, calls alone", "rounds, no additions", "shaper", "shaper, no start-up")
 
 
 def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None) -> list[float]:
-    """|error| of each row under ``model``; ``tables``: point label -> its own ring-probe record."""
+    """|error| of each row under ``model``; ``tables``: point label -> its own ring-probe record.
+    A row's call takes turns with the other algorithms of its test bed and size, in the order of
+    the rows (the benchmark's)."""
+    turns: dict[tuple, list[str]] = {}
+    for r in rows:
+        turns.setdefault((r["hosts"], r["bandwidth_bps"], r["bytes"]), []).append(r["algorithm"])
     out = []
     for r in rows:
         net = nets[r["bandwidth_bps"]]
@@ -60,8 +68,13 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None)
         if model == "rounds, no additions":
             net = dataclasses.replace(net, round_costs={
                 h: dataclasses.replace(t, reduce_s=()) for h, t in net.round_costs.items()})
-        predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net,
-                                        measured_rounds=model.startswith("rounds"))
+        rounds = model.startswith("rounds")
+        if model == "rounds, calls alone":
+            predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net)
+        else:
+            predicted = predict_allreduce_stream_s(turns[r["hosts"], r["bandwidth_bps"], r["bytes"]],
+                                                   r["hosts"], r["bytes"], net,
+                                                   measured_rounds=rounds)[r["algorithm"]]
         out.append(abs(predicted - r["measured_s"]) / r["measured_s"])
     return out
 

@@ -33,6 +33,16 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   it: a round of a measured size then costs what that exchange measured.
 * **A call has a fixed cost** beyond its rounds' latency: the calibration's 1-element all_reduce
   (two rounds between two hosts) less two rounds of latency. ``call_overhead_s``.
+* **A stream of calls pays the rate.** The benchmark (``real/allreduce.py``) makes its calls
+  back to back, a barrier apart, the algorithms taking turns (``call_order``). A call alone
+  gets its first bytes through the bucket free; in a stream the bucket has only what refilled
+  since the last call took its tokens, so wherever a rotation of calls sends more than the
+  link carries in that time, each call lasts until its bytes have passed at the rate:
+  ``stream_call_s`` runs the bucket through the rotation (each call as long as it takes alone,
+  or as its missing tokens take to refill; a barrier, as long as a 1-element all_reduce,
+  between calls) until it settles. On 2 hosts at 1000 Mbit/s (bucket 125 kB), a 64 kB call
+  alone takes 0.27 ms, but 64 kB each way a call at 950 Mbit/s is 0.54 ms per call, less the
+  0.13 ms barrier: 0.41 ms.
 
 Those four corrections describe two hosts. **Measured rounds** (``round_costs``) replace them
 wherever the calibration holds a ring-round table for the number of hosts predicted: every
@@ -51,6 +61,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+import statistics
+
 from dsgd_sim.collectives import ALGORITHMS, RoundCosts, allreduce_time_s, reduction_sizes
 
 ACK_FRAME_BYTES = 66  # 14 Ethernet + 20 IP + 32 TCP (with timestamps), no payload
@@ -59,6 +71,12 @@ SEGMENTS_PER_ACK = 2  # Linux delayed ACK: one ACK for every second full segment
 # held back by the machine, not by its links (link-bound tables reach 0.98-1.00 of it; 8 hosts
 # at 200 Mbit/s on 2 cores, 0.74)
 BED_BOUND_SHARE = 0.9
+
+# the most rotations of the benchmark's calls run through the bucket to let it settle: each
+# rotation drains it by the same bytes until the calls wait for it, so a stream still draining
+# after this many lacks under a thousandth of the bucket a rotation, a wait no longer than that
+# at the rate
+STREAM_MAX_ROTATIONS = 1000
 
 # real/allreduce.py's algorithm names -> the simulator's; Gloo's own all-reduce is a ring
 SIM_ALGORITHM = {"ring": "ring", "naive": "naive-ring", "backend": "ring"}
@@ -236,3 +254,52 @@ def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkIn
                                      idle_before_s=net.call_overhead_s,
                                      startup_s=net.startup_excess_s)
     return network_s + net.fixed_call_s
+
+
+def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
+                  payload_bps: float, bucket_bytes: float) -> list[float]:
+    """Seconds per call of each algorithm in the benchmark's steady stream of calls: algorithm
+    ``a`` takes ``alone_s[a]`` when its host's bucket holds the tokens for the ``sent_bytes[a]``
+    it sends, else until the missing tokens have refilled at ``payload_bps``. The bucket
+    (``bucket_bytes``) refills during the ``gap_s`` before every call (the barrier) and during
+    the call, and starts full. The calls come in ``real.allreduce.call_order``: algorithm k
+    first in iteration k, so a rotation is as many iterations as algorithms. Per algorithm, the
+    median over a rotation once the bucket has settled (it holds as much after a rotation as
+    before; at most ``STREAM_MAX_ROTATIONS``)."""
+    from real.allreduce import call_order  # here: the benchmark imports torch, the model need not
+    if not len(alone_s) == len(sent_bytes) > 0:
+        raise ValueError(f"need one call time per algorithm and its bytes, got {len(alone_s)} "
+                         f"and {len(sent_bytes)}")
+    n, rate_Bps = len(alone_s), payload_bps / 8.0
+    order = call_order(n, n)  # one rotation: n iterations, each algorithm first once
+
+    def rotation(tokens: float) -> tuple[float, list[list[float]]]:
+        seconds: list[list[float]] = [[] for _ in range(n)]
+        for _, a in order:
+            tokens = min(bucket_bytes, tokens + gap_s * rate_Bps)
+            call_s = max(alone_s[a], (sent_bytes[a] - tokens) / rate_Bps)
+            tokens = min(bucket_bytes, max(0.0, tokens + call_s * rate_Bps - sent_bytes[a]))
+            seconds[a].append(call_s)
+        return tokens, seconds
+
+    tokens = bucket_bytes
+    for _ in range(STREAM_MAX_ROTATIONS):
+        before = tokens
+        tokens, seconds = rotation(tokens)
+        if abs(tokens - before) <= 1e-9 * max(bucket_bytes, 1.0):
+            break
+    return [statistics.median(s) for s in seconds]
+
+
+def predict_allreduce_stream_s(algorithms: list[str], hosts: int, n_bytes: int, net: NetworkInputs,
+                               measured_rounds: bool = True) -> dict[str, float]:
+    """Seconds per call of each of ``algorithms`` as ``real/allreduce.py`` times them at one
+    size: taking turns (in the order given, as ``--algorithms``), a barrier before each call.
+    Each call alone costs ``predict_allreduce_s``; ``stream_call_s`` adds what the shaper's
+    bucket cannot lend a stream of them (the barrier as long as the calibration's 1-element
+    all_reduce)."""
+    alone = [predict_allreduce_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
+    sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
+    return dict(zip(algorithms, stream_call_s(alone, sent, net.call_overhead_s,
+                                              net.duplex_payload_bps, net.bucket_payload_bytes)))
+

@@ -4,7 +4,7 @@
     sudo python experiments/run.py                    # the full grid
     sudo python experiments/run.py allreduce          # one experiment (names: experiments/configs.py)
     python experiments/run.py --report-only           # rewrite RESULTS.md from results/*.json
-    python experiments/run.py --repredict ps_vs_ring  # its stored measurements, today's model
+    python experiments/run.py --repredict allreduce   # its stored measurements, today's model
     sudo python experiments/run.py --out experiments/results/full   # the full grid, kept apart
 
 Order of work: calibrate the network at every rate the experiments use (2-host test beds, network
@@ -31,37 +31,17 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from experiments.configs import EXPERIMENTS, select  # noqa: E402
 from experiments.fidelity import fidelity_row, summarise  # noqa: E402
-from experiments.model import NetworkInputs, predict_allreduce_s  # noqa: E402
+from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
-from experiments.report import (plot_allreduce, plot_async, plot_sync,  # noqa: E402
-                                results_markdown)
+from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir)
 from real.testbed.config import SCHEDULING_POLICIES, parse_congestion_control  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
-REPREDICTABLE = ("ps_vs_ring",)  # experiments whose stored rows can be predicted again
+REPREDICTABLE = ("allreduce", "ps_vs_ring")  # experiments whose stored rows can be predicted again
 REPORT = HERE / "RESULTS.md"  # the report written from them
-
-
-def allreduce_rows(experiment, net_by_rate: dict, measure) -> tuple[list[dict], dict]:
-    """Measure every point of the all-reduce experiment; one row per (point, algorithm, size),
-    predicted from the rate's calibration with the ring rounds timed on the point's own test bed
-    just before and just after its rows (``measure.measure_allreduce``). Also returns those round tables, by
-    point label."""
-    rows, tables = [], {}
-    for point in experiment.points:
-        measured = measure(point)
-        tables[point.label] = measured["rounds"]
-        net = net_by_rate[point.bandwidth_bps].with_rounds(point.hosts, measured["rounds"])
-        for m in measured["results"]:
-            predicted = predict_allreduce_s(m["algorithm"], point.hosts, m["bytes"], net)
-            rows.append({"config": f"{m['algorithm']} {m['bytes'] / 1e6:g}MB {point.label}",
-                         "algorithm": m["algorithm"], "bytes": m["bytes"], "hosts": point.hosts,
-                         "bandwidth_bps": point.bandwidth_bps, "predicted_s": predicted,
-                         "measured_s": m["time_s"]})
-    return rows, tables
 
 
 def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
@@ -95,9 +75,10 @@ def run_experiment(experiment, net_by_rate: dict, quick: bool = False) -> dict:
     started = time.monotonic()
     extra = {}
     if experiment.name == "allreduce":
-        rows, extra["rounds"] = allreduce_rows(
+        from experiments import allreduce
+        rows, extra["rounds"] = allreduce.rows(
             experiment, net_by_rate, lambda p: measure.measure_allreduce(p, quick=quick))
-        plot, draw = "allreduce.png", plot_allreduce
+        plot, draw = "allreduce.png", allreduce.plot
     elif experiment.name == "async":
         from experiments.sync_model import predict_async
         rows = async_rows(experiment, net_by_rate, measure.measure_async, predict_async)

@@ -289,26 +289,32 @@ def check_against_backend(comm, runners, source: torch.Tensor) -> None:
             raise RuntimeError(f"{name} all-reduce disagrees with the backend's")
 
 
+def call_order(algorithms: int, iterations: int) -> list[tuple[int, int]]:
+    """The benchmark's calls, in the order it makes them: (iteration, algorithm index). Each
+    iteration calls every algorithm once, starting one further along than the last, so that no
+    algorithm always goes first (what a call costs can depend on the call before it)."""
+    return [(it, (it + k) % algorithms) for it in range(iterations) for k in range(algorithms)]
+
+
 def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int,
               spans: list | None = None, t0: float = 0.0) -> dict[str, float]:
-    """Median over iterations of the slowest rank's time, per algorithm (interleaved). With
-    ``spans``, each timed call of this rank is appended as (algorithm, start - t0, seconds)."""
+    """Median over iterations of the slowest rank's time, per algorithm (interleaved, in
+    ``call_order``). With ``spans``, each timed call of this rank is appended as (algorithm,
+    start - t0, seconds)."""
     names = list(runners)
     times = torch.zeros(len(names), iters, dtype=torch.float64)
     work = source.clone()
-    for it in range(warmup + iters):
-        for k in range(len(names)):
-            i = (it + k) % len(names)  # rotate the order so no algorithm always goes first
-            work.copy_(source)
-            comm.barrier()
-            start = time.perf_counter()
-            runners[names[i]](comm, work)
-            if work.is_cuda:
-                torch.cuda.synchronize()
-            if it >= warmup:
-                times[i, it - warmup] = time.perf_counter() - start
-                if spans is not None:
-                    spans.append((names[i], start - t0, float(times[i, it - warmup])))
+    for it, i in call_order(len(names), warmup + iters):
+        work.copy_(source)
+        comm.barrier()
+        start = time.perf_counter()
+        runners[names[i]](comm, work)
+        if work.is_cuda:
+            torch.cuda.synchronize()
+        if it >= warmup:
+            times[i, it - warmup] = time.perf_counter() - start
+            if spans is not None:
+                spans.append((names[i], start - t0, float(times[i, it - warmup])))
     comm.all_reduce(times, op="max")
     return {name: statistics.median(times[i].tolist()) for i, name in enumerate(names)}
 

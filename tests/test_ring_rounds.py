@@ -3,6 +3,9 @@ record that holds them, and the all-reduce predictions that compose them."""
 
 import json
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +17,9 @@ from experiments import measure
 from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, probe_command,
                                  ring_bytes, ring_hosts, round_sizes_up_to)
 from experiments.ring_probe import chain_rounds
-from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.model import NetworkInputs, predict_allreduce_s, predict_allreduce_stream_s
 from experiments.ring_probe import main as probe_main
-from experiments.run import allreduce_rows
+from experiments.allreduce import rows as allreduce_rows
 
 ROWS = [{"bytes": 64, "first_s": 0.5e-3, "next_s": 0.6e-3},
         {"bytes": 1 << 20, "first_s": 0.170, "next_s": 0.180},
@@ -146,6 +149,61 @@ def test_allreduce_rows_are_predicted_from_the_points_own_rounds_not_the_calibra
     assert rows[0]["predicted_s"] == pytest.approx(0.170 + 5 * 2 * 0.180)  # 6 rounds of 1 MiB
     assert rows[0]["measured_s"] == 2.0
     assert net.round_costs[4] == RoundCosts.from_rows(ROWS)  # the calibration's own is unchanged
+
+
+FAST_ROUNDS = [{"bytes": 64, "first_s": 0.10e-3, "next_s": 0.10e-3},
+               {"bytes": 65536, "first_s": 0.12e-3, "next_s": 0.12e-3},
+               {"bytes": 1 << 20, "first_s": 8.5e-3, "next_s": 8.8e-3}]
+FAST = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 125_000,
+        "rounds": {}}
+
+
+def _stored_allreduce_run(folder):
+    """A run's run.json and allreduce.json as the runner writes them: 2 hosts at 1000 Mbit/s,
+    two algorithms at 64 kB, predicted by an older model (1 s each)."""
+    point = AllReduceConfig(2, 1e9, (64_000,), algorithms=("ring", "naive"))
+    rows = [{"config": f"{a} 0.064MB {point.label}", "algorithm": a, "bytes": 64_000, "hosts": 2,
+             "bandwidth_bps": 1e9, "predicted_s": 1.0, "measured_s": t}
+            for a, t in (("ring", 0.39e-3), ("naive", 0.36e-3))]
+    net = NetworkInputs.from_calibration(FAST)
+    (folder / "run.json").write_text(json.dumps({
+        "command": "python experiments/run.py", "machine": "m", "cpus": 2,
+        "load_average": "0.0 0.0 0.0", "wall_s": 1.0, "calibration": [FAST]}))
+    (folder / "allreduce.json").write_text(json.dumps({
+        "name": "allreduce", "question": "?", "plot": "allreduce.png",
+        "points": [point.as_dict()], "rows": rows, "rounds": {point.label: {"results": FAST_ROUNDS}},
+        "inputs": {"1000000000.0": net.as_dict()}}))
+    return point, net, rows
+
+
+def test_repredict_allreduce_prices_the_stored_rows_with_their_own_rounds_as_a_stream(
+        tmp_path, monkeypatch):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    point, net, before = _stored_allreduce_run(tmp_path)
+    assert run.main(["--repredict", "allreduce", "--out", str(tmp_path)]) == 0
+    after = json.loads((tmp_path / "allreduce.json").read_text())["rows"]
+    assert [r["measured_s"] for r in after] == [r["measured_s"] for r in before]
+    want = predict_allreduce_stream_s(["ring", "naive"], 2, 64_000,
+                                      net.with_rounds(2, {"results": FAST_ROUNDS}))
+    assert [r["predicted_s"] for r in after] == [want["ring"], want["naive"]]
+    # 64 kB each way a call, back to back: the link's rate, not the rounds alone, sets the pace
+    assert want["ring"] > predict_allreduce_s("ring", 2, 64_000,
+                                              net.with_rounds(2, {"results": FAST_ROUNDS}))
+    assert (tmp_path / "allreduce.png").exists() and (tmp_path / "RESULTS.md").exists()
+
+
+def test_repredict_allreduce_without_a_points_round_table_says_so_in_one_line(tmp_path):
+    _stored_allreduce_run(tmp_path)
+    stored = json.loads((tmp_path / "allreduce.json").read_text())
+    (tmp_path / "allreduce.json").write_text(json.dumps({**stored, "rounds": {}}))
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parent.parent
+                                               / "experiments/run.py"), "--repredict",
+                           "allreduce", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no round table for H=2 1000Mbps" in done.stderr
 
 
 def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
