@@ -33,16 +33,6 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   it: a round of a measured size then costs what that exchange measured.
 * **A call has a fixed cost** beyond its rounds' latency: the calibration's 1-element all_reduce
   (two rounds between two hosts) less two rounds of latency. ``call_overhead_s``.
-* **A stream of calls pays the rate.** The benchmark (``real/allreduce.py``) makes its calls
-  back to back, a barrier apart, the algorithms taking turns (``call_order``). A call alone
-  gets its first bytes through the bucket free; in a stream the bucket has only what refilled
-  since the last call took its tokens, so wherever a rotation of calls sends more than the
-  link carries in that time, each call lasts until its bytes have passed at the rate:
-  ``stream_call_s`` runs the bucket through the rotation (each call as long as it takes alone,
-  or as its missing tokens take to refill; a barrier, as long as a 1-element all_reduce,
-  between calls) until it settles. On 2 hosts at 1000 Mbit/s (bucket 125 kB), a 64 kB call
-  alone takes 0.27 ms, but 64 kB each way a call at 950 Mbit/s is 0.54 ms per call, less the
-  0.13 ms barrier: 0.41 ms.
 
 Those four corrections describe two hosts. **Measured rounds** (``round_costs``) replace them
 wherever the calibration holds a ring-round table for the number of hosts predicted: every
@@ -54,14 +44,24 @@ chains (``reduce_s``), once per reduce round (``dsgd_sim.collectives.reduction_s
 next round cannot leave before it. What the table holds and the corrections above miss: the duplex TCP dynamics of back-to-back rounds,
 and the wake-ups of H ranks and the kernel work of H hosts' links on the machine's shared cores.
 The bucket model stays for a host count without a table.
+
+**Either way, a stream of calls pays the rate.** The benchmark (``real/allreduce.py``) makes its
+calls back to back, a barrier apart, the algorithms taking turns (``call_order``). A call alone
+gets its first bytes through the bucket free; in a stream the bucket holds only what refilled
+since the last call took its tokens, so where a rotation of calls sends more than the link
+carries in that time, a call lasts until its bytes have passed at the rate. ``stream_call_s``
+runs the bucket through the rotation until it settles: each call as long as it takes alone or
+as its missing tokens take to refill, a barrier (as long as a 1-element all_reduce) before each.
+On 2 hosts at 1000 Mbit/s (a 125 kB bucket) a 64 kB ring call alone takes 0.27 ms; in a stream
+its 64 kB each way take 0.54 ms at the 950 Mbit/s duplex rate, of which the barrier refills
+0.13 ms: 0.41 ms a call.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field, replace
-
 import statistics
+from dataclasses import dataclass, field, replace
 
 from dsgd_sim.collectives import ALGORITHMS, RoundCosts, allreduce_time_s, reduction_sizes
 
