@@ -17,7 +17,7 @@ one). One *round* is every worker's gradient in and the weights out once:
   worker); also, for the plot, the simulator's server taking one push at a time
   (``predicted_one_push_s``, ``AsyncConfig.one_push_at_a_time``: its inbound is one flow at the
   worker's rate whatever k is, so k buys nothing); the ring with
-  ``experiments.model.predict_allreduce_s``.
+  ``experiments.model.predict_allreduce_stream_s`` (its calls come back to back, as measured).
 * **Alpha-beta closed forms** (``alpha_beta_s``) for the plot and the crossover: ring
   2(W-1)a + 2(W-1)/W n/B; our PS (push the whole gradient, then pull the whole model: a worker's
   link carries 2n serially) max(2a + 2n/B, W n/(kB)); a BytePS-like PS (push and pull
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .configs import MBIT, Experiment
-from .model import NetworkInputs, predict_allreduce_s
+from .model import NetworkInputs, predict_allreduce_stream_s
 from .measure import rank_command, run_collect, testbed_config
 from .ps_model import profile_workload, reference_run, simulate_async
 
@@ -150,7 +150,8 @@ def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = 
                              one_push_at_a_time=one_push_at_a_time)
         return point.workers * sim["per_update_s"]
 
-    return {"grad_bytes": n, "ring_s": predict_allreduce_s("backend", point.workers, n, net),
+    ring_s = predict_allreduce_stream_s(["backend"], point.workers, n, net)["backend"]
+    return {"grad_bytes": n, "ring_s": ring_s,
             "ps_s": {k: ps_round_s(k * rate) for k in point.server_factors},
             "one_push_s": {k: ps_round_s(k * rate, True) for k in point.server_factors}}
 
