@@ -72,8 +72,8 @@ NOTES: dict[str, list[str]] = {
         "is within 8%. The paragraphs below the next quote the earlier grids.",
         "**Found: back-to-back calls pay the link's rate, which the bucket hides from a call "
         "alone.** The 2-host calls of 64 kB at 1000 Mbit/s cost 0.1 ms more than their rounds "
-        "in the probe (the paragraph above). They are not a fixed cost of a call: a 4-byte call "
-        "costs about what its rounds do. They are the shaper's bucket. The benchmark "
+        "in the probe (the paragraph above). They are not a fixed cost of a call (with a "
+        "bucket that never empties they go, below): they are the shaper's bucket. The benchmark "
         "(`real/allreduce.py`) makes its calls back to back, a barrier apart, the three "
         "algorithms taking turns. A 64 kB call between two hosts sends 64 kB each way; at the "
         "950 Mbit/s duplex payload rate the link needs 0.54 ms to carry it, and the barrier "
