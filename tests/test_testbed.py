@@ -276,7 +276,10 @@ def test_exception_inside_the_block_still_tears_down(tmp_path):
 def start_cli_run(tmp_path: Path, hosts: int = 2) -> tuple[subprocess.Popen, str, list[int]]:
     """Start ``run`` with a command that sleeps; return it, its run id and the sleepers' pids."""
     command = 'echo $TESTBED_RUN_ID > {out}/run_id; sleep 60 & echo $! > {out}/child.pid; wait'
-    process = cli("run", "--hosts", str(hosts), "--out-dir", str(tmp_path), "--quiet", "--", command)
+    # Ctrl-C's default, even where these tests run in a shell's background job (which ignores
+    # SIGINT, and Python then keeps ignoring it): the tests send it and expect the teardown.
+    process = cli("run", "--hosts", str(hosts), "--out-dir", str(tmp_path), "--quiet", "--", command,
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     files = [tmp_path / f"host{r}" / name for r in range(hosts) for name in ("run_id", "child.pid")]
     wait_for_files(files)
     run_id = (tmp_path / "host0" / "run_id").read_text().strip()
