@@ -1,18 +1,19 @@
-"""The all-reduce model four ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model five ways, on one run's own results: what each part of the model buys.
 
-    python -m experiments.ablation            # reads experiments/results/{calibration,allreduce}.json
+    python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
 
 All predictions come from the same run's calibration (network only); only the model differs:
 
 * ``rounds``: the ring rounds timed on a test bed of the row's host count (``ring_probe.py``:
-  on the row's own test bed before and after its rows, where ``allreduce.json`` holds those tables; else
-  the calibration's), composed by the simulator, plus the additions the probe timed for the
-  hand-written rings, each call in the benchmark's stream of calls (the model the experiments
-  use: ``predict_allreduce_stream_s``);
+  on the row's own test bed before and after its rows, where ``allreduce.json`` holds those
+  tables; else the calibration's), composed by the simulator, plus the additions the probe timed
+  for the hand-written rings, each call in the benchmark's stream of calls (the model the
+  experiments use: ``predict_allreduce_stream_s``);
 * ``rounds, calls alone``: the same, each call priced as if it ran alone (a full bucket);
 * ``rounds, no additions``: the same rounds without the additions;
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
   duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;
+  each call in the stream of calls too (``measured_rounds=False``);
 * ``shaper, no start-up``: the same without the start-up table.
 
 Prints one line per row group: rows, then median and worst |error| of each model.
@@ -50,13 +51,22 @@ GROUPS = {
 MODELS = ("rounds", "rounds, calls alone", "rounds, no additions", "shaper", "shaper, no start-up")
 
 
-def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None) -> list[float]:
-    """|error| of each row under ``model``; ``tables``: point label -> its own ring-probe record.
-    A row's call takes turns with the other algorithms of its test bed and size, in the order of
-    the rows (the benchmark's)."""
+def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
+    """(hosts, rate, size) -> the algorithms that took turns there, in the order of the rows
+    (the benchmark's)."""
     turns: dict[tuple, list[str]] = {}
     for r in rows:
         turns.setdefault((r["hosts"], r["bandwidth_bps"], r["bytes"]), []).append(r["algorithm"])
+    return turns
+
+
+def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
+           turns: dict | None = None) -> list[float]:
+    """|error| of each row under ``model``; ``tables``: point label -> its own ring-probe record.
+    A row's call takes turns with the algorithms of its test bed and size in ``turns``
+    (``turns_of`` all the run's rows: a group that keeps only some algorithms must not change
+    the rotation the benchmark ran; by default, ``turns_of(rows)``)."""
+    turns = turns_of(rows) if turns is None else turns
     out = []
     for r in rows:
         net = nets[r["bandwidth_bps"]]
@@ -72,8 +82,8 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None)
         if model == "rounds, calls alone":
             predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net)
         else:
-            predicted = predict_allreduce_stream_s(turns[r["hosts"], r["bandwidth_bps"], r["bytes"]],
-                                                   r["hosts"], r["bytes"], net,
+            turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
+            predicted = predict_allreduce_stream_s(turn, r["hosts"], r["bytes"], net,
                                                    measured_rounds=rounds)[r["algorithm"]]
         out.append(abs(predicted - r["measured_s"]) / r["measured_s"])
     return out
@@ -82,18 +92,20 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None)
 def ablation(calibration: list[dict], rows: list[dict], tables: dict | None = None) -> dict:
     """Per group and model: (rows, median |error|, worst |error|); ``tables`` as ``errors``."""
     nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
-    table = {}
+    table, turns = {}, turns_of(rows)
     for name, keep in GROUPS.items():
         chosen = [r for r in rows if keep(r)]
         if chosen:
             table[name] = {model: (len(e), statistics.median(e), max(e))
-                           for model, e in ((m, errors(chosen, nets, m, tables)) for m in MODELS)}
+                           for model, e in ((m, errors(chosen, nets, m, tables, turns))
+                                            for m in MODELS)}
     return table
 
 
 def main(argv=None) -> int:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default=str(RESULTS), help="folder with calibration.json and allreduce.json")
+    parser.add_argument("--results", default=str(RESULTS),
+                        help="folder with calibration.json and allreduce.json")
     args = parser.parse_args(argv)
     folder = Path(args.results)
     try:
@@ -108,7 +120,8 @@ def main(argv=None) -> int:
     for name, result in table.items():
         n = result[MODELS[0]][0]
         print(f"{name}: {n} rows; " + "; ".join(
-            f"{model} median {med:.1%} worst {worst:.1%}" for model, (_, med, worst) in result.items()))
+            f"{model} median {med:.1%} worst {worst:.1%}"
+            for model, (_, med, worst) in result.items()))
     return 0
 
 

@@ -55,6 +55,10 @@ def repredict(result: dict, net_by_rate: dict) -> list[dict]:
                 if r["hosts"] == point.hosts and r["bandwidth_bps"] == point.bandwidth_bps]
         if not mine:
             raise ValueError(f"the stored run has no rows for {point.label}")
+        for m in mine:
+            if m["algorithm"] not in point.algorithms or m["bytes"] not in point.sizes_bytes:
+                raise ValueError(f"the stored row {m['algorithm']} {m['bytes']} B is not one "
+                                 f"of {point.label}'s algorithms and sizes")
         out += point_rows(point, {"rounds": result["rounds"][point.label], "results": mine},
                           net_by_rate[point.bandwidth_bps])
     return out

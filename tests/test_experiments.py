@@ -158,10 +158,14 @@ def test_in_a_stream_light_calls_refill_the_bucket_for_the_heavy_one():
 
 def test_benchmark_prediction_is_each_call_alone_where_the_bucket_lends_it_and_the_rate_beyond():
     net = NetworkInputs.from_calibration({**CALIBRATION, "burst_bytes": 15_140})
+    per_round = {n: n * 8 / net.duplex_payload_bps + 1e-3 for n in (64, 65536, 1 << 20)}
+    net = net.with_rounds(4, {"results": [{"bytes": n, "first_s": t, "next_s": t}  # 4 hosts'
+                                          for n, t in per_round.items()]})  # rounds at the rate
     algorithms = ["ring", "naive", "backend"]
     big = predict_allreduce_stream_s(algorithms, 4, 4_000_000, net)  # seconds a call: bound by
     assert big == {a: pytest.approx(predict_allreduce_s(a, 4, 4_000_000, net))  # its own rounds
                    for a in algorithms}
+    assert big["ring"] > 6_000_000 * 8 / net.duplex_payload_bps  # 3/4 of 4 MB out twice
     rounds = [{"bytes": 64, "first_s": 0.10e-3, "next_s": 0.10e-3},  # 2 hosts, 1000 Mbit/s:
               {"bytes": 65536, "first_s": 0.12e-3, "next_s": 0.12e-3},  # the bucket hides
               {"bytes": 1 << 20, "first_s": 8.5e-3, "next_s": 8.8e-3}]  # what it holds
@@ -444,3 +448,48 @@ def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_witho
     # a 4 MB ring on 2 hosts: 2 rounds of 2 MB and one addition of 2 MB (2 ms) between them
     assert result["rounds"][1] == pytest.approx(abs(0.362 + 0.367 + 0.002 - 0.73) / 0.73)
     assert result["rounds, no additions"][1] == pytest.approx(abs(0.362 + 0.367 - 0.73) / 0.73)
+
+
+def test_ablation_prices_a_call_in_the_rotation_the_benchmark_ran_even_where_a_group_keeps_less():
+    from experiments.ablation import errors, turns_of
+    rounds = [{"bytes": 64, "first_s": 0.10e-3, "next_s": 0.10e-3},  # 4 hosts at 1000 Mbit/s
+              {"bytes": 65536, "first_s": 0.12e-3, "next_s": 0.12e-3},
+              {"bytes": 1 << 20, "first_s": 8.5e-3, "next_s": 8.8e-3}]
+    calibration = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6,
+                   "burst_bytes": 125_000, "rounds": {"4": {"results": rounds}}}
+    nets = {1e9: NetworkInputs.from_calibration(calibration)}
+    rows = [{"algorithm": a, "hosts": 4, "bytes": 48_000, "bandwidth_bps": 1e9, "measured_s": 1e-3}
+            for a in ("ring", "naive", "backend")]
+    everyone = errors(rows, nets, "rounds")
+    naive_in_turn = errors(rows[1:2], nets, "rounds", turns=turns_of(rows))
+    assert naive_in_turn == pytest.approx(everyone[1:2])
+    # the rings' lighter calls between its own leave the naive ring more of the bucket than a
+    # stream of naive calls alone would; a group that keeps only the naive rows is priced so
+    assert errors(rows[1:2], nets, "rounds") != pytest.approx(naive_in_turn)
+
+
+def test_allreduce_repredict_gives_a_stored_runs_rows_again_and_refuses_a_row_of_no_point():
+    from experiments import allreduce
+    from experiments.configs import AllReduceConfig
+    point = AllReduceConfig(hosts=2, bandwidth_bps=50e6, sizes_bytes=(64_000, 1_000_000),
+                            algorithms=("ring", "backend"))
+    probe = {"results": [{"bytes": 64, "first_s": 1e-3, "next_s": 1e-3},
+                         {"bytes": 1 << 20, "first_s": 0.18, "next_s": 0.18}]}
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    measured = {"rounds": probe, "results": [
+        {"algorithm": a, "bytes": n, "time_s": 0.01 + n * 8 / 45e6}
+        for n in point.sizes_bytes for a in point.algorithms]}
+    rows = allreduce.point_rows(point, measured, net)
+    stored = {"points": [{**point.as_dict(), "kind": "allreduce"}], "rows": rows,
+              "rounds": {point.label: probe}}
+    assert allreduce.repredict(stored, {50e6: net}) == rows
+    stray = {**rows[0], "algorithm": "naive"}  # an algorithm the point did not run
+    with pytest.raises(ValueError, match="naive 64000 B is not one of H=2 50Mbps"):
+        allreduce.repredict({**stored, "rows": [*rows, stray]}, {50e6: net})
+    with pytest.raises(ValueError, match="no calibration at 50 Mbit/s"):
+        allreduce.repredict(stored, {200e6: net})
+
+
+def test_a_stream_of_calls_needs_a_positive_rate():
+    with pytest.raises(ValueError, match="payload rate must be positive"):
+        stream_call_s([1e-3], [1_000], 1e-4, 0.0, 10_000)

@@ -15,7 +15,7 @@ from experiments import async_vs_sync as avs
 from experiments import ps_vs_ring as pvr
 from experiments.configs import EXPERIMENTS, select
 from experiments.fidelity import fidelity_row
-from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.model import NetworkInputs, predict_allreduce_stream_s
 from experiments.ps_model import server_link_bps, simulate_async
 from experiments.sync_model import predict_async, predict_sync_s
 from tests.dist_helpers import run_script
@@ -129,7 +129,8 @@ def test_ps_vs_ring_prediction_a_faster_server_link_helps_only_a_server_taking_p
     assert all(later <= earlier * (1 + 1e-9) for earlier, later in zip(ps, ps[1:]))
     assert ps[0] > 1.8 * ps[2]
     assert ps[-1] >= 2 * n_over_b  # push then pull: 2n/B at least
-    assert predicted["ring_s"] == predict_allreduce_s("backend", 4, GRAD_BYTES, net)
+    assert predicted["ring_s"] == predict_allreduce_stream_s(["backend"], 4, GRAD_BYTES,
+                                                             net)["backend"]
     assert predicted["ring_s"] < ps[-1]
 
 
