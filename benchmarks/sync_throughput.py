@@ -34,7 +34,7 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.units import parse_time
 from real.comm import init
 from real.data import ShardedBatches, load_dataset
-from real.local_launch import MAX_LOCAL_PROCESSES, fast_exit, free_port
+from real.local_launch import MAX_LOCAL_PROCESSES, free_port
 from real.sync import train
 from real.sync_config import SyncConfig
 
@@ -59,9 +59,6 @@ def worker(rank, world_size, port, jobs, out_dir, rounds, seed):
                       torch.device("cpu"))
     finally:
         comm.close()
-    # leave as real/sync.py's ranks do: the interpreter's own teardown after Gloo's async
-    # all-reduces aborts a rank now and then (std::terminate)
-    fast_exit(0)
 
 
 def run_config(model, world_size, args) -> list[dict]:
