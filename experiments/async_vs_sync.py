@@ -6,7 +6,8 @@ step padded with a sleep to 50 ms, so the runs learn while compute costs what an
 would, not what the shared CPU's does):
 
 * **async:** ``real/async_ps.py``, the server on an extra host (W + 1 hosts), ``updates``
-  gradients applied; time per applied update = 1 / ``updates_per_s`` (after the first round);
+  gradients applied; time per applied update = 1 / ``updates_per_s`` (after the warm-up,
+  ``configs.warmup_updates``);
 * **sync:** ``real/sync.py``, W replicas on W hosts, ``updates / W`` steps (the same number of
   samples: every step takes one batch per replica); time per step = the median iteration.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig
+from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig, warmup_updates
 from .model import NetworkInputs
 from .measure import rank_command, run_collect, testbed_config
 from .ps_model import reference_run, simulate_async
@@ -103,7 +104,9 @@ def measure(point: AsyncVsSyncConfig) -> dict:
     run_async, run_sync = point.async_run, point.sync_run
     summary_async = run_collect(
         testbed_config(run_async.hosts, point.bandwidth_bps),
-        rank_command("real/async_ps.py", compute + ["--updates", str(point.updates)], "async.json"),
+        rank_command("real/async_ps.py", compute + [
+            "--updates", str(point.updates),
+            "--warmup-updates", str(warmup_updates(point.workers, point.updates))], "async.json"),
         "async.json", f"async {point.label}", TESTBED_TIMEOUT_S)
     summary_sync = run_collect(
         testbed_config(run_sync.hosts, point.bandwidth_bps),

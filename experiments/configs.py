@@ -98,6 +98,17 @@ class SyncRunConfig:
         return asdict(self)
 
 
+def warmup_updates(workers: int, updates: int) -> int:
+    """Updates a test-bed run leaves out of its timing, the real server's ``--warmup-updates``
+    and the simulator's alike: the whole rounds (one update per worker) in the first quarter of
+    the run, at least the first round. Workers that start together stay in step for several
+    rounds on the bed (TCP shares the server's link among their pushes) before they settle into
+    the order the simulator's server NIC gives them from the first round on; the rows compare
+    that steady state. Whole rounds, because where the server's link is fast the updates come
+    in bursts of one per worker, and a window cut inside a burst misses part of a round's time."""
+    return workers * max(1, updates // (4 * workers))
+
+
 @dataclass(frozen=True)
 class AsyncRunConfig:
     """One asynchronous parameter-server run (``real/async_ps.py``): host 0 is the server, every
@@ -189,7 +200,7 @@ def async_parameter_server(quick: bool = False) -> Experiment:
     the sync experiment's emulated rows: the same model, compute and rate)."""
     hosts = (3, 5) if quick else (3, 5, 9)
     rates = (200,) if quick else (50, 200)
-    points = tuple(AsyncRunConfig(h, rate * MBIT, updates=100 if quick else 200)
+    points = tuple(AsyncRunConfig(h, rate * MBIT, updates=(40 if quick else 50) * (h - 1))
                    for rate in rates for h in hosts)
     return Experiment("async", "Async SGD with a parameter server: seconds per applied update "
                       "against workers (the server's link is shared by every push and reply).",

@@ -22,7 +22,7 @@ from pathlib import Path
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 
-from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label
+from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, warmup_updates
 from .ring_probe import COLUMNS as PROBE_COLUMNS, SIZE_GRID, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,8 +254,9 @@ def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:
 
 def measure_async(config: AsyncRunConfig, timeout_s: float = 900.0) -> dict:
     """``real/async_ps.py`` with the server on host 0 and a worker on every other host: the
-    server's summary (updates/s after the first round, staleness)."""
-    args = ["--model", config.model, "--updates", str(config.updates), "--batch-size",
+    server's summary (updates/s after the warm-up, ``configs.warmup_updates``; staleness)."""
+    args = ["--model", config.model, "--updates", str(config.updates), "--warmup-updates",
+            str(warmup_updates(config.workers, config.updates)), "--batch-size",
             str(config.batch_size), "--emulate-compute", f"{config.emulate_compute_s}s",
             "--threads", "1", "--no-progress"]
     command = rank_command("real/async_ps.py", args, "async.json")

@@ -26,7 +26,7 @@ from dsgd_sim.compute import Constant
 from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
 from dsgd_sim.workload import load_profile
 
-from .configs import SyncRunConfig
+from .configs import SyncRunConfig, warmup_updates
 from .model import NetworkInputs
 from .sync_model import single_process_profile
 
@@ -65,9 +65,10 @@ def server_link_bps(net: NetworkInputs, ps_bandwidth_bps: float | None,
 def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInputs,
                    reference: dict, ps_bandwidth_bps: float | None = None,
                    one_push_at_a_time: bool = False, fair_server_nic: bool = False) -> dict:
-    """The simulator's async run: ``per_update_s`` (after the first round, as the real server
-    counts), ``staleness_mean`` and ``staleness_hist`` (counts indexed by staleness, as the real
-    server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's link is a worker's;
+    """The simulator's async run: ``per_update_s`` (after ``warmup_updates``, as the real
+    server is told to count), ``staleness_mean`` and ``staleness_hist`` (counts indexed by
+    staleness, as the real server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's
+    link is a worker's;
     either way as the bed carries it (``server_link_bps``).
     ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
     allows, as ``real/ps_server.py`` does (a receive posted per worker); True: a server that
@@ -83,7 +84,7 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
                                          service_time_s=service_s,
                                          one_push_at_a_time=one_push_at_a_time,
                                          fair_server_nic=fair_server_nic)).run()
-    ends, skip = result.update_end_s, workers
+    ends, skip = result.update_end_s, warmup_updates(workers, updates)
     return {"per_update_s": float((ends[-1] - ends[skip - 1]) / (len(ends) - skip)),
             "staleness_mean": float(result.staleness.mean()),
             "staleness_hist": np.bincount(result.staleness).tolist()}

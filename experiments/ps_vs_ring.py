@@ -5,7 +5,7 @@ link is k x B (``TestbedConfig(slow_host_bps=k*B, slow_rank=0)``: "slow" host, h
 one). One *round* is every worker's gradient in and the weights out once:
 
 * **PS, measured:** ``real/async_ps.py --emulate-compute 0`` (workers only exchange: the server's
-  ceiling); round = W / ``updates_per_s``.
+  ceiling); round = W / ``updates_per_s`` (after the warm-up, ``configs.warmup_updates``).
 * **Ring, measured:** Gloo's own all-reduce of the same gradient bytes on W hosts at B
   (``real/allreduce.py --algorithms backend``, median of the slowest rank).
 * **Predicted from the calibration alone:** the PS with the simulator's async model, the server's
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .configs import MBIT, Experiment
+from .configs import MBIT, Experiment, warmup_updates
 from .model import NetworkInputs, predict_allreduce_stream_s
 from .measure import rank_command, run_collect, testbed_config
 from .ps_model import profile_workload, reference_run, simulate_async
@@ -49,7 +49,7 @@ class PsVsRingConfig:
     bandwidth_bps: float
     server_factors: tuple[float, ...] = (1, 2, 4, 8)
     model: str = "mlp"
-    updates: int = 120  # PS: gradients applied per run (the first round is not timed)
+    updates: int = 120  # PS: gradients applied per run (the first quarter is not timed)
     iters: int = 9      # ring: timed all-reduces (after one warm-up)
     kind: str = field(default="ps_vs_ring", init=False)
 
@@ -126,7 +126,8 @@ def measure(point: PsVsRingConfig) -> dict:
     for k in point.server_factors:
         bed = testbed_config(point.workers + 1, point.bandwidth_bps,
                              slow_host_bps=k * point.bandwidth_bps, slow_rank=0)
-        args = ["--model", point.model, "--updates", str(point.updates), "--emulate-compute", "0",
+        args = ["--model", point.model, "--updates", str(point.updates), "--warmup-updates",
+                str(warmup_updates(point.workers, point.updates)), "--emulate-compute", "0",
                 "--threads", "1", "--no-progress"]
         summary = run_collect(bed, rank_command("real/async_ps.py", args, "ps.json"), "ps.json",
                               f"PS k={k:g} {point.label}", TESTBED_TIMEOUT_S)

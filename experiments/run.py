@@ -56,7 +56,8 @@ def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
 
 
 def async_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
-    """Seconds per applied update (1 / the server's updates/s after the first round)."""
+    """Seconds per applied update (1 / the server's updates/s after the warm-up,
+    ``configs.warmup_updates``)."""
     rows = []
     for point in experiment.points:
         summary = measure(point)

@@ -32,6 +32,7 @@ class AsyncConfig:
     num_samples: int = 16384         # size of the synthetic dataset
     batch_size: int = 32             # samples per gradient (per worker)
     updates: int = 1000              # stop once the server applied this many gradients (0: no limit)
+    warmup_updates: int | None = None  # updates left out of updates_per_s (None: the first round)
     time_s: float = 0.0              # stop after this many seconds of training (0: no limit)
     lr: float = 0.1                  # the server's SGD learning rate
     momentum: float = 0.0            # the server's SGD momentum (applied in arrival order)
@@ -67,6 +68,10 @@ class AsyncConfig:
             raise ValueError(f"--time must be zero or positive, got {self.time_s}")
         if self.updates == 0 and self.time_s == 0:
             raise ValueError("no stop condition: give --updates N or --time T")
+        if self.warmup_updates is not None and not (
+                0 <= self.warmup_updates < (self.updates or math.inf)):
+            raise ValueError(f"--warmup-updates must be at least 0 and below --updates "
+                             f"({self.updates}), got {self.warmup_updates}")
         if not (self.lr > 0 and math.isfinite(self.lr)) or not 0 <= self.momentum < 1:
             raise ValueError(f"need lr > 0 and 0 <= momentum < 1, got {self.lr}, {self.momentum}")
         if self.max_staleness is not None and self.max_staleness < 0:
@@ -108,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--" + name, type=float, default=getattr(d, name))
     p.add_argument("--time", default=None, help="stop after this long, e.g. 30s (then --updates "
                    "is no limit unless given)")
+    p.add_argument("--warmup-updates", type=int, default=None,
+                   help="updates left out of updates/s, the start-up (default: the first round, "
+                   "one update per worker)")
     p.add_argument("--max-staleness", type=int, default=None,
                    help="drop gradients staler than this; the worker recomputes on fresh weights")
     p.add_argument("--staleness-lr", default=d.staleness_lr, help="none or inverse")

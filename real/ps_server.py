@@ -301,13 +301,14 @@ class ParameterServer:
         stale = np.asarray(log.staleness, dtype=np.int64)
         n = len(stale)
         last = log.applied_s[-1] if n else 0.0
-        skip = len(self.workers) if n > 2 * len(self.workers) else 0  # the first round: start-up
+        skip = self.warmup_skipped(n)
         window_s = last - log.applied_s[skip - 1] if skip else last
         losses = [x for x in log.loss if not math.isnan(x)]
         tail = len(self.workers)
         return {
             "world_size": self.comm.world_size, "workers": len(self.workers),
             "updates": n, "updates_per_s": (n - skip) / window_s if window_s > 0 else None,
+            "warmup_updates": skip, "warmup_s": log.applied_s[skip - 1] if skip else 0.0,
             "elapsed_s": last, "stopped_by": "updates" if config.updates and
             n >= config.updates else "time",
             "staleness_mean": float(stale.mean()) if n else None,
@@ -333,6 +334,14 @@ class ParameterServer:
             "real_gradients": config.real_gradients,
             "loss_curve": loss_curve(log),
         }
+
+    def warmup_skipped(self, applied: int) -> int:
+        """Updates left out of ``updates_per_s``: ``warmup_updates`` (default the first round,
+        one per worker: start-up), or none where that would leave less than a round to time."""
+        rounds = len(self.workers)
+        warmup = self.config.warmup_updates
+        warmup = rounds if warmup is None else warmup
+        return warmup if applied > warmup + rounds else 0
 
     def write_trace(self, path: str) -> None:
         """Chrome trace from the server's clock: track 0 the server, track r worker r (its

@@ -127,6 +127,19 @@ def test_one_worker_run_is_plain_sgd_bit_for_bit(tmp_path):
     assert summary["weights_sha256"] == weights_sha256(model)
 
 
+def test_warmup_updates_are_left_out_of_updates_per_s(tmp_path):
+    summary_path = tmp_path / "warm.json"
+    run = run_script([ENTRY, "--updates", "16", "--warmup-updates", "6", "--emulate-compute",
+                      "2ms", "--threads", "1", "--no-progress", "--json", str(summary_path)], 3,
+                     timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 0, run.stderr
+    summary = read_summary(summary_path)
+    applied_s = [t for t, _ in summary["loss_curve"]]
+    assert summary["warmup_updates"] == 6 and summary["warmup_s"] == applied_s[5]
+    # the 10 updates after the warm-up, over the time from the 6th update's end to the last's
+    assert summary["updates_per_s"] == pytest.approx(10 / (applied_s[15] - applied_s[5]))
+
+
 def test_default_task_every_update_once_and_loss_below_target(tmp_path):
     summary_path = tmp_path / "default.json"
     run = run_script([ENTRY, "--no-progress", "--json", str(summary_path)], 3,
@@ -244,6 +257,9 @@ def test_runs_under_mpiexec(tmp_path):
     (["--time", "ten"], "ten"),
     (["--updates", "0"], "no stop condition"),
     (["--max-staleness", "-2"], "--max-staleness must be at least 0"),
+    (["--updates", "50", "--warmup-updates", "50"], "--warmup-updates must be at least 0 and "
+                                                     "below --updates (50), got 50"),
+    (["--warmup-updates", "-1"], "--warmup-updates must be at least 0"),
     (["--timeout", "1e300s"], "--timeout must be at most"),
     (["--threads", "100000000"], "--threads must be at most 1024"),
     (["--emulate-compute", "lognormal:80ms,1e5"], "sigma must be"),

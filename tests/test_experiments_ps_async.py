@@ -360,3 +360,42 @@ def test_real_gradients_without_emulated_compute_is_one_line_and_status_2(script
     run = run_script([script, "--real-gradients", "--no-progress"], 1, timeout_s=60)
     assert run.returncode == 2
     assert "--real-gradients" in run.stderr and "Traceback" not in run.stderr
+
+
+# -- the warm-up: the real server and the simulator leave out the same updates ----------------
+def test_warmup_is_the_whole_rounds_of_a_quarter_of_the_run_and_never_less_than_one():
+    from experiments.configs import warmup_updates
+    assert warmup_updates(4, 160) == 40
+    assert warmup_updates(4, 100) == 24  # a quarter is 25: six whole rounds of 4
+    assert warmup_updates(8, 30) == 8  # a quarter would be less than the first round
+
+
+def test_simulated_bursts_of_updates_are_timed_in_whole_rounds(net):
+    """A server link 4x the workers': the simulator's pushes arrive together and its updates
+    come in bursts of W; timed over whole rounds, a round is not shorter than push then pull."""
+    sim = simulate_async(4, 100, 0.0, net, REFERENCE, 4 * net.duplex_payload_bps)
+    push_then_pull_s = 2 * 8 * GRAD_BYTES / net.duplex_payload_bps
+    assert 4 * sim["per_update_s"] >= push_then_pull_s
+
+
+def test_every_parameter_server_run_is_told_the_warm_up_the_simulator_leaves_out(monkeypatch):
+    """The async, ps_vs_ring and async_vs_sync runs pass ``--warmup-updates`` as
+    ``configs.warmup_updates`` gives it for their workers and updates."""
+    from experiments import measure
+    from experiments.configs import AsyncRunConfig, warmup_updates
+    commands = []
+
+    def capture(_config, command, *_args, **_kwargs):
+        commands.append(command)
+        return {"updates_per_s": 1.0, "results": [{"time_s": 1.0}], "iteration_time_s": 1.0}
+
+    for module in (measure, pvr, avs):
+        monkeypatch.setattr(module, "run_collect" if module is not measure else "_run", capture)
+    measure.measure_async(AsyncRunConfig(5, 200e6, updates=160))
+    pvr.measure(pvr.PsVsRingConfig(8, 200e6, server_factors=(1,), updates=240))
+    avs.measure(avs.AsyncVsSyncConfig(2, 200e6, updates=80))
+    ps_commands = [c for c in commands if "async_ps.py" in c]
+    expected = [warmup_updates(4, 160), warmup_updates(8, 240), warmup_updates(2, 80)]
+    assert len(ps_commands) == 3
+    for command, warmup in zip(ps_commands, expected):
+        assert f"--warmup-updates {warmup} " in command
