@@ -1,9 +1,11 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
 full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, 47.3 min, Reno and ``SCHED_BATCH`` on every host, the probe's grid
+experiments/results/full``, 48.6 min, Reno and ``SCHED_BATCH`` on every host, the probe's grid
 ×2 apart up to 256 KiB, its chains 2(H − 1) rounds long, the calibration's rounds up to 1 MiB,
-all-reduce calls priced as the stream the benchmark makes) and the ones before it: 56ea042
+all-reduce calls priced as the stream the benchmark makes, parameter-server runs timed after a
+warm-up of a quarter of their rounds) and the ones before it: ace0eee (47.3 min, the same but
+the parameter-server runs timed after their first round), 56ea042
 (48.5 min, the same with every call priced alone), 86fed1a (48.9 min, the same under the
 machine's scheduling policy),
 53652ed (59.3 min, the same but for the calibration's rounds, up to 16 MiB), 2259b18
@@ -19,8 +21,30 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid, every host under `SCHED_BATCH`, each call priced as the benchmark makes "
-        "it (the third paragraph): median 0.8% over 132 all-reduce rows, worst 28.8%, 9 over "
+        "**Full grid (6468880; the all-reduce model has not changed since ace0eee): median "
+        "1.1% over 132 all-reduce rows, worst 72.0%, 15 over 8% (ace0eee: 0.8%, 28.8%, 9).** "
+        "Every 50 Mbit/s row within 2.8% (42 rows, median 0.3%); 2 and 4 hosts at 200 Mbit/s "
+        "median 0.8%, worst −9.9% (the ring's 256 kB on 4 hosts); rows of ≥ 1 MB median "
+        "0.5%, worst 12.7%. The misses are where they were: 8 hosts (9 of the 15: Gloo's own "
+        "64 kB and 256 kB at 1000 Mbit/s +72.0% and +55.2%, measured at 6.52 and 7.65 ms "
+        "where ace0eee measured 9.68 and 8.65 ms, predicted at 11.2 and 11.9 ms), and calls "
+        "under half a millisecond at 1000 Mbit/s on 2 and 4 hosts (the ring's 64 kB −28.7% "
+        "and −18.9%). With the same model, 20 of the 172 measurements moved by more than 8% "
+        "from ace0eee's, the 8-host and 64 kB calls most (Gloo's 64 kB on 8 hosts at "
+        "1000 Mbit/s −32.6%). A side check on one fresh 8-host bed at 1000 Mbit/s (`sudo "
+        "python -m real.testbed run --hosts 8 --bandwidth 1000Mbps -- 'RANK={rank} "
+        "WORLD_SIZE={hosts} python experiments/ring_probe.py --sizes 64B,4KiB,32KiB --repeats "
+        "5 --threads 1 --json {out}/p.json && RANK={rank} WORLD_SIZE={hosts} python "
+        "real/allreduce.py --sizes 4B,64KB,256KB --algorithms ring,backend --iters 30 "
+        "--threads 1 --json {out}/r.json'`): the probe's chains of 14 rounds took 10.6, 10.3 "
+        "and 10.9 ms (64 B, 4 KiB, 32 KiB), the hand-written ring's 64 kB and 256 kB calls "
+        "10.6 and 10.5 ms, Gloo's 7.07 and 6.08 ms, and Gloo's 4-byte all-reduce 2.04 ms. "
+        "Gloo's C++ ring pays 0.43–0.50 ms a round where Python-driven rounds pay 0.75 ms, "
+        "whatever the size; its 4-byte call (0.15 ms a step, if it takes 14) does not show "
+        "that gap, so it cannot calibrate it. Pricing Gloo's own rounds where ranks outnumber "
+        "cores needs a probe whose rounds are driven from C++; not built.",
+        "**The grid before (ace0eee), every host under `SCHED_BATCH`, each call priced as "
+        "the benchmark makes it (the fourth paragraph): median 0.8% over 132 all-reduce rows, worst 28.8%, 9 over "
         "8% (56ea042, every call priced alone: 0.7%, 36.8%, 13) — the target (3% / 8%) is "
         "met where the shaped links are the bottleneck and missed on 8 hosts and for some "
         "calls under half a millisecond.** The grid before's worst rows, the 2-host 64 kB "
@@ -392,8 +416,15 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
-        "**Full grid, every host under `SCHED_BATCH`: median 1.5% over 12 rows, worst 7.0% "
-        "(56ea042: 1.0% and 14.9%).** At 50 Mbit/s every row within −1.1…+0.1%; at "
+        "**Full grid (6468880, the same sync model as ace0eee): median 1.9% over 12 rows, "
+        "worst 5.9% (ace0eee: 1.5% and 7.0%).** 50 Mbit/s −0.2…−2.0%; 200 Mbit/s (emulated, "
+        "then real compute) 2 replicas −4.4% and −2.6%, 4 replicas −3.6% and −5.9%, 8 "
+        "replicas +2.2% and +1.9% (steps of 153.0 and 108.3 ms, predicted 156.4 and 110.3 "
+        "ms). The 8-replica rows, over by 4.4% and 7.0% in ace0eee, are within the target in "
+        "this run: Gloo's 8-host ring against the probe (the `allreduce` note) moves that "
+        "much from run to run.",
+        "**The grid before (ace0eee), every host under `SCHED_BATCH`: median 1.5% over 12 "
+        "rows, worst 7.0% (56ea042: 1.0% and 14.9%).** At 50 Mbit/s every row within −1.1…+0.1%; at "
         "200 Mbit/s (emulated, then real compute) 2 replicas −3.0% and −1.8%, 4 replicas "
         "−2.2% and −3.2%, 8 replicas +4.4% and +7.0%. The sync model has not changed since "
         "56ea042; the 8-replica steps took 152.7 and 105.2 ms against 147.0 and 99.6 ms then "
@@ -426,7 +457,8 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
-        "**Full grid: 4 hosts at 200 Mbit/s, −2.1%** (56ea042 −0.7%, 86fed1a and 53652ed "
+        "**Full grid (6468880): 4 hosts at 200 Mbit/s, −3.1%** (ace0eee −2.1%, 56ea042 "
+        "−0.7%, 86fed1a and 53652ed "
         "−2.4%, 2259b18 −0.5%, e64dd2e "
         "+8.2%; the paragraph below quotes the grid before those).",
         "The multi-node path works on the test bed: four hosts, each running its own `torchrun` "
@@ -438,8 +470,21 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
-        "**Full grid** (every host under `SCHED_BATCH`; the paragraphs below quote earlier "
-        "grids): seconds per update, 2, 4 and 8 workers, 200 Mbit/s −1.0%, −7.7%, −21.8%; "
+        "**Full grid (6468880; every run timed after its warm-up, the next paragraph): "
+        "seconds per update, 2, 4 and 8 workers, 200 Mbit/s −0.1%, −0.7%, −7.7%; 50 Mbit/s "
+        "−1.9%, −48.7%, −19.1% (ace0eee, timed after the first round: −1.0%, −7.7%, −21.8%; "
+        "−13.6%, −9.7%, −21.6%).** At 200 Mbit/s, and with 2 workers at 50 Mbit/s, the steady "
+        "state is what the simulator gives: 65.5, 40.5 and 189.9 ms an update, predicted "
+        "65.4, 40.2 and 186.4 ms. 4 workers at 50 Mbit/s stayed in step for the whole run: "
+        "314 ms an update in every window of 4 rounds after the first (344 ms), where "
+        "ace0eee's run settled at 175 ms and 56ea042's stayed at 315 ms: the two regimes of "
+        "the paragraphs below (the simulator's fair server NIC, their in-step regime, gives "
+        "298 ms). 8 workers: 43.5 ms at 200 Mbit/s, windows of 41–50 ms after the warm-up, "
+        "and 199 ms at 50 Mbit/s, windows of 171–219 ms: nine processes on 2 cores, in "
+        "neither regime for long.",
+        "**The grid before (ace0eee)** (every host under `SCHED_BATCH`, timed after the "
+        "first round; the paragraphs below quote earlier grids): seconds per update, 2, 4 "
+        "and 8 workers, 200 Mbit/s −1.0%, −7.7%, −21.8%; "
         "50 Mbit/s −13.6%, −9.7%, −21.6%. Neither these runs nor their model changed since "
         "56ea042 (200 Mbit/s −0.7%, −7.8%, −32.6%; 50 Mbit/s −44.7%, −49.0%, −21.5%): 2 and 4 "
         "workers at 50 Mbit/s took 215.2 and 178.2 ms an update against 336.2 and 315.3 ms "
@@ -458,6 +503,33 @@ NOTES: dict[str, list[str]] = {
         "50 Mbit/s 219.6 ms against 228.8 and 192.6 ms in the two before: how far one run of "
         "TCP's window dynamics moves from the next. The simulator's server NIC in arrival "
         "order is still fast where TCP shares the link (below).",
+        "**Found: most of the async rows' error was the start-up, and the rows now time the "
+        "steady state.** Every worker starts at once. The simulator's server NIC, which takes "
+        "pushes in arrival order, staggers them within the first round, which the rows always "
+        "left out; on the bed the pushes that start together share the server's link (TCP) "
+        "and end together, and the workers stay in step for several rounds before they "
+        "stagger. The per-update time over successive windows of 8 rounds after the first, "
+        "from the ace0eee grid's own server logs (`loss_curve`, the time of every applied "
+        "update): 4 workers at 200 Mbit/s 56.2, then 40.2, 40.5, 40.1 and 40.1 ms (predicted "
+        "40.1; measured over the whole run 43.5, −7.7%); in `async_vs_sync` (800 updates) "
+        "51.3, then 40.0–40.7 ms; 2 workers at 50 Mbit/s 243.1, then 208.1–208.3 ms "
+        "(predicted 186.1); 8 workers at 200 Mbit/s 65.6, 42.8 and 45.5 ms. The real server "
+        "now takes `--warmup-updates N` (default: the first round, as before) and reports "
+        "`warmup_updates` and `warmup_s`; the experiments leave out the whole rounds of the "
+        "first quarter of every parameter-server run, on the bed and in the simulator alike "
+        "(`experiments.configs.warmup_updates`), and the `async` experiment runs 40 (quick) or "
+        "50 (full) updates a worker so that enough rounds remain. Whole rounds, because where "
+        "the server's link is fast the updates come in bursts of one per worker: a first try "
+        "that cut the window at a quarter of the updates, inside a burst, priced the quick "
+        "grid's 4-worker round with a 4× server link at 77.9 ms, under the 80 ms that a push "
+        "and then a pull need. Quick runs with the change (`sudo python experiments/run.py "
+        "--quick --out <folder> async ps_vs_ring async_vs_sync`, twice, not committed): "
+        "`async` 2 and 4 workers −0.0% and +0.0%, then −2.3% and −5.0% (the committed quick "
+        "grid before it: −1.5% and −10.6%); `async_vs_sync` −7.1%, then −2.9% (before: "
+        "−4.1%), the first with 43–45 ms windows after the warm-up where the second had 40. "
+        "What the model does not give is the start-up itself, how long the workers stay in "
+        "step: it is in the JSON (`warmup_s`) and left out of the rows. The zero-compute rows "
+        "of `ps_vs_ring` with a 1× server link do not leave the lock step at all (below).",
         "**TCP's congestion control decides how busy the server's link is, and the simulator "
         "assumes it busy whenever a push waits.** The test bed now runs Reno on every host "
         "(`experiments/results/full`); the parameter-server runs before it used the machine's "
@@ -546,7 +618,19 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
-        "**Full grid** (every host under `SCHED_BATCH`): ring rows +0.1%, +2.8%, +7.6%; PS "
+        "**Full grid (6468880; the PS rows timed after their warm-up, the `async` note): "
+        "ring rows +0.1%, +0.6%, +9.5%; PS rows 4 workers at 50 Mbit/s 1× −48.3%, 2× −0.5%, "
+        "4× +2.1%, 8× +2.9%; at 200 Mbit/s −0.1%, −10.1%, −6.5%, −6.4%; 8 workers −28.1%, "
+        "−6.2%, −5.5%, −6.6%.** The 1× round of 4 workers at 50 Mbit/s is the lock step of "
+        "every grid since Reno (1245 ms, twice the in-order 644 ms); the warm-up does not "
+        "move it. 8 workers at 1×: 447 ms a round, between the in-order 321 ms and twice it "
+        "(618 ms in ace0eee). With 4 workers at 200 Mbit/s and a 2×–8× server link the rounds "
+        "took 86.4–90.0 ms against 80.9 ms predicted, the push then the pull and four "
+        "applies (ace0eee, timed after the first round: −7.9%, −2.5%, −2.1%; the two quick "
+        "runs of the `async` note had the 4× row at −10.5% and −9.6%). The ring with 8 "
+        "workers, +9.5%, is Gloo's 8-host ring against the probe (the `allreduce` note).",
+        "**The grid before (ace0eee)** (every host under `SCHED_BATCH`): ring rows +0.1%, "
+        "+2.8%, +7.6%; PS "
         "rows 4 workers at 50 Mbit/s 1× −48.2%, 2× −7.9%, 4× +1.5%, 8× +2.5%; at 200 Mbit/s "
         "−4.7%, −7.9%, −2.5%, −2.1%; 8 workers −48.1%, −5.1%, +7.1%, +18.6%. The ring is now "
         "predicted as the stream of calls it is measured in (`predict_allreduce_stream_s`), "
@@ -633,8 +717,13 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
-        "**Full grid** (every host under `SCHED_BATCH`; the paragraphs below quote earlier "
-        "grids): sync per step −0.7%, −0.3%, +12.2%; async per update +0.3%, −1.6%, −13.7% "
+        "**Full grid (6468880; the async runs timed after their warm-up, the `async` note): "
+        "sync per step −1.3%, −2.1%, +3.9%; async per update −0.5%, −2.1%, −10.0% for 2, 4 "
+        "and 8 workers (ace0eee: −0.7%, −0.3%, +12.2%; +0.3%, −1.6%, −13.7%).** The 8-worker "
+        "async run, 44.7 ms an update against 40.2 predicted, is the `async` note's: nine "
+        "processes on 2 cores.",
+        "**The grid before (ace0eee)** (every host under `SCHED_BATCH`; the paragraphs below "
+        "quote earlier grids): sync per step −0.7%, −0.3%, +12.2%; async per update +0.3%, −1.6%, −13.7% "
         "for 2, 4 and 8 workers (the 8-worker sync step: Gloo's 8-host ring against the "
         "probe, the `sync` note; 56ea042: −0.5%, +0.1%, +12.8%; +0.4%, −1.4%, −33.3%; "
         "86fed1a: −1.0%, −1.2%, +4.4%; −0.9%, −2.8%, −25.5%; 53652ed: "
