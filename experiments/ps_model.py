@@ -74,6 +74,10 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     allows, as ``real/ps_server.py`` does (a receive posted per worker); True: a server that
     receives one whole push before it takes the next. ``fair_server_nic``: the server's NICs
     share their rate fairly among the messages in flight instead of in arrival order."""
+    skip = warmup_updates(workers, updates)
+    if updates <= skip + workers:
+        raise ValueError(f"{updates} updates leave a round or less of {workers} workers to time "
+                         f"after a warm-up of {skip}")
     workload = profile_workload(reference, compute_s)
     cluster = ClusterConfig(replicas=workers, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s,
@@ -84,7 +88,7 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
                                          service_time_s=service_s,
                                          one_push_at_a_time=one_push_at_a_time,
                                          fair_server_nic=fair_server_nic)).run()
-    ends, skip = result.update_end_s, warmup_updates(workers, updates)
+    ends = result.update_end_s
     return {"per_update_s": float((ends[-1] - ends[skip - 1]) / (len(ends) - skip)),
             "staleness_mean": float(result.staleness.mean()),
             "staleness_hist": np.bincount(result.staleness).tolist()}

@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.nproc_per_node:
         try:  # check what can be checked once, here, before starting any process
             load_data(config, config.nproc_per_node - 1)
+            config.check_warmup(config.nproc_per_node - 1)
             address, port = rendezvous(config.master_addr, config.master_port)
         except ValueError as error:
             print(f"{PROG}: error: {error}", file=sys.stderr)
@@ -85,6 +86,7 @@ def run_process(config: AsyncConfig) -> int:
         if comm.world_size < 2:
             raise ValueError("a parameter server needs at least 2 processes (a server and a "
                              "worker); launch with --nproc-per-node N, torchrun or mpiexec")
+        config.check_warmup(comm.world_size - 1)
         dataset = None if comm.rank == 0 else load_data(config, comm.world_size - 1)
         comm.barrier()
         if comm.rank == 0:

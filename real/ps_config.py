@@ -68,10 +68,8 @@ class AsyncConfig:
             raise ValueError(f"--time must be zero or positive, got {self.time_s}")
         if self.updates == 0 and self.time_s == 0:
             raise ValueError("no stop condition: give --updates N or --time T")
-        if self.warmup_updates is not None and not (
-                0 <= self.warmup_updates < (self.updates or math.inf)):
-            raise ValueError(f"--warmup-updates must be at least 0 and below --updates "
-                             f"({self.updates}), got {self.warmup_updates}")
+        if self.warmup_updates is not None and self.warmup_updates < 0:
+            raise ValueError(f"--warmup-updates must be at least 0, got {self.warmup_updates}")
         if not (self.lr > 0 and math.isfinite(self.lr)) or not 0 <= self.momentum < 1:
             raise ValueError(f"need lr > 0 and 0 <= momentum < 1, got {self.lr}, {self.momentum}")
         if self.max_staleness is not None and self.max_staleness < 0:
@@ -90,6 +88,16 @@ class AsyncConfig:
                               self.timeout_s)
         check_output_file("--json", self.json)
         check_output_file("--trace", self.trace)
+
+    def check_warmup(self, workers: int) -> None:
+        """ValueError where ``--warmup-updates`` would leave a round or less of ``--updates`` to
+        time with ``workers`` workers (a round: one update each). A run stopped by ``--time``
+        before that many updates times all of them and reports ``warmup_updates`` 0."""
+        warmup = self.warmup_updates
+        if warmup is not None and self.updates and warmup + workers >= self.updates:
+            raise ValueError(f"--warmup-updates {warmup} leaves a round or less of --updates "
+                             f"{self.updates} to time with {workers} workers (need warm-up + "
+                             f"workers < updates)")
 
     @property
     def engine(self) -> str:

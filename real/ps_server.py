@@ -337,7 +337,8 @@ class ParameterServer:
 
     def warmup_skipped(self, applied: int) -> int:
         """Updates left out of ``updates_per_s``: ``warmup_updates`` (default the first round,
-        one per worker: start-up), or none where that would leave less than a round to time."""
+        one per worker: start-up), or none where that would leave a round or less to time (a
+        run that ``--time`` stopped early)."""
         rounds = len(self.workers)
         warmup = self.config.warmup_updates
         warmup = rounds if warmup is None else warmup

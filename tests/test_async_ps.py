@@ -127,6 +127,19 @@ def test_one_worker_run_is_plain_sgd_bit_for_bit(tmp_path):
     assert summary["weights_sha256"] == weights_sha256(model)
 
 
+@pytest.mark.parametrize("warmup, applied, skipped", [
+    (None, 5, 2), (None, 4, 0),  # the default: the first round, where more than a round is left
+    (6, 9, 6), (6, 8, 0),        # a run stopped early by --time times all its updates
+    (0, 3, 0),
+])
+def test_server_leaves_out_its_warm_up_only_where_more_than_a_round_is_left(warmup, applied,
+                                                                           skipped):
+    from types import SimpleNamespace
+    from real.ps_server import ParameterServer
+    server = SimpleNamespace(workers=[1, 2], config=SimpleNamespace(warmup_updates=warmup))
+    assert ParameterServer.warmup_skipped(server, applied) == skipped
+
+
 def test_warmup_updates_are_left_out_of_updates_per_s(tmp_path):
     summary_path = tmp_path / "warm.json"
     run = run_script([ENTRY, "--updates", "16", "--warmup-updates", "6", "--emulate-compute",
@@ -257,9 +270,8 @@ def test_runs_under_mpiexec(tmp_path):
     (["--time", "ten"], "ten"),
     (["--updates", "0"], "no stop condition"),
     (["--max-staleness", "-2"], "--max-staleness must be at least 0"),
-    (["--updates", "50", "--warmup-updates", "50"], "--warmup-updates must be at least 0 and "
-                                                     "below --updates (50), got 50"),
-    (["--warmup-updates", "-1"], "--warmup-updates must be at least 0"),
+    (["--warmup-updates", "-1"], "--warmup-updates must be at least 0, got -1"),
+    (["--time", "5s", "--warmup-updates", "-1"], "--warmup-updates must be at least 0, got -1"),
     (["--timeout", "1e300s"], "--timeout must be at most"),
     (["--threads", "100000000"], "--threads must be at most 1024"),
     (["--emulate-compute", "lognormal:80ms,1e5"], "sigma must be"),
@@ -272,6 +284,15 @@ def test_bad_flag_is_one_line_and_exit_2(args, words, capsys):
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert words in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_a_warm_up_that_leaves_no_round_to_time_is_refused_before_any_process_starts(capsys):
+    from real.async_ps import main
+    assert main(["--nproc-per-node", "3", "--updates", "10", "--warmup-updates", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("async_ps.py: error: --warmup-updates 8 leaves "
+                                               "a round or less of --updates 10 to time with "
+                                               "2 workers")
 
 
 @pytest.mark.parametrize("env, argv, message", [

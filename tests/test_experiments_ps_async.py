@@ -370,6 +370,11 @@ def test_warmup_is_the_whole_rounds_of_a_quarter_of_the_run_and_never_less_than_
     assert warmup_updates(8, 30) == 8  # a quarter would be less than the first round
 
 
+def test_a_simulation_with_no_round_left_after_its_warm_up_is_refused(net):
+    with pytest.raises(ValueError, match="leave a round or less of 4 workers"):
+        simulate_async(4, 8, 0.0, net, REFERENCE)
+
+
 def test_simulated_bursts_of_updates_are_timed_in_whole_rounds(net):
     """A server link 4x the workers': the simulator's pushes arrive together and its updates
     come in bursts of W; timed over whole rounds, a round is not shorter than push then pull."""
@@ -391,11 +396,11 @@ def test_every_parameter_server_run_is_told_the_warm_up_the_simulator_leaves_out
 
     for module in (measure, pvr, avs):
         monkeypatch.setattr(module, "run_collect" if module is not measure else "_run", capture)
-    measure.measure_async(AsyncRunConfig(5, 200e6, updates=160))
+    measure.measure_async(AsyncRunConfig(5, 200e6, updates=200))
     pvr.measure(pvr.PsVsRingConfig(8, 200e6, server_factors=(1,), updates=240))
     avs.measure(avs.AsyncVsSyncConfig(2, 200e6, updates=80))
     ps_commands = [c for c in commands if "async_ps.py" in c]
-    expected = [warmup_updates(4, 160), warmup_updates(8, 240), warmup_updates(2, 80)]
+    expected = [warmup_updates(4, 200), warmup_updates(8, 240), warmup_updates(2, 80)]
     assert len(ps_commands) == 3
     for command, warmup in zip(ps_commands, expected):
         assert f"--warmup-updates {warmup} " in command
