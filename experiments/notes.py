@@ -529,7 +529,16 @@ NOTES: dict[str, list[str]] = {
         "−4.1%), the first with 43–45 ms windows after the warm-up where the second had 40. "
         "What the model does not give is the start-up itself, how long the workers stay in "
         "step: it is in the JSON (`warmup_s`) and left out of the rows. The zero-compute rows "
-        "of `ps_vs_ring` with a 1× server link do not leave the lock step at all (below).",
+        "of `ps_vs_ring` with a 1× server link do not leave the lock step at all (below). At "
+        "50 Mbit/s with compute the lock step comes and goes within a run: three runs of 4 "
+        "workers one after the other (`sudo python -m real.testbed run --hosts 5 --bandwidth "
+        "50Mbps -- 'RANK={rank} WORLD_SIZE={hosts} python real/async_ps.py --model mlp "
+        "--updates 200 --warmup-updates 48 --emulate-compute 50ms --threads 1 --no-progress "
+        "--json {out}/a.json'`) took 234, 280 and 243 ms an update after the warm-up "
+        "(predicted 161 in order, 298 with the fair NIC); in windows of 4 rounds the first "
+        "ran at 223–280 ms for 130 updates and then at 176–177 ms, the second at 247–284 ms "
+        "throughout, the third at 212–267 ms. No single prediction can hold such a row "
+        "within 8%.",
         "**TCP's congestion control decides how busy the server's link is, and the simulator "
         "assumes it busy whenever a push waits.** The test bed now runs Reno on every host "
         "(`experiments/results/full`); the parameter-server runs before it used the machine's "
