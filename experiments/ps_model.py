@@ -68,8 +68,7 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     """The simulator's async run: ``per_update_s`` (after ``warmup_updates``, as the real
     server is told to count), ``staleness_mean`` and ``staleness_hist`` (counts indexed by
     staleness, as the real server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's
-    link is a worker's;
-    either way as the bed carries it (``server_link_bps``).
+    link is a worker's; either way as the bed carries it (``server_link_bps``).
     ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
     allows, as ``real/ps_server.py`` does (a receive posted per worker); True: a server that
     receives one whole push before it takes the next. ``fair_server_nic``: the server's NICs

@@ -49,7 +49,7 @@ class PsVsRingConfig:
     bandwidth_bps: float
     server_factors: tuple[float, ...] = (1, 2, 4, 8)
     model: str = "mlp"
-    updates: int = 120  # PS: gradients applied per run (the first quarter is not timed)
+    updates: int = 120  # PS: gradients applied per run (the first quarter's rounds not timed)
     iters: int = 9      # ring: timed all-reduces (after one warm-up)
     kind: str = field(default="ps_vs_ring", init=False)
 
