@@ -54,6 +54,13 @@ DEFAULT_SERVER_MEMORY_BPS = 20e9  # bytes/s a server sustains applying an update
 APPLY_BYTES_PER_GRADIENT_BYTE = 3  # read the gradient, read the weights, write the weights
 
 
+def leaves_a_round(warmup_updates: int, workers: int, updates: int) -> bool:
+    """Whether ``updates`` applied gradients leave more than a round (one update per worker)
+    to time after the first ``warmup_updates``: the rule by which a run's updates per second
+    leave out its start-up, in ``real/ps_server.py`` and in the experiments' predictions."""
+    return updates > warmup_updates + workers
+
+
 @dataclass(frozen=True)
 class AsyncConfig:
     """One asynchronous parameter-server simulation (SI units: seconds, bytes, bytes/s)."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from dsgd_sim.cluster import ClusterConfig
 from dsgd_sim.compute import Constant
-from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
+from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation, leaves_a_round
 from dsgd_sim.workload import load_profile
 
 from .configs import SyncRunConfig, warmup_updates
@@ -74,7 +74,7 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     receives one whole push before it takes the next. ``fair_server_nic``: the server's NICs
     share their rate fairly among the messages in flight instead of in arrival order."""
     skip = warmup_updates(workers, updates)
-    if updates <= skip + workers:
+    if not leaves_a_round(skip, workers, updates):
         raise ValueError(f"{updates} updates leave a round or less of {workers} workers to time "
                          f"after a warm-up of {skip}")
     workload = profile_workload(reference, compute_s)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.compute import ComputeModel, Constant, parse_compute
+from dsgd_sim.parameter_server import leaves_a_round
 from dsgd_sim.units import parse_time
 
 from .data import DatasetSpec
@@ -94,7 +95,8 @@ class AsyncConfig:
         time with ``workers`` workers (a round: one update each). A run stopped by ``--time``
         before that many updates times all of them and reports ``warmup_updates`` 0."""
         warmup = self.warmup_updates
-        if warmup is not None and self.updates and warmup + workers >= self.updates:
+        if warmup is not None and self.updates and not leaves_a_round(warmup, workers,
+                                                                      self.updates):
             raise ValueError(f"--warmup-updates {warmup} leaves a round or less of --updates "
                              f"{self.updates} to time with {workers} workers (need warm-up + "
                              f"workers < updates)")

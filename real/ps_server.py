@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from dsgd_sim.parameter_server import leaves_a_round
 from dsgd_sim.trace import Trace
 
 from .comm import CommError
@@ -302,13 +303,14 @@ class ParameterServer:
         n = len(stale)
         last = log.applied_s[-1] if n else 0.0
         skip = self.warmup_skipped(n)
-        window_s = last - log.applied_s[skip - 1] if skip else last
+        start_s = log.applied_s[skip - 1] if skip else 0.0  # when the timed updates began
+        window_s = last - start_s
         losses = [x for x in log.loss if not math.isnan(x)]
         tail = len(self.workers)
         return {
             "world_size": self.comm.world_size, "workers": len(self.workers),
             "updates": n, "updates_per_s": (n - skip) / window_s if window_s > 0 else None,
-            "warmup_updates": skip, "warmup_s": log.applied_s[skip - 1] if skip else 0.0,
+            "warmup_updates": skip, "warmup_s": start_s,
             "elapsed_s": last, "stopped_by": "updates" if config.updates and
             n >= config.updates else "time",
             "staleness_mean": float(stale.mean()) if n else None,
@@ -339,10 +341,10 @@ class ParameterServer:
         """Updates left out of ``updates_per_s``: ``warmup_updates`` (default the first round,
         one per worker: start-up), or none where that would leave a round or less to time (a
         run that ``--time`` stopped early)."""
-        rounds = len(self.workers)
+        workers = len(self.workers)
         warmup = self.config.warmup_updates
-        warmup = rounds if warmup is None else warmup
-        return warmup if applied > warmup + rounds else 0
+        warmup = workers if warmup is None else warmup
+        return warmup if leaves_a_round(warmup, workers, applied) else 0
 
     def write_trace(self, path: str) -> None:
         """Chrome trace from the server's clock: track 0 the server, track r worker r (its
