@@ -102,9 +102,10 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
 
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
-    writing ``{out}/json_name``."""
+    driven from Python and (``--engine-rounds``, the small sizes) from C++ as Gloo's own ring
+    drives them, writing ``{out}/json_name``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
-            "--repeats", str(repeats), "--threads", "1", "--timeout", "120s"]
+            "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds"]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 
@@ -112,15 +113,28 @@ def bracket(before: dict, after: dict) -> dict:
     """One round table from two ``ring_probe.py`` records of the same sizes, taken before and
     after a measurement: per size the median over the chains of both (one probe split in two
     halves around the measurement, so that a burst of load during one half moves the median
-    less than it moves that half's); both records kept."""
+    less than it moves that half's), for the Python-driven rounds (``results``) and the
+    C++-driven ones where both records have them (``engine_results``); both records kept."""
+    merged = {**before, "results": _bracket_rows(before["results"], after["results"]),
+              "before": before["results"], "after": after["results"]}
+    if "engine_results" in before and "engine_results" in after:
+        merged["engine_results"] = _bracket_rows(before["engine_results"], after["engine_results"])
+        merged["engine_before"] = before["engine_results"]
+        merged["engine_after"] = after["engine_results"]
+    else:
+        merged.pop("engine_results", None)
+    return merged
+
+
+def _bracket_rows(before: list[dict], after: list[dict]) -> list[dict]:
     rows = []
-    for b, a in zip(before["results"], after["results"], strict=True):
+    for b, a in zip(before, after, strict=True):
         if b["bytes"] != a["bytes"]:
             raise ValueError(f"probes of different sizes: {b['bytes']} and {a['bytes']} bytes")
         rows.append({"bytes": b["bytes"],
                      **{f"{c}_s": statistics.median(b[f"{c}_chains_s"] + a[f"{c}_chains_s"])
                         for c in PROBE_COLUMNS if f"{c}_chains_s" in b}})
-    return {**before, "results": rows, "before": before["results"], "after": after["results"]}
+    return rows
 
 
 def round_sizes_up_to(largest_bytes: int, quick: bool) -> list[int]:

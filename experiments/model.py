@@ -101,6 +101,9 @@ class NetworkInputs:
     tcp_latency_s: float = 0.0  # one-way latency of a raw TCP message (the duplex probe's transport)
     # hosts -> ring rounds timed on a test bed of that many hosts at this rate (ring_probe.py)
     round_costs: dict[int, RoundCosts] = field(default_factory=dict)
+    # hosts -> the same rounds as Gloo's own ring makes them (driven from C++, two halves in
+    # flight: ring_probe.py --engine-rounds) at the small sizes, the Python-driven ones above
+    engine_round_costs: dict[int, RoundCosts] = field(default_factory=dict)
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -117,13 +120,29 @@ class NetworkInputs:
                                           for t in (record.get("duplex") or {}).get("transfers", [])),
                    tcp_latency_s=record.get("latency_s", 0.0),
                    round_costs={int(h): RoundCosts.from_rows(t["results"])
-                                for h, t in (record.get("rounds") or {}).items()})
+                                for h, t in (record.get("rounds") or {}).items()},
+                   engine_round_costs={int(h): engine_table(t)
+                                       for h, t in (record.get("rounds") or {}).items()
+                                       if t.get("engine_results")})
 
     def with_rounds(self, hosts: int, probe: dict) -> "NetworkInputs":
         """These inputs with ``probe`` (a ``ring_probe.py`` record) as the round costs on
-        ``hosts`` hosts."""
+        ``hosts`` hosts: its Python-driven rounds, and its C++-driven ones where it has them."""
+        engine = {k: v for k, v in self.engine_round_costs.items() if k != hosts}
+        if probe.get("engine_results"):
+            engine[hosts] = engine_table(probe)
         return replace(self, round_costs={**self.round_costs,
-                                          hosts: RoundCosts.from_rows(probe["results"])})
+                                          hosts: RoundCosts.from_rows(probe["results"])},
+                       engine_round_costs=engine)
+
+    def rounds_for(self, algorithm: str, hosts: int) -> RoundCosts | None:
+        """The measured rounds an algorithm's calls are composed of on ``hosts`` hosts: Gloo's own
+        all-reduce (``backend``) makes its rounds in C++, so its table is the C++-driven one
+        where the calibration has it; the hand-written rings make theirs from Python. None: no
+        table for that many hosts."""
+        if algorithm == "backend" and hosts in self.engine_round_costs:
+            return self.engine_round_costs[hosts]
+        return self.round_costs.get(hosts)
 
     @property
     def duplex_payload_bps(self) -> float:
@@ -185,11 +204,23 @@ class NetworkInputs:
         return max(0.0, self.call_overhead_s - 2 * self.latency_s)
 
     def as_dict(self) -> dict:
-        return {"rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
+        engine = ({"engine_round_costs": {str(h): t.as_rows()
+                                          for h, t in sorted(self.engine_round_costs.items())}}
+                  if self.engine_round_costs else {})  # as stored before the C++ rounds existed
+        return {**engine, "rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
                 "duplex_payload_bps": self.duplex_payload_bps, "latency_s": self.latency_s,
                 "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes,
                 "startup_excess_s": [[n, e] for n, e in self.startup_table],
                 "round_costs": {str(h): t.as_rows() for h, t in sorted(self.round_costs.items())}}
+
+
+def engine_table(probe: dict) -> RoundCosts:
+    """The rounds of Gloo's own ring from a ``ring_probe.py`` record: its C++-driven rounds
+    (``engine_results``, the small sizes) and, above the largest of them, its Python-driven
+    ones, where a round pays its bytes at the link's rate whichever way it is driven."""
+    engine = probe["engine_results"]
+    largest = max(float(r["bytes"]) for r in engine)
+    return RoundCosts.from_rows(engine + [r for r in probe["results"] if float(r["bytes"]) > largest])
 
 
 def interpolate_excess(table: list[tuple[int, float]], size_bytes: float) -> float:
@@ -243,7 +274,7 @@ def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkIn
     fixed cost of a call."""
     if algorithm not in SIM_ALGORITHM:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
-    table = net.round_costs.get(hosts) if measured_rounds else None
+    table = net.rounds_for(algorithm, hosts) if measured_rounds else None
     if table is not None:
         reduce_s = (table.reduce_time_s(reduction_sizes(SIM_ALGORITHM[algorithm], hosts, n_bytes))
                     if algorithm in REDUCES_BETWEEN_ROUNDS else 0.0)

@@ -35,10 +35,17 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file  # noqa: E402
 from dsgd_sim.units import format_bytes, parse_size  # noqa: E402
+from experiments import engine_rounds  # noqa: E402
 from real.allreduce import MAX_BUFFER_BYTES  # noqa: E402
 from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
 
 TAG = 31
+ENGINE_TAG = 33  # and 34: the C++ rounds' two halves (experiments/engine_rounds.py)
+# --engine-rounds times the C++-driven rounds up to this size: where a round's fixed cost (the
+# ranks' wake-ups, the interpreter) is a large part of it; above, both drivers' rounds pay the
+# link (on 8 hosts at 1000 Mbit/s a 128 KiB round took 1.11 ms driven from Python, 1.13 ms from
+# C++ in two halves), and the model takes the Python-driven rounds there
+ENGINE_MAX_BYTES = 64 << 10
 # the default sizes: from a latency-sized message up; ×2 apart from 8 KiB to 256 KiB, where a
 # round crosses from fitting in a shaper's bucket to paying its bytes at the rate and a straight
 # line between two points ×4 apart misprices it, ×4 above
@@ -88,16 +95,18 @@ SMALL_FACTOR = 9         # they get this many times the chains (for about the pr
 COLUMNS = ("first", "next", "reduce")  # per chain: first round, mean later round, reduction
 
 
-def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
+def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None) -> list[dict]:
     """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
     to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
     what arrived last (``reduce_s``), after one warm-up chain per size; every chain's own
     figures too, and the slowest rank's time to the end of each round (``ends_chains_s``).
-    Sizes interleave across repeats, so a burst of other load spreads over all of them."""
+    Sizes interleave across repeats, so a burst of other load spreads over all of them.
+    ``chain(comm, buffers, rounds)`` runs one chain (default: ``chain_marks``, from Python)."""
+    chain = chain or chain_marks
     buffers = {n: (torch.ones(max(1, n // 4)), torch.empty(max(1, n // 4))) for n in sizes}
     totals = {n: torch.zeros(max(1, n // 4)) for n in sizes}
     for n in sizes:
-        chain_marks(comm, buffers[n], rounds)
+        chain(comm, buffers[n], rounds)
     chains = [repeats * (SMALL_FACTOR if n <= SMALL_BYTES else 1) for n in sizes]
     # per chain: the end of each round, then its mean later round and the addition
     ends = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
@@ -105,7 +114,7 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int) -> list[dict]:
     for rep in range(max(chains)):
         for i, n in enumerate(sizes):
             if rep < chains[i]:
-                marks, arrived = chain_marks(comm, buffers[n], rounds)
+                marks, arrived = chain(comm, buffers[n], rounds)
                 ends[i, rep] = torch.tensor(marks, dtype=torch.float64)
                 times[i, rep] = torch.tensor([(marks[-1] - marks[0]) / (rounds - 1),
                                               time_addition(arrived, totals[n])],
@@ -133,6 +142,11 @@ def parse_args(argv=None):
                         help="rounds per chain, at least 2 (default: a ring all-reduce's 2(W - 1) "
                              f"on W ranks, at least {MIN_CHAIN_ROUNDS})")
     parser.add_argument("--repeats", type=int, default=5, help="chains per size (median)")
+    parser.add_argument("--engine-rounds", action="store_true",
+                        help="also time the rounds as Gloo's own all-reduce makes them (driven "
+                             "from C++, two halves in flight; experiments/engine_rounds.py) at the "
+                             f"sizes up to {format_bytes(ENGINE_MAX_BYTES)}: 'engine_results' "
+                             "(torch.distributed with Gloo only; builds a C++ extension)")
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
@@ -160,16 +174,30 @@ def main(argv=None) -> None:
         if comm.world_size < 2:
             parser.error(f"a ring needs at least 2 ranks, got {comm.world_size}")
         rounds = args.rounds or chain_rounds(comm.world_size)
-        rows = probe(comm, args.size_bytes, rounds, args.repeats)
+        record = {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
+                  "backend": comm.backend, "rounds": rounds, "repeats": args.repeats,
+                  "threads_per_rank": torch.get_num_threads()}
+        if args.engine_rounds:
+            try:
+                engine_rounds.check_comm(comm)
+                engine_rounds.load()
+            except engine_rounds.EngineRoundsError as error:
+                parser.error(str(error))
+        record["results"] = probe(comm, args.size_bytes, rounds, args.repeats)
+        tables = [("", record["results"])]
+        engine_sizes = [n for n in args.size_bytes if n <= ENGINE_MAX_BYTES]
+        if args.engine_rounds and engine_sizes:
+            record["engine_results"] = probe(
+                comm, engine_sizes, rounds, args.repeats,
+                chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG))
+            tables.append(("C++ ", record["engine_results"]))
         if comm.rank == 0:
-            for r in rows:
-                print(f"{r['bytes']:>10} B  first {r['first_s'] * 1e3:9.3f} ms  "
-                      f"next {r['next_s'] * 1e3:9.3f} ms  reduce {r['reduce_s'] * 1e3:8.3f} ms")
+            for driver, rows in tables:
+                for r in rows:
+                    print(f"{driver}{r['bytes']:>10} B  first {r['first_s'] * 1e3:9.3f} ms  "
+                          f"next {r['next_s'] * 1e3:9.3f} ms  reduce {r['reduce_s'] * 1e3:8.3f} ms")
             if args.json:
-                Path(args.json).write_text(json.dumps(
-                    {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
-                     "backend": comm.backend, "rounds": rounds, "repeats": args.repeats,
-                     "threads_per_rank": torch.get_num_threads(), "results": rows}, indent=1) + "\n")
+                Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -263,6 +263,12 @@ def main(argv=None) -> int:
     if reason:
         print(f"experiments/run.py: the test bed is unavailable: {reason}", file=sys.stderr)
         return 1
+    from experiments import engine_rounds
+    try:  # every ring probe times Gloo's rounds from C++ too: build them once, before any bed
+        engine_rounds.load()
+    except engine_rounds.EngineRoundsError as error:
+        print(f"experiments/run.py: {error}", file=sys.stderr)
+        return 1
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:

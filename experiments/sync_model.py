@@ -69,7 +69,7 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
     emulated = config.emulate_compute_s > 0
     if emulated:
         workload = workload.with_compute(Constant(config.emulate_compute_s))
-    table = net.round_costs.get(config.hosts)
+    table = net.rounds_for("backend", config.hosts)  # the gradient's all-reduce is Gloo's own
     cluster = ClusterConfig(replicas=config.hosts, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s,
                             cores=None if emulated else (cpu_cores or os.cpu_count()),

@@ -1,0 +1,126 @@
+"""Ring rounds driven from C++ as Gloo's own all-reduce drives them (``experiments/engine_rounds.py``),
+the probe that times them (``ring_probe.py --engine-rounds``) and the model that prices Gloo's
+all-reduce with them (``NetworkInputs.rounds_for``)."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dist_helpers import run_function, run_script
+from dsgd_sim.collectives import RoundCosts
+from experiments import engine_rounds
+from experiments.measure import bracket, probe_command
+from experiments.model import NetworkInputs, engine_table, predict_allreduce_s
+from experiments.ring_probe import ENGINE_MAX_BYTES
+
+PYTHON_ROWS = [{"bytes": 64, "first_s": 1.0e-3, "next_s": 0.8e-3},
+               {"bytes": 64 << 10, "first_s": 1.4e-3, "next_s": 0.9e-3},
+               {"bytes": 1 << 20, "first_s": 9.7e-3, "next_s": 9.1e-3}]
+ENGINE_ROWS = [{"bytes": 64, "first_s": 0.9e-3, "next_s": 0.5e-3},
+               {"bytes": 64 << 10, "first_s": 1.1e-3, "next_s": 0.6e-3}]
+CALIBRATION = {"bandwidth_bps": 1e9, "goodput_bps": 0.95e9, "frame_bytes": 1514,
+               "gloo": {"latency_s": 70e-6, "all_reduce_1_element_s": {"median": 240e-6}},
+               "rounds": {"8": {"results": PYTHON_ROWS, "engine_results": ENGINE_ROWS},
+                          "4": {"results": PYTHON_ROWS}}}
+
+
+def test_gloos_allreduce_is_priced_from_the_cpp_rounds_and_the_hand_written_rings_from_python():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    # 8 hosts, 512 KiB: 14 rounds of 64 KiB
+    assert predict_allreduce_s("backend", 8, 512 << 10, net) == pytest.approx(1.1e-3 + 13 * 0.6e-3)
+    assert predict_allreduce_s("ring", 8, 512 << 10, net) == pytest.approx(1.4e-3 + 13 * 0.9e-3)
+    # no C++ rounds on 4 hosts: Gloo's all-reduce falls back to the Python-driven ones
+    assert net.rounds_for("backend", 4) is net.round_costs[4]
+    assert predict_allreduce_s("backend", 4, 192 << 10, net) == \
+        predict_allreduce_s("ring", 4, 192 << 10, net)
+
+
+def test_the_engine_table_takes_the_python_rounds_above_its_largest_size():
+    table = engine_table({"results": PYTHON_ROWS, "engine_results": ENGINE_ROWS})
+    assert table.sizes_bytes == (64, 64 << 10, 1 << 20)
+    assert table.next_s == (0.5e-3, 0.6e-3, 9.1e-3)
+    assert table.next_round_s(1 << 20) == pytest.approx(9.1e-3)
+
+
+def test_a_probe_without_cpp_rounds_drops_a_stale_engine_table():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    assert 8 in net.engine_round_costs
+    fresh = net.with_rounds(8, {"results": PYTHON_ROWS})
+    assert 8 not in fresh.engine_round_costs
+    assert fresh.rounds_for("backend", 8) == RoundCosts.from_rows(PYTHON_ROWS)
+    again = fresh.with_rounds(8, {"results": PYTHON_ROWS, "engine_results": ENGINE_ROWS[:1]})
+    assert again.rounds_for("backend", 8).next_s == (0.5e-3, 0.9e-3, 9.1e-3)
+
+
+def test_inputs_without_cpp_rounds_are_stored_as_before():
+    # a stored run's inputs are compared as JSON (run.py --repredict): no new key where no table
+    plain = NetworkInputs.from_calibration({**CALIBRATION, "rounds": {"4": {"results": PYTHON_ROWS}}})
+    assert "engine_round_costs" not in plain.as_dict()
+    with_engine = NetworkInputs.from_calibration(CALIBRATION).as_dict()
+    assert with_engine["engine_round_costs"] == {"8": engine_table(CALIBRATION["rounds"]["8"]).as_rows()}
+
+
+def chains(first, later, size=64):
+    return {"bytes": size, "first_s": first[0], "next_s": later[0], "first_chains_s": first,
+            "next_chains_s": later}
+
+
+def test_bracketing_keeps_the_cpp_rounds_only_where_both_probes_have_them():
+    before = {"results": [chains([1.0, 1.2], [2.0, 2.2])],
+              "engine_results": [chains([0.5, 0.7], [0.3, 0.5])]}
+    after = {"results": [chains([1.1], [2.1])], "engine_results": [chains([0.9], [0.4])]}
+    table = bracket(before, after)
+    assert table["engine_results"] == [{"bytes": 64, "first_s": pytest.approx(0.7),
+                                        "next_s": pytest.approx(0.4)}]
+    assert table["engine_before"] == before["engine_results"]
+    assert "engine_results" not in bracket(before, {"results": after["results"]})
+
+
+def test_the_test_beds_probes_time_the_cpp_rounds():
+    assert "--engine-rounds" in probe_command([64], 3, "r.json", 4).split()
+
+
+def test_an_mpi_communicator_is_refused_in_one_line():
+    with pytest.raises(engine_rounds.EngineRoundsError, match="^C\\+\\+ rounds run on torch"):
+        engine_rounds.check_comm(SimpleNamespace(engine="mpi", backend="mpi"))
+
+
+def pass_rank_numbers(rounds: int) -> list:
+    """Each rank sends its rank number around the ring in C++ rounds: what arrived last, both
+    halves, and the round ends."""
+    from real.comm import init
+    comm = init("torch", "gloo", timeout_s=60)
+    try:
+        size = 10  # two halves of 5 elements
+        buffers = (torch.full((size,), float(comm.rank)), torch.empty(size))
+        marks, arrived = engine_rounds.chain_marks(comm, buffers, rounds, tag=33)
+        return [arrived.tolist(), marks]
+    finally:
+        comm.close()
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+def test_cpp_rounds_pass_both_halves_on_around_the_ring(rounds):
+    world = 3
+    for rank, (arrived, marks) in enumerate(run_function(pass_rank_numbers, world, rounds,
+                                                         timeout_s=240)):
+        # after k rounds a rank holds what its k-th neighbour to the left started with
+        assert arrived == [float((rank - rounds) % world)] * 10
+        assert len(marks) == rounds and all(0 < a < b for a, b in zip(marks, marks[1:] + [1e9]))
+
+
+def test_probe_times_cpp_rounds_up_to_the_engine_limit_on_two_ranks(tmp_path):
+    out = tmp_path / "rounds.json"
+    run = run_script(["experiments/ring_probe.py", "--sizes", f"64B,16KiB,{2 * ENGINE_MAX_BYTES}B",
+                      "--repeats", "1", "--rounds", "3", "--engine-rounds", "--json", str(out)],
+                     2, timeout_s=240)
+    assert run.returncode == 0, run.stderr
+    record = json.loads(out.read_text())
+    assert [r["bytes"] for r in record["results"]] == [64, 16384, 2 * ENGINE_MAX_BYTES]
+    assert [r["bytes"] for r in record["engine_results"]] == [64, 16384]
+    assert all(len(ends) == 3 and 0 < ends[0] < ends[1] < ends[2]
+               for r in record["engine_results"] for ends in r["ends_chains_s"])
+    assert "C++" in run.stdout
+    assert engine_table(record).sizes_bytes == (64, 16384, 2 * ENGINE_MAX_BYTES)
