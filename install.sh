@@ -27,11 +27,18 @@ fi
 
 "$PY" -m pip install -q -e ".${extras:+[$extras]}"
 
-# The network test bed (real/testbed.py) needs iproute2's `ip` and `tc`.
-if [[ -n "$extras" && "$extras" == *dev* ]] && ! command -v tc >/dev/null 2>&1; then
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
-    else
-        echo "install.sh: iproute2 (ip, tc) not found; test-bed tests will be skipped" >&2
+# The network test bed (real/testbed.py) needs iproute2's `ip` and `tc`; the experiments' C++
+# ring rounds (experiments/engine_rounds.py, built at first use) need a C++ compiler.
+if [[ -n "$extras" && "$extras" == *dev* ]]; then
+    missing=()
+    command -v tc >/dev/null 2>&1 || missing+=(iproute2)
+    command -v c++ >/dev/null 2>&1 || missing+=(g++)
+    if [[ ${#missing[@]} -gt 0 ]]; then
+        if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+            apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+        else
+            echo "install.sh: ${missing[*]} not found: test-bed tests (iproute2) and the C++ ring" \
+                 "rounds (g++) cannot run" >&2
+        fi
     fi
 fi
