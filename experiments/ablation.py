@@ -1,4 +1,4 @@
-"""The all-reduce model five ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model six ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
 
@@ -9,6 +9,8 @@ All predictions come from the same run's calibration (network only); only the mo
   tables; else the calibration's), composed by the simulator, plus the additions the probe timed
   for the hand-written rings, each call in the benchmark's stream of calls (the model the
   experiments use: ``predict_allreduce_stream_s``);
+* ``rounds, Gloo's from Python``: the same, Gloo's own all-reduce priced from the
+  Python-driven rounds too, not the C++-driven ones (``ring_probe.py --engine-rounds``);
 * ``rounds, calls alone``: the same, each call priced as if it ran alone (a full bucket);
 * ``rounds, no additions``: the same rounds without the additions;
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
@@ -45,10 +47,13 @@ GROUPS = {
     "4 hosts at 200 Mbit/s": lambda r: r["hosts"] == 4 and r["bandwidth_bps"] == 200e6,
     "hand-written rings, >= 1 MB": lambda r: r["bytes"] >= 1_000_000
     and r["algorithm"] in REDUCES_BETWEEN_ROUNDS,
+    "Gloo's own": lambda r: r["algorithm"] == "backend",
+    "Gloo's own, 8 hosts": lambda r: r["algorithm"] == "backend" and r["hosts"] == 8,
 }
 
 
-MODELS = ("rounds", "rounds, calls alone", "rounds, no additions", "shaper", "shaper, no start-up")
+MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, calls alone", "rounds, no additions",
+          "shaper", "shaper, no start-up")
 
 
 def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
@@ -75,6 +80,8 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
             net = net.with_rounds(r["hosts"], tables[label])
         if model == "shaper, no start-up":
             net = dataclasses.replace(net, duplex_transfers=())
+        if model == "rounds, Gloo's from Python":
+            net = dataclasses.replace(net, engine_round_costs={})
         if model == "rounds, no additions":
             net = dataclasses.replace(net, round_costs={
                 h: dataclasses.replace(t, reduce_s=()) for h, t in net.round_costs.items()})

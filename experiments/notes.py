@@ -1,10 +1,12 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
 full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, 48.6 min, Reno and ``SCHED_BATCH`` on every host, the probe's grid
-×2 apart up to 256 KiB, its chains 2(H − 1) rounds long, the calibration's rounds up to 1 MiB,
-all-reduce calls priced as the stream the benchmark makes, parameter-server runs timed after a
-warm-up of a quarter of their rounds) and the ones before it: ace0eee (47.3 min, the same but
+experiments/results/full``, committed at 3eb3495, 50.3 min, Reno and ``SCHED_BATCH`` on every
+host, the probe's grid ×2 apart up to 256 KiB, its chains 2(H − 1) rounds long, the
+calibration's rounds up to 1 MiB, all-reduce calls priced as the stream the benchmark makes,
+Gloo's own all-reduce priced from rounds driven from C++, parameter-server runs timed after a
+warm-up of a quarter of their rounds) and the ones before it: 6468880 (48.6 min, the same with
+Gloo's all-reduce priced from the Python-driven rounds), ace0eee (47.3 min, the same but
 the parameter-server runs timed after their first round), 56ea042
 (48.5 min, the same with every call priced alone), 86fed1a (48.9 min, the same under the
 machine's scheduling policy),
@@ -21,7 +23,55 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid (6468880; the all-reduce model has not changed since ace0eee): median "
+        "**Full grid (3eb3495; Gloo's own all-reduce priced from rounds driven from C++, the "
+        "next paragraph): median 1.1% over 132 all-reduce rows, worst 20.8%, 17 over 8% "
+        "(6468880: 1.1%, 72.0%, 15).** Gloo's own 44 rows: median 1.1%, worst 15.0%, 5 over "
+        "8% (6468880: 1.3%, 72.0%, 8); its 14 rows on 8 hosts median 1.5%, 2 over 8% (6468880: "
+        "4.4%, 6): the 64 kB and 256 kB calls at 1000 Mbit/s +15.0% and −2.1% (6468880 +72.0% "
+        "and +55.2%), at 200 Mbit/s +1.9% and −0.7% (+26.2% and +28.9%). The same files priced "
+        "with Gloo's rows on the Python-driven rounds, as before (`python -m "
+        "experiments.ablation --results experiments/results/full`, model `rounds, Gloo's from "
+        "Python`): Gloo's rows median 1.3%, worst 61.5%; on 8 hosts 3.2% and 61.5%: the "
+        "model moved them, not the run. Where the misses are now: the hand-written rings on 8 "
+        "hosts (7 of their 28 rows over 8%, worst +17.6%, the ring's 256 kB at 1000 Mbit/s: "
+        "10.5 ms measured, 12.3 predicted, from the same Python-driven rounds as before), calls "
+        "under half a millisecond at 1000 Mbit/s on 2 hosts (the ring's and the naive ring's "
+        "64 kB, 0.53 and 0.35 ms measured in the same stream of calls, both predicted 0.42 ms: "
+        "−20.8% and +20.1%), and Gloo's 1 MB on 8 hosts at 200 Mbit/s, +12.5% (rounds of "
+        "125 kB, above the C++ rounds' 64 KiB: the paragraph after next). 7 of the 132 "
+        "measurements moved by more than 8% from 6468880's.",
+        "**Gloo's own all-reduce is priced from rounds driven as it drives them.** Gloo's ring "
+        "(`gloo/allreduce.cc`) runs in C++: no interpreter between its rounds, and each chunk "
+        "in two segments with both in flight (one travels while the other is reduced). The "
+        "probe's rounds are driven from Python (`irecv`, `isend`, `wait`), as the hand-written "
+        "rings drive theirs, and on 8 hosts sharing 2 cores a small round is mostly the ranks' "
+        "wake-ups, paid by every rank in turn, so the Python-driven rounds overpriced Gloo's "
+        "(the paragraphs of the grid before). The probe now also times the same chains driven "
+        "from C++ (`experiments/engine_rounds.py`: a small loop over the process group's "
+        "`send`/`recv`, GIL released, each message in two halves in flight, compiled against "
+        "the installed torch at first use; `ring_probe.py --engine-rounds`), at its sizes up "
+        "to 64 KiB, and Gloo's rows (and the gradient all-reduce of the sync, multinode, "
+        "`ps_vs_ring` and `async_vs_sync` runs) are composed from those rounds up to 64 KiB "
+        "and from the Python-driven ones above (`NetworkInputs.rounds_for`, "
+        "`experiments.model.engine_table`); the hand-written rings keep the Python-driven "
+        "rounds. A side check on fresh 8-host beds before the change (chains of 14 rounds, "
+        "medians of 20, one run each): at 1000 Mbit/s a 32 KiB round took 0.68 ms driven from "
+        "Python, 0.49 ms from C++ in one message, 0.52 ms from C++ in two halves, and Gloo's "
+        "all-reduce of 256 KiB 0.52 ms a round (its time over its 14 rounds); at 200 Mbit/s 8 KiB rounds 0.62, 0.42 and "
+        "0.58 ms against Gloo's 0.56 ms a round. On 4 hosts at 1000 Mbit/s both drivers were "
+        "within 0.05 ms of Gloo's rounds.",
+        "**Tried and not kept: C++ rounds at every size, in a sliding window.** On 8 hosts at "
+        "200 Mbit/s, Gloo's 1 MB and 4 MB calls are predicted 12.5% and 6.3% over (rounds "
+        "of 125 kB and 500 kB, above 64 KiB, priced from the Python-driven rounds). A side check on one fresh "
+        "8-host bed at 200 Mbit/s (whole chains of 14 rounds, medians of 9): 128 KiB rounds "
+        "took 120.0 ms driven from Python, 118.6 ms from C++ in two halves, 113.9 ms from C++ "
+        "with Gloo's own window (a half sent as soon as the half two before it has arrived, "
+        "not round by round), against 112.2 ms for Gloo's all-reduce of 1 MiB; 512 KiB rounds "
+        "447.3, 427.3 and 415.8 ms against 415.5 ms. The window matched at those sizes but "
+        "took 12.4 ms for 8 KiB rounds where Gloo took 9.8 ms (two halves: 7.8 ms); 5% at "
+        "1 MB is within what an 8-host bed moves from run to run, and C++ chains at every size "
+        "would double the probe's time at the large ones. Not in the model.",
+        "**The grid before (6468880; the all-reduce model had not changed since ace0eee): median "
         "1.1% over 132 all-reduce rows, worst 72.0%, 15 over 8% (ace0eee: 0.8%, 28.8%, 9).** "
         "Every 50 Mbit/s row within 2.8% (42 rows, median 0.3%); 2 and 4 hosts at 200 Mbit/s "
         "median 0.8%, worst −9.9% (the ring's 256 kB on 4 hosts); rows of ≥ 1 MB median "
@@ -416,7 +466,19 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
-        "**Full grid (6468880, the same sync model as ace0eee): median 1.9% over 12 rows, "
+        "**Full grid (3eb3495; Gloo's ring priced from the C++-driven rounds, the `allreduce` "
+        "note): median 1.3% over 12 rows, worst 13.2% (6468880: 1.9% and 5.9%).** 50 Mbit/s "
+        "−0.3…−1.6%; 200 Mbit/s (emulated, then real compute) 2 replicas −4.7% and −3.6%, 4 "
+        "replicas −1.1% and +0.0%, 8 replicas +10.1% and +13.2% (steps of 151.6 and 106.7 ms, "
+        "as in 6468880's 153.0 and 108.3, predicted 167.0 and 120.7 against 156.4 and 110.3 "
+        "then). Not the C++ rounds: mlp's gradient sends 14 rounds of 117.6 kB on 8 hosts, "
+        "between the C++ table's 64 KiB and the Python one's 128 KiB, 8.19 ms a round with the "
+        "C++ rounds and 8.23 ms without. The calibration's 8-host bed ran slow: its 128 KiB "
+        "round took 9.21 ms, 8.38 ms in 6468880's calibration and 8.85 ms in the `allreduce` "
+        "point's own probe of this run, half an hour later. The sync points are predicted from "
+        "the calibration made at the start of the run, not from probes of their own beds as "
+        "the all-reduce points are.",
+        "**The grid before (6468880, the same sync model as ace0eee): median 1.9% over 12 rows, "
         "worst 5.9% (ace0eee: 1.5% and 7.0%).** 50 Mbit/s −0.2…−2.0%; 200 Mbit/s (emulated, "
         "then real compute) 2 replicas −4.4% and −2.6%, 4 replicas −3.6% and −5.9%, 8 "
         "replicas +2.2% and +1.9% (steps of 153.0 and 108.3 ms, predicted 156.4 and 110.3 "
@@ -457,7 +519,7 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
-        "**Full grid (6468880): 4 hosts at 200 Mbit/s, −3.1%** (ace0eee −2.1%, 56ea042 "
+        "**Full grid (3eb3495): 4 hosts at 200 Mbit/s, −0.8%** (6468880 −3.1%, ace0eee −2.1%, 56ea042 "
         "−0.7%, 86fed1a and 53652ed "
         "−2.4%, 2259b18 −0.5%, e64dd2e "
         "+8.2%; the paragraph below quotes the grid before those).",
@@ -470,7 +532,17 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
-        "**Full grid (6468880; every run timed after its warm-up, the next paragraph): "
+        "**Full grid (3eb3495; the parameter-server model has not changed since 6468880): "
+        "seconds per update, 2, 4 and 8 workers, 200 Mbit/s −10.7%, −1.1%, −12.1%; 50 Mbit/s "
+        "−44.7%, −43.6%, −22.1% (6468880: −0.1%, −0.7%, −7.7%; −1.9%, −48.7%, −19.1%).** The "
+        "runs landed in the other regime this time: 2 workers at 50 Mbit/s stayed in step for "
+        "the whole run, 332–337 ms an update in every window of 4 rounds (predicted 186 ms in "
+        "arrival order; 190 ms measured in 6468880), 4 workers at 50 Mbit/s at 283–292 ms "
+        "after the warm-up (161 predicted, 314 measured in 6468880), and 2 workers at 200 "
+        "Mbit/s ran at 65–66 ms an update (predicted 65.7) for 4 windows after the warm-up, "
+        "then at 74–84 ms. Same code and model: "
+        "what the paragraphs below say of the lock step.",
+        "**The grid before (6468880; every run timed after its warm-up, the **Found** paragraph below): "
         "seconds per update, 2, 4 and 8 workers, 200 Mbit/s −0.1%, −0.7%, −7.7%; 50 Mbit/s "
         "−1.9%, −48.7%, −19.1% (ace0eee, timed after the first round: −1.0%, −7.7%, −21.8%; "
         "−13.6%, −9.7%, −21.6%).** At 200 Mbit/s, and with 2 workers at 50 Mbit/s, the steady "
@@ -632,7 +704,17 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
-        "**Full grid (6468880; the PS rows timed after their warm-up, the `async` note): "
+        "**Full grid (3eb3495): ring rows +0.1%, +5.7%, +19.4%; PS rows 4 workers at 50 Mbit/s "
+        "1× −47.1%, 2× −6.0%, 4× +2.3%, 8× +2.7%; at 200 Mbit/s +0.9%, −14.0%, −9.8%, −4.9%; "
+        "8 workers −39.8%, −11.2%, −11.0%, −2.7% (6468880: +0.1%, +0.6%, +9.5%; −48.3%, "
+        "−0.5%, +2.1%, +2.9%; −0.1%, −10.1%, −6.5%, −6.4%; −28.1%, −6.2%, −5.5%, −6.6%).** "
+        "The 8-worker ring (Gloo's all-reduce of mlp's gradient on 8 hosts at 200 Mbit/s) took "
+        "97.6 ms, predicted 116.6: from the calibration's 8-host table, which ran slow in this "
+        "run (the `sync` note), and in Gloo's window above 64 KiB (the `allreduce` note). The "
+        "parameter-server rows are the lock step and the bed of the paragraphs below; the same "
+        "slow table lowered the bed's ceiling (`bed_payload_bps`) and with it the 4× and 8× "
+        "predictions for 8 workers (112.0 ms, 109.3 in 6468880).",
+        "**The grid before (6468880; the PS rows timed after their warm-up, the `async` note): "
         "ring rows +0.1%, +0.6%, +9.5%; PS rows 4 workers at 50 Mbit/s 1× −48.3%, 2× −0.5%, "
         "4× +2.1%, 8× +2.9%; at 200 Mbit/s −0.1%, −10.1%, −6.5%, −6.4%; 8 workers −28.1%, "
         "−6.2%, −5.5%, −6.6%.** The 1× round of 4 workers at 50 Mbit/s is the lock step of "
@@ -741,7 +823,12 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
-        "**Full grid (6468880; the async runs timed after their warm-up, the `async` note): "
+        "**Full grid (3eb3495): sync per step −1.6%, +0.6%, +11.8%; async per update −0.6%, "
+        "−0.6%, −14.5% for 2, 4 and 8 workers (6468880: −1.3%, −2.1%, +3.9%; −0.5%, −2.1%, "
+        "−10.0%).** The 8-worker sync step is the `sync` note's (149.3 ms, predicted 167.0 "
+        "from the calibration's slow 8-host table); the 8-worker async run (47.2 ms an update, "
+        "40.3 predicted) the `async` note's nine processes on 2 cores.",
+        "**The grid before (6468880; the async runs timed after their warm-up, the `async` note): "
         "sync per step −1.3%, −2.1%, +3.9%; async per update −0.5%, −2.1%, −10.0% for 2, 4 "
         "and 8 workers (ace0eee: −0.7%, −0.3%, +12.2%; +0.3%, −1.6%, −13.7%).** The 8-worker "
         "async run, 44.7 ms an update against 40.2 predicted, is the `async` note's: nine "

@@ -132,3 +132,14 @@ def test_probe_times_cpp_rounds_up_to_the_engine_limit_on_two_ranks(tmp_path):
                for r in record["engine_results"] for ends in r["ends_chains_s"])
     assert "C++" in run.stdout
     assert engine_table(record).sizes_bytes == (64, 16384, 2 * ENGINE_MAX_BYTES)
+
+
+def test_ablation_prices_gloos_rows_from_the_python_rounds_only_in_its_own_model():
+    from experiments.ablation import errors
+    nets = {1e9: NetworkInputs.from_calibration(CALIBRATION)}
+    engine_s, python_s = 1.1e-3 + 13 * 0.6e-3, 1.4e-3 + 13 * 0.9e-3  # 14 rounds of 64 KiB
+    row = {"algorithm": "backend", "hosts": 8, "bytes": 512 << 10, "bandwidth_bps": 1e9,
+           "measured_s": engine_s}
+    assert errors([row], nets, "rounds") == [pytest.approx(0.0, abs=1e-12)]
+    assert errors([row], nets, "rounds, Gloo's from Python") == \
+        [pytest.approx((python_s - engine_s) / engine_s)]
