@@ -2,7 +2,9 @@
 # Installs dsgd and everything it needs into the current Python environment.
 #
 #   ./install.sh            the package (simulator and real trainers)
-#   ./install.sh dev        + what the tests need: pytest, mpi4py and mpich (MPI), iproute2
+#   ./install.sh dev        + what the tests and the experiments need: pytest, mpi4py and mpich
+#                             (MPI), ninja; as root with apt-get: iproute2 (the test bed), and a
+#                             C++ compiler and Python's headers where missing (the C++ ring rounds)
 #
 # A torch that is already installed is kept. When there is none, the CPU build is installed
 # (TORCH_SPEC, default torch==2.13.0), so that the plain requirement in pyproject.toml never
@@ -33,12 +35,14 @@ if [[ -n "$extras" && "$extras" == *dev* ]]; then
     missing=()
     command -v tc >/dev/null 2>&1 || missing+=(iproute2)
     command -v c++ >/dev/null 2>&1 || missing+=(g++)
+    "$PY" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(
+        sysconfig.get_paths()["include"], "Python.h")))' || missing+=(python3-dev)
     if [[ ${#missing[@]} -gt 0 ]]; then
         if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
             apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
         else
             echo "install.sh: ${missing[*]} not found: test-bed tests (iproute2) and the C++ ring" \
-                 "rounds (g++) cannot run" >&2
+                 "rounds (g++, python3-dev) cannot run" >&2
         fi
     fi
 fi

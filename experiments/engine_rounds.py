@@ -8,18 +8,27 @@ round: on 8 emulated hosts on 2 cores at 1000 Mbit/s (chains of 14 rounds, media
 run) a 32 KiB round took 0.68 ms driven from Python and 0.52 ms driven from here, and Gloo's
 all-reduce of 256 KiB took 0.52 ms a round (its 14 rounds of 32 KiB). This module compiles a
 small C++ loop (``engine_rounds.cpp``) against the installed torch at first use
-(``torch.utils.cpp_extension``: needs a C++ compiler and ninja; about 30 s, then cached) and
-runs it through the communicator's process group. torch.distributed only: an MPI library's all-reduce is its own C code, and these
-rounds say nothing about it.
+(``torch.utils.cpp_extension``: needs a C++ compiler, Python's headers and ninja, which
+``./install.sh dev`` installs; about 30 s, then kept in ``build_directory()``) and runs it
+through the communicator's process group. torch.distributed with Gloo only: an MPI library's
+all-reduce is its own C code, and these rounds say nothing about it.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from pathlib import Path
 
 import torch
 
 SOURCE = Path(__file__).with_name("engine_rounds.cpp")
+NAME = "dsgd_engine_rounds"
+MIN_BYTES = 8  # two halves of at least one float32 each
+# torch's build lock; a build killed midway leaves it behind and every later build would wait
+# for it forever. A build takes about 30 s: a lock this old belongs to no running build.
+STALE_LOCK_S = 600.0
 _module = None
 
 
@@ -27,18 +36,56 @@ class EngineRoundsError(RuntimeError):
     """The C++ rounds cannot be built or run here (one line, for the command line)."""
 
 
+def build_directory() -> Path:
+    """Where the extension is built and kept: ``$TORCH_EXTENSIONS_DIR`` (default
+    ``~/.cache/torch_extensions``), one folder per Python and torch version."""
+    base = Path(os.environ.get("TORCH_EXTENSIONS_DIR")
+                or Path.home() / ".cache" / "torch_extensions")
+    version = f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__}"
+    return base / version.replace("+", "_") / NAME
+
+
+def remove_stale_lock(directory: Path, max_age_s: float = STALE_LOCK_S) -> bool:
+    """Remove the build lock in ``directory`` if it is older than ``max_age_s``; True if removed."""
+    lock = directory / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > max_age_s:
+            lock.unlink()
+            return True
+    except FileNotFoundError:
+        pass
+    return False
+
+
+def build_error_line(error: BaseException) -> str:
+    """The line of a failed build that says why (a compiler's ``error:``, ninja's ``FAILED``),
+    else its first line, at most 300 characters."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    why = next((line for line in lines if "error:" in line.lower()), None) \
+        or next((line for line in lines if "FAILED" in line), None) \
+        or (lines[0] if lines else type(error).__name__)
+    return why[:300]
+
+
 def load():
-    """The compiled extension (built on first use, then cached by torch)."""
+    """The compiled extension (built on first use, then kept by torch)."""
     global _module
     if _module is None:
         from torch.utils.cpp_extension import load as load_extension
+        directory = build_directory()
+        directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_lock(directory)
+        # ninja installed by pip sits beside this Python, which sudo leaves off PATH
+        here = os.path.dirname(sys.executable)
+        if here not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
         try:
-            _module = load_extension("dsgd_engine_rounds", sources=[str(SOURCE)],
-                                     extra_cflags=["-O2"], verbose=False)
+            _module = load_extension(NAME, sources=[str(SOURCE)], extra_cflags=["-O2"],
+                                     build_directory=str(directory), verbose=False)
         except (OSError, RuntimeError, ImportError) as error:  # no compiler, no ninja, a failed build
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise EngineRoundsError(f"cannot build the C++ ring rounds ({SOURCE.name}): {first} "
-                                    "(needs a C++ compiler and ninja: ./install.sh dev)") from None
+            raise EngineRoundsError(f"cannot build the C++ ring rounds ({SOURCE.name}): "
+                                    f"{build_error_line(error)} (needs a C++ compiler, Python's "
+                                    "headers and ninja: ./install.sh dev)") from None
     return _module
 
 
@@ -53,12 +100,14 @@ def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
                 rounds: int, tag: int) -> tuple[list[float], torch.Tensor]:
     """After a barrier, ``rounds`` ring rounds driven from C++, each message in two halves in
     flight at once: the seconds at the end of each round, and the buffer the last round
-    received into (the same contract as ``ring_probe.chain_marks``)."""
+    received into (the same contract as ``ring_probe.chain_marks``). Buffers of at least
+    ``MIN_BYTES``; a peer's failure is the communicator's one-line ``CommError``."""
     import torch.distributed as dist
     outgoing, incoming = buffers
     group = comm.group if comm.group is not None else dist.group.WORLD
     right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
     module = load()
     comm.barrier()
-    marks = module.chain_marks(group, outgoing, incoming, right, left, rounds, tag)
+    marks = comm.guard("C++ ring rounds", lambda: module.chain_marks(
+        group, outgoing, incoming, right, left, rounds, tag))
     return marks, (incoming if rounds % 2 else outgoing)

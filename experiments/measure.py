@@ -57,6 +57,12 @@ def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfi
 RING_HOSTS = {"sync": "hosts", "ps_vs_ring": "workers", "async_vs_sync": "workers"}
 
 
+def runs_ring_probes(experiments) -> bool:
+    """Whether running ``experiments`` times ring rounds (``ring_probe.py``): every all-reduce
+    point does on its own bed, and the calibration does for every point that runs a ring."""
+    return any(p.kind == "allreduce" or p.kind in RING_HOSTS for e in experiments for p in e.points)
+
+
 def ring_hosts(points, bandwidth_bps: float) -> list[int]:
     """The host counts at ``bandwidth_bps`` whose ring rounds the predictions need."""
     return sorted({getattr(p, RING_HOSTS[p.kind]) for p in ring_points(points, bandwidth_bps)})

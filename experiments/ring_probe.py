@@ -15,9 +15,14 @@ those (``dsgd_sim.collectives.RoundCosts``)::
 
     torchrun --nproc-per-node 4 experiments/ring_probe.py --sizes 16KiB,256KiB,4MiB --json rounds.json
 
-On the test bed it is the calibration of every H-host bed (``experiments/measure.py``): it
-measures the network of H hosts as the all-reduces use it, on sizes of its own grid, never the
-all-reduces themselves.
+With ``--engine-rounds`` it then times the same chains driven from C++ as Gloo's own all-reduce
+drives them (``experiments/engine_rounds.py``: each message in two halves in flight, no
+interpreter between rounds) at its sizes up to ``ENGINE_MAX_BYTES``, as ``engine_results``:
+the rounds Gloo's all-reduce is priced from (``experiments.model.engine_table``).
+
+On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
+with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on
+sizes of its own grid, never the all-reduces themselves.
 """
 
 from __future__ import annotations
@@ -145,7 +150,8 @@ def parse_args(argv=None):
     parser.add_argument("--engine-rounds", action="store_true",
                         help="also time the rounds as Gloo's own all-reduce makes them (driven "
                              "from C++, two halves in flight; experiments/engine_rounds.py) at the "
-                             f"sizes up to {format_bytes(ENGINE_MAX_BYTES)}: 'engine_results' "
+                             f"sizes from {engine_rounds.MIN_BYTES} B to "
+                             f"{format_bytes(ENGINE_MAX_BYTES)}: 'engine_results' "
                              "(torch.distributed with Gloo only; builds a C++ extension)")
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser)
@@ -170,6 +176,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     parser, args = parse_args(argv)
+    if args.engine_rounds:  # every rank builds (or finds) it before any waits for another
+        try:
+            engine_rounds.load()
+        except engine_rounds.EngineRoundsError as error:
+            parser.error(str(error))
     with open_comm(parser, args, check_sizes=False) as comm:
         if comm.world_size < 2:
             parser.error(f"a ring needs at least 2 ranks, got {comm.world_size}")
@@ -180,12 +191,12 @@ def main(argv=None) -> None:
         if args.engine_rounds:
             try:
                 engine_rounds.check_comm(comm)
-                engine_rounds.load()
             except engine_rounds.EngineRoundsError as error:
                 parser.error(str(error))
         record["results"] = probe(comm, args.size_bytes, rounds, args.repeats)
         tables = [("", record["results"])]
-        engine_sizes = [n for n in args.size_bytes if n <= ENGINE_MAX_BYTES]
+        engine_sizes = [n for n in args.size_bytes
+                        if engine_rounds.MIN_BYTES <= n <= ENGINE_MAX_BYTES]
         if args.engine_rounds and engine_sizes:
             record["engine_results"] = probe(
                 comm, engine_sizes, rounds, args.repeats,

@@ -264,8 +264,10 @@ def main(argv=None) -> int:
         print(f"experiments/run.py: the test bed is unavailable: {reason}", file=sys.stderr)
         return 1
     from experiments import engine_rounds
+    from experiments.measure import runs_ring_probes
     try:  # every ring probe times Gloo's rounds from C++ too: build them once, before any bed
-        engine_rounds.load()
+        if runs_ring_probes(args.experiments):
+            engine_rounds.load()
     except engine_rounds.EngineRoundsError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return 1

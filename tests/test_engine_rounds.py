@@ -84,8 +84,58 @@ def test_bracketing_keeps_the_cpp_rounds_only_where_both_probes_have_them():
     assert "engine_results" not in bracket(before, {"results": after["results"]})
 
 
-def test_the_test_beds_probes_time_the_cpp_rounds():
+def test_the_test_beds_probes_time_the_cpp_rounds_and_the_runner_builds_them_only_for_probes():
+    from experiments.configs import EXPERIMENTS
+    from experiments.measure import runs_ring_probes
     assert "--engine-rounds" in probe_command([64], 3, "r.json", 4).split()
+    assert runs_ring_probes([EXPERIMENTS["allreduce"](True)])
+    assert runs_ring_probes([EXPERIMENTS["sync"](True)])
+    assert not runs_ring_probes([EXPERIMENTS["async"](True)])
+
+
+def test_a_failed_build_is_one_line_that_says_why(monkeypatch, tmp_path):
+    import torch.utils.cpp_extension as cpp_extension
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(engine_rounds, "_module", None)
+
+    def failing_build(*args, **kwargs):
+        raise RuntimeError("Error building extension 'dsgd_engine_rounds': [1/2] c++ -MMD -MF "
+                           "engine_rounds.o.d -O2 -c engine_rounds.cpp\nFAILED: engine_rounds.o\n"
+                           "engine_rounds.cpp:9:10: fatal error: Python.h: No such file or "
+                           "directory\nninja: build stopped: subcommand failed.")
+    monkeypatch.setattr(cpp_extension, "load", failing_build)
+    with pytest.raises(engine_rounds.EngineRoundsError) as error:
+        engine_rounds.load()
+    message = str(error.value)
+    assert "\n" not in message and "fatal error: Python.h" in message and "install.sh dev" in message
+    assert engine_rounds.build_directory().is_relative_to(tmp_path)
+
+
+def test_the_runner_stops_in_one_line_when_the_rounds_cannot_be_built(monkeypatch, capsys):
+    import real.testbed
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: None)
+
+    def no_build():
+        raise engine_rounds.EngineRoundsError("cannot build the C++ ring rounds: no compiler")
+    monkeypatch.setattr(engine_rounds, "load", no_build)
+    assert run.main(["--quick", "allreduce"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot build the C++ ring rounds" in err
+
+
+def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    import os
+    import time
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert not engine_rounds.remove_stale_lock(tmp_path) and lock.exists()
+    old = time.time() - engine_rounds.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    assert engine_rounds.remove_stale_lock(tmp_path) and not lock.exists()
+    assert not engine_rounds.remove_stale_lock(tmp_path)  # none: nothing to do
 
 
 def test_an_mpi_communicator_is_refused_in_one_line():
@@ -94,13 +144,13 @@ def test_an_mpi_communicator_is_refused_in_one_line():
 
 
 def pass_rank_numbers(rounds: int) -> list:
-    """Each rank sends its rank number around the ring in C++ rounds: what arrived last, both
-    halves, and the round ends."""
+    """Each rank sends a buffer of its own around the ring in C++ rounds: what arrived last, and
+    the round ends."""
     from real.comm import init
     comm = init("torch", "gloo", timeout_s=60)
     try:
-        size = 10  # two halves of 5 elements
-        buffers = (torch.full((size,), float(comm.rank)), torch.empty(size))
+        mine = torch.arange(11.0) + 100 * comm.rank  # halves of 5 and 6 elements
+        buffers = (mine.clone(), torch.full((11,), -1.0))
         marks, arrived = engine_rounds.chain_marks(comm, buffers, rounds, tag=33)
         return [arrived.tolist(), marks]
     finally:
@@ -113,25 +163,28 @@ def test_cpp_rounds_pass_both_halves_on_around_the_ring(rounds):
     world = 3
     for rank, (arrived, marks) in enumerate(run_function(pass_rank_numbers, world, rounds,
                                                          timeout_s=240)):
-        # after k rounds a rank holds what its k-th neighbour to the left started with
-        assert arrived == [float((rank - rounds) % world)] * 10
+        # after k rounds a rank holds, in order, the buffer its k-th neighbour to the left
+        # started with: both halves, neither crossed nor repeated
+        assert arrived == (torch.arange(11.0) + 100 * ((rank - rounds) % world)).tolist()
         assert len(marks) == rounds and all(0 < a < b for a, b in zip(marks, marks[1:] + [1e9]))
 
 
 @needs_compiler
 def test_probe_times_cpp_rounds_up_to_the_engine_limit_on_two_ranks(tmp_path):
     out = tmp_path / "rounds.json"
-    run = run_script(["experiments/ring_probe.py", "--sizes", f"64B,16KiB,{2 * ENGINE_MAX_BYTES}B",
+    run = run_script(["experiments/ring_probe.py", "--sizes", f"4B,64B,16KiB,{2 * ENGINE_MAX_BYTES}B",
                       "--repeats", "1", "--rounds", "3", "--engine-rounds", "--json", str(out)],
                      2, timeout_s=240)
     assert run.returncode == 0, run.stderr
     record = json.loads(out.read_text())
-    assert [r["bytes"] for r in record["results"]] == [64, 16384, 2 * ENGINE_MAX_BYTES]
+    # a 4-byte message has no two halves: Python-driven rounds only
+    assert [r["bytes"] for r in record["results"]] == [4, 64, 16384, 2 * ENGINE_MAX_BYTES]
     assert [r["bytes"] for r in record["engine_results"]] == [64, 16384]
     assert all(len(ends) == 3 and 0 < ends[0] < ends[1] < ends[2]
                for r in record["engine_results"] for ends in r["ends_chains_s"])
     assert "C++" in run.stdout
     assert engine_table(record).sizes_bytes == (64, 16384, 2 * ENGINE_MAX_BYTES)
+    assert engine_table(record).next_s[:2] == tuple(r["next_s"] for r in record["engine_results"])
 
 
 def test_ablation_prices_gloos_rows_from_the_python_rounds_only_in_its_own_model():
@@ -142,4 +195,10 @@ def test_ablation_prices_gloos_rows_from_the_python_rounds_only_in_its_own_model
            "measured_s": engine_s}
     assert errors([row], nets, "rounds") == [pytest.approx(0.0, abs=1e-12)]
     assert errors([row], nets, "rounds, Gloo's from Python") == \
+        [pytest.approx((python_s - engine_s) / engine_s)]
+    # with the point's own probe (its C++ rounds twice as slow): that table, or its Python one
+    slow = [{**r, "first_s": 2 * r["first_s"], "next_s": 2 * r["next_s"]} for r in ENGINE_ROWS]
+    tables = {"H=8 1000Mbps": {"results": PYTHON_ROWS, "engine_results": slow}}
+    assert errors([row], nets, "rounds", tables) == [pytest.approx(1.0)]
+    assert errors([row], nets, "rounds, Gloo's from Python", tables) == \
         [pytest.approx((python_s - engine_s) / engine_s)]
