@@ -70,7 +70,15 @@ NOTES: dict[str, list[str]] = {
         "447.3, 427.3 and 415.8 ms against 415.5 ms. The window matched at those sizes but "
         "took 12.4 ms for 8 KiB rounds where Gloo took 9.8 ms (two halves: 7.8 ms); 5% at "
         "1 MB is within what an 8-host bed moves from run to run, and C++ chains at every size "
-        "would double the probe's time at the large ones. Not in the model.",
+        "would double the probe's time at the large ones. Two more 8-host beds at 200 Mbit/s "
+        "after the grid (the same side-check script, medians of 9; whole chains against Gloo's "
+        "call): 128 KiB rounds driven from Python +3.3% and +11.8%, from C++ in two halves "
+        "+2.8% and +8.2%, in the window −2.3% and +2.8%; 512 KiB +4.2% and +1.2%, +3.4% and "
+        "+0.9%, −0.8% and −4.4%. On 4 hosts at 200 Mbit/s the window was the farthest at "
+        "128 KiB (−7.1%, Python −1.6%, two halves +1.0%), and on 2 hosts all three were "
+        "within 0.5% of Gloo's at 128 KiB and above. No driver is the closest everywhere, "
+        "and a bed moves its rounds by as much; the window is the candidate for 8 hosts "
+        "above 64 KiB. Not in the model.",
         "**The grid before (6468880; the all-reduce model had not changed since ace0eee): median "
         "1.1% over 132 all-reduce rows, worst 72.0%, 15 over 8% (ace0eee: 0.8%, 28.8%, 9).** "
         "Every 50 Mbit/s row within 2.8% (42 rows, median 0.3%); 2 and 4 hosts at 200 Mbit/s "
