@@ -40,6 +40,15 @@ NOTES: dict[str, list[str]] = {
         "−20.8% and +20.1%), and Gloo's 1 MB on 8 hosts at 200 Mbit/s, +12.5% (rounds of "
         "125 kB, above the C++ rounds' 64 KiB: the paragraph after next). 7 of the 132 "
         "measurements moved by more than 8% from 6468880's.",
+        "**A second full grid with the same code** (`sudo python experiments/run.py --out "
+        "<folder>`, right after, not committed; 49.6 min): 172 rows, median 1.5%, worst "
+        "48.3%, 143 within 8%; all-reduces median 1.1%, worst 39.0%, 16 over 8%. Gloo's own 44 "
+        "rows median 1.3%, worst 39.0% (its 64 kB on 8 hosts at 200 Mbit/s, 6.91 ms measured "
+        "where this grid measured 8.62 ms, predicted 9.61 and 8.79 ms), and with the "
+        "Python-driven rounds on the same files 1.4% and 63.2%; its 256 kB on 8 hosts at 1000 "
+        "Mbit/s +16.5%. The C++ rounds take the worst of Gloo's rows down in both runs; "
+        "Gloo's own calls of 64 kB on 8 hosts still move by 20% from one bed to the next. The "
+        "8-replica sync rows were +10.7% and +12.7% again (the `sync` note).",
         "**Gloo's own all-reduce is priced from rounds driven as it drives them.** Gloo's ring "
         "(`gloo/allreduce.cc`) runs in C++: no interpreter between its rounds, and each chunk "
         "in two segments with both in flight (one travels while the other is reduced). The "
@@ -491,7 +500,8 @@ NOTES: dict[str, list[str]] = {
         "would be +7.1% and +8.9%: the rest is Gloo's ring itself at rounds of 117.6 kB, "
         "faster than the Python-driven rounds it is priced from there, as its 1 MB call on "
         "8 hosts at 200 Mbit/s (+12.5%, the `allreduce` note's sliding-window paragraph). "
-        "Probes of every sync bed's own would take only the first part away.",
+        "Probes of every sync bed's own would take only the first part away. A second full "
+        "grid with the same code (the `allreduce` note) had them at +10.7% and +12.7%.",
         "**The grid before (6468880, the same sync model as ace0eee): median 1.9% over 12 rows, "
         "worst 5.9% (ace0eee: 1.5% and 7.0%).** 50 Mbit/s −0.2…−2.0%; 200 Mbit/s (emulated, "
         "then real compute) 2 replicas −4.4% and −2.6%, 4 replicas −3.6% and −5.9%, 8 "
