@@ -4,9 +4,10 @@
 as the hand-written rings of ``real/allreduce.py`` make them. Gloo's all-reduce makes the same
 rounds in C++: it pays no interpreter between them, and it keeps two segments of every chunk in
 flight at once. Where the ranks share few cores, that difference is a large part of a small
-round: on 8 emulated hosts on 2 cores at 1000 Mbit/s (chains of 14 rounds, medians of 20, one
-run) a 32 KiB round took 0.68 ms driven from Python and 0.52 ms driven from here, and Gloo's
-all-reduce of 256 KiB took 0.52 ms a round (its 14 rounds of 32 KiB). This module compiles a
+round: on 8 emulated hosts on 2 cores at 1000 Mbit/s (chains of 14 rounds, one run) a later
+32 KiB round took 0.90 ms driven from Python and 0.57 ms driven from here, and Gloo's
+all-reduce of 256 KiB 6.59 ms, 0.47 ms a round (its 14 rounds of 32 KiB; the command is in the
+``allreduce`` note of ``experiments/RESULTS.md``). This module compiles a
 small C++ loop (``engine_rounds.cpp``) against the installed torch at first use
 (``torch.utils.cpp_extension``: needs a C++ compiler, Python's headers and ninja, which
 ``./install.sh dev`` installs; about 30 s, then kept in ``build_directory()``) and runs it

@@ -49,7 +49,7 @@ ENGINE_TAG = 33  # and 34: the C++ rounds' two halves (experiments/engine_rounds
 # --engine-rounds times the C++-driven rounds up to this size: where a round's fixed cost (the
 # ranks' wake-ups, the interpreter) is a large part of it; above, both drivers' rounds pay the
 # link (on 8 hosts at 1000 Mbit/s a 128 KiB round took 1.11 ms driven from Python, 1.13 ms from
-# C++ in two halves), and the model takes the Python-driven rounds there
+# a prototype of the C++ loop), and the model takes the Python-driven rounds there
 ENGINE_MAX_BYTES = 64 << 10
 # the default sizes: from a latency-sized message up; ×2 apart from 8 KiB to 256 KiB, where a
 # round crosses from fitting in a shaper's bucket to paying its bytes at the rate and a straight
@@ -161,6 +161,9 @@ def parse_args(argv=None):
         args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
     except ValueError as error:
         parser.error(str(error))
+    if args.engine_rounds and args.backend in ("mpi", "nccl"):  # before building anything
+        parser.error(f"--engine-rounds: C++ rounds run on torch.distributed with Gloo, not "
+                     f"--backend {args.backend}")
     bad = [n for n in args.size_bytes if n <= 0 or n % 4]
     if bad:
         parser.error(f"--sizes: {bad[0]} bytes is not a positive multiple of 4")

@@ -202,3 +202,16 @@ def test_ablation_prices_gloos_rows_from_the_python_rounds_only_in_its_own_model
     assert errors([row], nets, "rounds", tables) == [pytest.approx(1.0)]
     assert errors([row], nets, "rounds, Gloo's from Python", tables) == \
         [pytest.approx((python_s - engine_s) / engine_s)]
+
+
+def test_the_probe_refuses_cpp_rounds_on_mpi_before_building_anything(monkeypatch, capsys):
+    from experiments.ring_probe import main as probe_main
+
+    def no_build():
+        raise AssertionError("built the C++ rounds for a backend that cannot run them")
+    monkeypatch.setattr(engine_rounds, "load", no_build)
+    with pytest.raises(SystemExit) as exit_info:
+        probe_main(["--engine-rounds", "--backend", "mpi"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--backend mpi" in err[0] and "Gloo" in err[0]
