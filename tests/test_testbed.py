@@ -217,13 +217,16 @@ def test_a_congestion_control_a_namespace_may_not_use_is_refused_in_one_line():
 def test_large_transfer_runs_at_the_cap_less_header_overhead():
     config = TestbedConfig(hosts=2, bandwidth_bps=80e6)
     with Testbed(config) as bed:
-        raw = measure(bed, sizes=[1_000_000, 5_000_000], pings=10, repeats=1, timeout_s=60)
+        # Medians of three: one transfer on a shared machine can lose a time slice.
+        raw = measure(bed, sizes=[1_000_000, 5_000_000], pings=10, repeats=3, timeout_s=60)
         uplink = bed.link_counters(0)["up"]
     record = summarise(raw, config)
     # Payload rate of a long transfer: the rate times 1448/1514 (headers), not the raw rate.
     assert record["goodput_bps"] == pytest.approx(80e6 * 1448 / 1514, rel=RATE_TOLERANCE)
-    for transfer in record["transfers"]:
-        assert transfer["median_s"] == pytest.approx(transfer["shaper_model_s"], rel=RATE_TOLERANCE)
+    # The large transfer's time is the shaper model's. (A 1 MB transfer's 0.1 s is not held to
+    # 5%: a few milliseconds of a busy machine's scheduling, in it or in the ping, are 5%.)
+    large = record["transfers"][-1]
+    assert large["median_s"] == pytest.approx(large["shaper_model_s"], rel=RATE_TOLERANCE)
     assert uplink["sent_bytes"] > 6_000_000 * 1514 / 1448  # the traffic crossed the shaped link
 
 
@@ -231,8 +234,8 @@ def test_large_transfer_runs_at_the_cap_less_header_overhead():
 def test_slow_host_is_capped_in_both_directions():
     config = TestbedConfig(hosts=2, bandwidth_bps=200e6, slow_host_bps=40e6)
     with Testbed(config) as bed:
-        into_slow = measure(bed, [500_000, 2_500_000], pings=5, repeats=1, timeout_s=60, sender=0, receiver=1)
-        out_of_slow = measure(bed, [500_000, 2_500_000], pings=5, repeats=1, timeout_s=60, sender=1, receiver=0)
+        into_slow = measure(bed, [500_000, 2_500_000], pings=5, repeats=3, timeout_s=60, sender=0, receiver=1)
+        out_of_slow = measure(bed, [500_000, 2_500_000], pings=5, repeats=3, timeout_s=60, sender=1, receiver=0)
     expected_bps = 40e6 * config.payload_efficiency
     assert summarise(into_slow, config, 0, 1)["goodput_bps"] == pytest.approx(expected_bps, rel=RATE_TOLERANCE)
     assert summarise(out_of_slow, config, 1, 0)["goodput_bps"] == pytest.approx(expected_bps, rel=RATE_TOLERANCE)
@@ -360,7 +363,7 @@ def test_gloo_all_reduce_across_two_hosts_through_torchrun_c10d_rendezvous(tmp_p
 @needs_namespaces
 def test_calibrate_writes_the_simulator_inputs_for_tcp_and_gloo(tmp_path):
     out = tmp_path / "calibration.json"
-    done = cli("calibrate", "--bandwidth", "100Mbps", "--sizes", "1MB,4MB", "--repeats", "1",
+    done = cli("calibrate", "--bandwidth", "100Mbps", "--sizes", "1MB,4MB", "--repeats", "3",
                "--pings", "20", "--json", str(out))
     _, err = done.communicate(timeout=120)
     assert done.returncode == 0, err
