@@ -13,7 +13,8 @@ would, not what the shared CPU's does):
 
 Both predicted from the calibration alone: ``experiments.ps_model.simulate_async`` (what
 ``experiments.sync_model.predict_async`` runs; seconds per update and the staleness histogram,
-one simulation) and ``predict_sync_s`` (fidelity rows, seconds). Throughput in samples/s; the loss curves (the
+one simulation) and ``predict_sync_s`` with the ring rounds timed on the sync run's own test
+bed just before and after it (``measure.run_bracketed``) (fidelity rows, seconds). Throughput in samples/s; the loss curves (the
 scripts' ``loss_curve``: per applied update / per step, seconds and loss) are measured only.
 Each script keeps its own default learning rate (async: SGD lr 0.1 on each 32-sample gradient;
 sync: SGD lr 0.05, momentum 0.9 on the W x 32-sample average), recorded in the results.
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig, warmup_updates
 from .model import NetworkInputs
-from .measure import rank_command, run_collect, testbed_config
+from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import reference_run, simulate_async
 
 SYNC_WARMUP_STEPS = 5
@@ -97,7 +98,9 @@ def async_vs_sync(quick: bool = False) -> Experiment:
 
 # -- measure and predict -----------------------------------------------------------------------
 def measure(point: AsyncVsSyncConfig) -> dict:
-    """The async run (W + 1 hosts) and the sync run (W hosts): their summaries."""
+    """The async run (W + 1 hosts) and the sync run (W hosts): their summaries, and the ring
+    rounds timed on the sync run's test bed around it (``rounds``)."""
+    from real.models import build_model, grad_bytes
     compute = ["--emulate-compute", f"{point.emulate_compute_s}s", "--real-gradients",
                "--threads", "1", "--no-progress", "--model", point.model,
                "--batch-size", str(point.batch_size)]
@@ -108,22 +111,26 @@ def measure(point: AsyncVsSyncConfig) -> dict:
             "--updates", str(point.updates),
             "--warmup-updates", str(warmup_updates(point.workers, point.updates))], "async.json"),
         "async.json", f"async {point.label}", TESTBED_TIMEOUT_S)
-    summary_sync = run_collect(
+    files, rounds = run_bracketed(
         testbed_config(run_sync.hosts, point.bandwidth_bps),
-        rank_command("real/sync.py", compute + ["--steps", str(run_sync.steps), "--warmup-steps",
-                                                str(run_sync.warmup_steps)], "sync.json"),
-        "sync.json", f"sync {point.label}", TESTBED_TIMEOUT_S)
+        [rank_command("real/sync.py", compute + ["--steps", str(run_sync.steps), "--warmup-steps",
+                                                 str(run_sync.warmup_steps)], "sync.json")],
+        ("sync.json",), f"sync {point.label}", TESTBED_TIMEOUT_S,
+        gloo_round_sizes(run_sync.hosts, grad_bytes(build_model(point.model, 0))))
     return {"async": {k: v for k, v in summary_async.items() if k not in DROPPED_KEYS},
-            "sync": summary_sync}
+            "sync": files["sync.json"], "rounds": rounds}
 
 
-def predict(point: AsyncVsSyncConfig, net: NetworkInputs, reference: dict | None = None) -> dict:
-    """Seconds per applied update (async) and per step (sync), the staleness histogram, and the
-    throughputs they imply (samples/s)."""
+def predict(point: AsyncVsSyncConfig, net: NetworkInputs, reference: dict | None = None,
+            sync_rounds: dict | None = None) -> dict:
+    """Seconds per applied update (async) and per step (sync; its ring rounds from
+    ``sync_rounds``, the table timed around the sync run on its own test bed, where given), the
+    staleness histogram, and the throughputs they imply (samples/s)."""
     from .sync_model import predict_sync_s
     reference = reference or reference_run(point.model, point.batch_size)
     sim = simulate_async(point.workers, point.updates, point.emulate_compute_s, net, reference)
-    step_s = predict_sync_s(point.sync_run, net, reference)
+    sync_net = net.with_rounds(point.workers, sync_rounds) if sync_rounds else net
+    step_s = predict_sync_s(point.sync_run, sync_net, reference)
     return {"per_update_s": sim["per_update_s"], "staleness_mean": sim["staleness_mean"],
             "staleness_hist": sim["staleness_hist"], "step_s": step_s,
             "async_samples_per_s": point.batch_size / sim["per_update_s"],
@@ -135,7 +142,8 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
     out = []
     for point in experiment.points:
         measured = measure_fn(point)
-        predicted = predict_fn(point, net_by_rate[point.bandwidth_bps])
+        predicted = predict_fn(point, net_by_rate[point.bandwidth_bps],
+                               sync_rounds=measured.get("rounds"))
         a, s = measured["async"], measured["sync"]
         common = {"workers": point.workers, "bandwidth_bps": point.bandwidth_bps}
         out.append({"config": f"async per update {point.label}", "mode": "async", **common,
@@ -154,7 +162,8 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
                     "measured_samples_per_s": s["samples_per_s"],
                     "loss_curve": [[t, loss] for _, t, loss in s["loss_curve"]],
                     "final_loss": s["final_loss"],
-                    "measured": {k: v for k, v in s.items() if k != "loss_curve"}})
+                    "measured": {k: v for k, v in s.items() if k != "loss_curve"},
+                    **({"rounds": measured["rounds"]} if measured.get("rounds") else {})})
     return out
 
 

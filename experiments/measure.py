@@ -229,47 +229,74 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
     """``real/allreduce.py`` on ``config``'s test bed, calibrated there: ``results``, the
     all-reduce rows (median seconds per algorithm and size, slowest rank's time), and ``rounds``,
     the ring rounds timed by ``experiments/ring_probe.py`` on the same hosts just before the rows
-    and again just after (``bracket``: per size the median over both probes' chains), up to the
-    largest round the point sends (a naive ring's whole buffer). Sizes under
-    ``SMALL_ALLREDUCE_BYTES`` run first, in their own call with ``SMALL_ITERS_FACTOR`` times the
-    iterations.
-
-    Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
-    emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
-    206 ms for a 4 MiB round in one run, 257 ms in the next), and a table from another moment
-    carries that drift into every prediction made from it; probes on either side of the rows
-    share their conditions. The probe still measures only rounds, never an all-reduce."""
+    and again just after (``run_bracketed``), up to the largest round the point sends (a naive
+    ring's whole buffer). Sizes under ``SMALL_ALLREDUCE_BYTES`` run first, in their own call with
+    ``SMALL_ITERS_FACTOR`` times the iterations."""
     groups = [("small", [s for s in config.sizes_bytes if s < SMALL_ALLREDUCE_BYTES],
                config.iters * SMALL_ITERS_FACTOR),
               ("large", [s for s in config.sizes_bytes if s >= SMALL_ALLREDUCE_BYTES], config.iters)]
     groups = [g for g in groups if g[1]]
-    round_sizes = round_sizes_up_to(max(config.sizes_bytes), quick)
-    # 3 chains a size each side (small sizes 27): with both sides, more than one 5-chain probe
-    rounds = chain_rounds(config.hosts)
-    commands = [probe_command(round_sizes, BRACKET_REPEATS, "rounds_before.json", rounds)]
+    commands = []
     for name, sizes, iters in groups:
         args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
                 ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
                 "--timeout", "120s", "--threads", "1"]
         commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
-    commands.append(probe_command(round_sizes, BRACKET_REPEATS, "rounds_after.json", rounds))
-    files = _run(config, " && ".join(commands), ("rounds_before.json", "rounds_after.json")
-                 + tuple(f"{name}.json" for name, _, _ in groups), timeout_s)
-    return {"rounds": bracket(files["rounds_before.json"], files["rounds_after.json"]),
+    files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), commands,
+                                  tuple(f"{name}.json" for name, _, _ in groups), config.label,
+                                  timeout_s, round_sizes_up_to(max(config.sizes_bytes), quick))
+    return {"rounds": rounds,
             "results": [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]}
 
 
+def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tuple[str, ...],
+                  label: str, timeout_s: float, round_sizes: list[int]) -> tuple[dict, dict]:
+    """``commands`` one after the other on a fresh test bed, with ring rounds of ``round_sizes``
+    timed by ``experiments/ring_probe.py`` on the same hosts just before them and again just
+    after: the ``json_names`` files (as ``run_collect`` returns them) and the round table
+    (``bracket``: per size the median over both probes' chains), for the point's prediction.
+
+    Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
+    emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
+    206 ms for a 4 MiB round in one run, 257 ms in the next), and a table from another moment
+    carries that drift into every prediction made from it; probes on either side of the run
+    share its conditions. The probe still measures only rounds, never an all-reduce."""
+    rounds = chain_rounds(bed_config.hosts)
+    probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds)
+              for side in ("before", "after")]
+    files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
+                        ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)
+    return ({n: files[n] for n in json_names},
+            bracket(files["rounds_before.json"], files["rounds_after.json"]))
+
+
+def gloo_round_sizes(hosts: int, n_bytes: int) -> list[int]:
+    """The probe's sizes up to the round of Gloo's own ring all-reduce of ``n_bytes`` on
+    ``hosts`` hosts (a chunk of n / hosts): the table a sync or ring point is priced from."""
+    return round_sizes_up_to(math.ceil(n_bytes / hosts), quick=False)
+
+
 def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:
-    """``real/sync.py`` with one replica per host: rank 0's summary."""
+    """``real/sync.py`` with one replica per host: rank 0's summary, and (started directly, on 2
+    hosts or more) under ``rounds`` the ring rounds of its gradient's all-reduce timed on the
+    same test bed just before and after the run (``run_bracketed``), which its prediction is
+    priced from. Under torchrun the rendezvous picks rank 0's host, so the calibration's rounds
+    price that run."""
     args = ["--model", config.model, "--steps", str(config.steps), "--warmup-steps",
             str(config.warmup_steps), "--batch-size", str(config.batch_size), "--no-progress",
             "--threads", "1",
             "--emulate-compute", f"{config.emulate_compute_s}s"]
     if config.launcher == "torchrun":
         command = _torchrun_command("real/sync.py", args, "multinode") + " --json {out}/sync.json"
-    else:
-        command = rank_command("real/sync.py", args, "sync.json")
-    return _run(config, command, "sync.json", timeout_s)
+        return _run(config, command, "sync.json", timeout_s)
+    command = rank_command("real/sync.py", args, "sync.json")
+    if config.hosts < 2:
+        return _run(config, command, "sync.json", timeout_s)
+    from real.models import build_model, grad_bytes
+    files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), [command],
+                                  ("sync.json",), config.label, timeout_s,
+                                  gloo_round_sizes(config.hosts, grad_bytes(build_model(config.model, 0))))
+    return {**files["sync.json"], "rounds": rounds}
 
 
 def measure_async(config: AsyncRunConfig, timeout_s: float = 900.0) -> dict:

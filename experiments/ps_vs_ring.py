@@ -7,14 +7,15 @@ one). One *round* is every worker's gradient in and the weights out once:
 * **PS, measured:** ``real/async_ps.py --emulate-compute 0`` (workers only exchange: the server's
   ceiling); round = W / ``updates_per_s`` (after the warm-up, ``configs.warmup_updates``).
 * **Ring, measured:** Gloo's own all-reduce of the same gradient bytes on W hosts at B
-  (``real/allreduce.py --algorithms backend``, median of the slowest rank).
+  (``real/allreduce.py --algorithms backend``, median of the slowest rank), with ring rounds
+  timed on the same test bed just before and after it (``measure.run_bracketed``).
 * **Predicted from the calibration alone:** the PS with the simulator's async model, the server's
   link at k x the calibrated duplex payload rate, but each way at most half of what the whole
   bed carries where the calibration's ring rounds found the machine, not the links, the limit
   (``experiments.ps_model.simulate_async`` with ``server_link_bps``; 8 hosts at 200 Mbit/s on
   2 cores),
   taking pushes as they come, several at once, as the real server does (a receive posted per
-  worker); also, for the plot, the simulator's server taking one push at a time
+  worker), and the ring from the rounds timed around its run; also, for the plot, the simulator's server taking one push at a time
   (``predicted_one_push_s``, ``AsyncConfig.one_push_at_a_time``: its inbound is one flow at the
   worker's rate whatever k is, so k buys nothing); the ring with
   ``experiments.model.predict_allreduce_stream_s`` (its calls come back to back, as measured).
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 from .configs import MBIT, Experiment, warmup_updates
 from .model import NetworkInputs, predict_allreduce_stream_s
-from .measure import rank_command, run_collect, testbed_config
+from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import profile_workload, reference_run, simulate_async
 
 SCHEMES = ("ring", "ps", "ps-pipelined")  # alpha_beta_s's schemes
@@ -119,9 +120,11 @@ def measure(point: PsVsRingConfig) -> dict:
     n = grad_bytes(build_model(point.model, 0))
     ring_args = ["--sizes", f"{n}B", "--algorithms", "backend", "--iters", str(point.iters),
                  "--warmup", "1", "--timeout", "120s"]
-    ring = run_collect(testbed_config(point.workers, point.bandwidth_bps),
-                       rank_command("real/allreduce.py", ring_args, "ring.json"), "ring.json",
-                       f"ring {point.label}", TESTBED_TIMEOUT_S)["results"][0]
+    files, rounds = run_bracketed(testbed_config(point.workers, point.bandwidth_bps),
+                                  [rank_command("real/allreduce.py", ring_args, "ring.json")],
+                                  ("ring.json",), f"ring {point.label}", TESTBED_TIMEOUT_S,
+                                  gloo_round_sizes(point.workers, n))
+    ring = files["ring.json"]["results"][0]
     ps = []
     for k in point.server_factors:
         bed = testbed_config(point.workers + 1, point.bandwidth_bps,
@@ -133,11 +136,14 @@ def measure(point: PsVsRingConfig) -> dict:
                               f"PS k={k:g} {point.label}", TESTBED_TIMEOUT_S)
         ps.append({"server_factor": k, "round_s": point.workers / summary["updates_per_s"],
                    "summary": {key: v for key, v in summary.items() if key not in DROPPED_KEYS}})
-    return {"grad_bytes": n, "ring_s": ring["time_s"], "ring": ring, "ps": ps}
+    return {"grad_bytes": n, "ring_s": ring["time_s"], "ring": ring, "rounds": rounds, "ps": ps}
 
 
-def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = None) -> dict:
-    """Seconds per round, predicted from the calibration: the ring, and per server factor the
+def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = None,
+            ring_rounds: dict | None = None) -> dict:
+    """Seconds per round, predicted from the calibration: the ring (its rounds from
+    ``ring_rounds``, the table timed around the ring's run on its own test bed, where given), and
+    per server factor the
     simulator's PS with the server's link at k x the duplex payload rate (each way at most half
     of what the bed carries, ``ps_model.server_link_bps``): as the real server
     works, taking pushes as they come, several at once (``ps_s``, the fidelity rows), and as a
@@ -151,7 +157,8 @@ def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = 
                              one_push_at_a_time=one_push_at_a_time)
         return point.workers * sim["per_update_s"]
 
-    ring_s = predict_allreduce_stream_s(["backend"], point.workers, n, net)["backend"]
+    ring_net = net.with_rounds(point.workers, ring_rounds) if ring_rounds else net
+    ring_s = predict_allreduce_stream_s(["backend"], point.workers, n, ring_net)["backend"]
     return {"grad_bytes": n, "ring_s": ring_s,
             "ps_s": {k: ps_round_s(k * rate) for k in point.server_factors},
             "one_push_s": {k: ps_round_s(k * rate, True) for k in point.server_factors}}
@@ -162,7 +169,8 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
     out = []
     for point in experiment.points:
         net = net_by_rate[point.bandwidth_bps]
-        measured, predicted = measure_fn(point), predict_fn(point, net)
+        measured = measure_fn(point)
+        predicted = predict_fn(point, net, ring_rounds=measured.get("rounds"))
         common = {"workers": point.workers, "bandwidth_bps": point.bandwidth_bps,
                   "grad_bytes": measured["grad_bytes"], "duplex_payload_bps": net.duplex_payload_bps,
                   "latency_s": net.latency_s}
@@ -170,7 +178,8 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
                   rate_bps=net.duplex_payload_bps, latency_s=net.latency_s)
         out.append({"config": f"ring (Gloo) {point.label}", "scheme": "ring", "server_factor": None,
                     **common, "predicted_s": predicted["ring_s"], "measured_s": measured["ring_s"],
-                    "alpha_beta_s": alpha_beta_s("ring", **ab), "measured": measured["ring"]})
+                    "alpha_beta_s": alpha_beta_s("ring", **ab), "measured": measured["ring"],
+                    **({"rounds": measured["rounds"]} if measured.get("rounds") else {})})
         for ps in measured["ps"]:
             k = ps["server_factor"]
             out.append({"config": f"PS server link {k:g}x {point.label}", "scheme": "ps",
@@ -193,7 +202,7 @@ def stored_measurements(point: PsVsRingConfig, stored_rows: list[dict]) -> dict:
         raise ValueError(f"the stored run has no row {missing[0]!r}")
     ring, *ps = (by_config[config] for config in wanted)
     return {"grad_bytes": ring["grad_bytes"], "ring_s": ring["measured_s"],
-            "ring": ring["measured"],
+            "ring": ring["measured"], "rounds": ring.get("rounds"),
             "ps": [{"server_factor": row["server_factor"], "round_s": row["measured_s"],
                     "summary": row["measured"]} for row in ps]}
 

@@ -45,13 +45,20 @@ REPORT = HERE / "RESULTS.md"  # the report written from them
 
 
 def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
+    """Seconds per step, each predicted from the ring rounds timed on its own test bed around
+    the run where the measurement has them (``rounds``), else from the calibration's."""
     rows = []
     for point in experiment.points:
         summary = measure(point)
+        rounds = summary.pop("rounds", None)
+        net = net_by_rate[point.bandwidth_bps]
+        if rounds is not None:
+            net = net.with_rounds(point.hosts, rounds)
         rows.append({"config": point.label, "hosts": point.hosts, "bandwidth_bps": point.bandwidth_bps,
                      "mode": "emulated" if point.emulate_compute_s else "cpu",
-                     "predicted_s": predict(point, net_by_rate[point.bandwidth_bps]),
-                     "measured_s": summary["iteration_time_s"], "measured": summary})
+                     "predicted_s": predict(point, net),
+                     "measured_s": summary["iteration_time_s"], "measured": summary,
+                     **({"rounds": rounds} if rounds is not None else {})})
     return rows
 
 

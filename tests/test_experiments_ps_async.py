@@ -187,7 +187,7 @@ def test_ps_vs_ring_rows_are_one_ring_and_one_per_factor_all_fidelity_rows(net):
                 "ps": [{"server_factor": k, "round_s": r, "summary": {}}
                        for k, r in ((1, 0.2), (4, 0.17))]}
     rows = pvr.rows(experiment, {200e6: net}, lambda p: measured,
-                    lambda p, n: pvr.predict(p, n, REFERENCE))
+                    lambda p, n, **kw: pvr.predict(p, n, REFERENCE, **kw))
     assert [r["scheme"] for r in rows] == ["ring", "ps", "ps"]
     assert [r["measured_s"] for r in rows] == [0.07, 0.2, 0.17]
     assert len({r["config"] for r in rows}) == 3
@@ -201,7 +201,7 @@ def test_a_stored_run_is_predicted_again_with_its_measurements_kept(net):
     measured = {"grad_bytes": GRAD_BYTES, "ring_s": 0.07, "ring": {"time_s": 0.07},
                 "ps": [{"server_factor": k, "round_s": r, "summary": {"updates_per_s": 1 / r}}
                        for k, r in ((1, 0.5), (8, 0.11))]}
-    predict = lambda p, n: pvr.predict(p, n, REFERENCE)  # noqa: E731
+    predict = lambda p, n, **kw: pvr.predict(p, n, REFERENCE, **kw)  # noqa: E731
     stored = {"name": "ps_vs_ring", "question": "?", "points": [point.as_dict()],
               "rows": json.loads(json.dumps(pvr.rows(experiment, {200e6: net},
                                                      lambda p: measured, predict)))}
@@ -218,6 +218,47 @@ def test_a_stored_run_is_predicted_again_with_its_measurements_kept(net):
         pvr.repredict(stored, {200e6: held}, predict)
 
 
+def _probe(next_s: float) -> dict:
+    """A ring-probe table (``measure.bracket``'s) whose rounds take ``next_s`` per MiB."""
+    mib = 1 << 20
+    return {"results": [{"bytes": mib // 4, "first_s": 1e-3, "next_s": next_s / 4},
+                        {"bytes": mib, "first_s": 1e-3, "next_s": next_s}]}
+
+
+def test_the_ring_is_priced_from_the_rounds_timed_around_it_and_again_from_a_stored_run(net):
+    point = pvr.PsVsRingConfig(4, 200e6, server_factors=(1,), updates=40)
+    experiment = pvr.Experiment("ps_vs_ring", "?", (point,))
+    own = _probe(0.2)
+    measured = {"grad_bytes": GRAD_BYTES, "ring_s": 0.07, "ring": {"time_s": 0.07}, "rounds": own,
+                "ps": [{"server_factor": 1, "round_s": 0.2, "summary": {}}]}
+    predict = lambda p, n, **kw: pvr.predict(p, n, REFERENCE, **kw)  # noqa: E731
+    rows = pvr.rows(experiment, {200e6: net}, lambda p: measured, predict)
+    ring_s = predict_allreduce_stream_s(["backend"], 4, GRAD_BYTES, net.with_rounds(4, own))["backend"]
+    assert rows[0]["predicted_s"] == pytest.approx(ring_s) and rows[0]["rounds"] == own
+    assert rows[0]["predicted_s"] != pytest.approx(predict(point, net)["ring_s"])
+    assert rows[1]["predicted_s"] == pytest.approx(predict(point, net)["ps_s"][1])  # PS: calibration
+    stored = {"name": "ps_vs_ring", "question": "?", "points": [point.as_dict()],
+              "rows": json.loads(json.dumps(rows))}
+    again = pvr.repredict(stored, {200e6: net}, predict)
+    assert [r["predicted_s"] for r in again] == pytest.approx([r["predicted_s"] for r in rows])
+
+
+def test_async_vs_sync_prices_the_sync_run_from_the_rounds_timed_around_it(net):
+    point = avs.AsyncVsSyncConfig(4, 200e6, updates=80)
+    own = _probe(0.2)
+    predicted = avs.predict(point, net, REFERENCE, sync_rounds=own)
+    assert predicted["step_s"] == predict_sync_s(point.sync_run, net.with_rounds(4, own), REFERENCE)
+    assert predicted["step_s"] > avs.predict(point, net, REFERENCE)["step_s"]
+    measured = {"async": {"updates_per_s": 20.0, "staleness_mean": 3.0, "staleness_hist": [80],
+                          "loss_curve": [], "final_loss": 1.0},
+                "sync": {"iteration_time_s": 0.3, "samples_per_s": 400.0, "loss_curve": [],
+                         "final_loss": 1.0}, "rounds": own}
+    rows = avs.rows(avs.Experiment("async_vs_sync", "?", (point,)), {200e6: net},
+                    lambda p: measured, lambda p, n, **kw: avs.predict(p, n, REFERENCE, **kw))
+    assert rows[1]["predicted_s"] == predicted["step_s"] and rows[1]["rounds"] == own
+    assert "rounds" not in rows[0]
+
+
 def _stored_run(folder, net, calibration):
     """A run folder as run.py leaves it: run.json and ps_vs_ring.json of one 8-worker point."""
     point = pvr.PsVsRingConfig(8, 200e6, server_factors=(1, 8), updates=160)
@@ -225,7 +266,7 @@ def _stored_run(folder, net, calibration):
                 "ps": [{"server_factor": k, "round_s": r, "summary": {}}
                        for k, r in ((1, 0.5), (8, 0.11))]}
     rows = pvr.rows(pvr.Experiment("ps_vs_ring", "?", (point,)), {200e6: net},
-                    lambda p: measured, lambda p, n: pvr.predict(p, n, REFERENCE))
+                    lambda p: measured, lambda p, n, **kw: pvr.predict(p, n, REFERENCE, **kw))
     meta = {"command": "python experiments/run.py", "machine": "m", "cpus": 2,
             "load_average": "0.0 0.0 0.0", "wall_s": 1.0, "calibration": [calibration]}
     result = {"name": "ps_vs_ring", "question": "?", "plot": "ps_vs_ring.png",
@@ -314,7 +355,7 @@ def test_both_plots_are_written(tmp_path, net):
     measured = {"grad_bytes": GRAD_BYTES, "ring_s": 0.07, "ring": {},
                 "ps": [{"server_factor": k, "round_s": 0.2, "summary": {}} for k in (1, 4)]}
     rows = pvr.rows(pvr.Experiment("ps_vs_ring", "?", (point,)), {200e6: net},
-                    lambda p: measured, lambda p, n: pvr.predict(p, n, REFERENCE))
+                    lambda p: measured, lambda p, n, **kw: pvr.predict(p, n, REFERENCE, **kw))
     pvr.plot(rows, tmp_path / "ring.png")
     curve = [[0.05 * i, 2.3 - 0.01 * i] for i in range(40)]
     rows = [{"workers": 4, "mode": "async", "loss_curve": curve, "measured_staleness_hist": [1, 1, 1, 37],
@@ -390,12 +431,16 @@ def test_every_parameter_server_run_is_told_the_warm_up_the_simulator_leaves_out
     from experiments.configs import AsyncRunConfig, warmup_updates
     commands = []
 
-    def capture(_config, command, *_args, **_kwargs):
+    def capture(_config, command, names, *_args, **_kwargs):
         commands.append(command)
-        return {"updates_per_s": 1.0, "results": [{"time_s": 1.0}], "iteration_time_s": 1.0}
+        summary = {"updates_per_s": 1.0, "results": [{"time_s": 1.0}], "iteration_time_s": 1.0}
+        probe = {"results": [{"bytes": 64, "first_chains_s": [1e-3], "next_chains_s": [1e-3]}]}
+        if isinstance(names, tuple):  # a run bracketed by ring probes (measure.run_bracketed)
+            return {n: probe if n.startswith("rounds_") else summary for n in names}
+        return summary
 
     for module in (measure, pvr, avs):
-        monkeypatch.setattr(module, "run_collect" if module is not measure else "_run", capture)
+        monkeypatch.setattr(module, "run_collect", capture)
     measure.measure_async(AsyncRunConfig(5, 200e6, updates=200))
     pvr.measure(pvr.PsVsRingConfig(8, 200e6, server_factors=(1,), updates=240))
     avs.measure(avs.AsyncVsSyncConfig(2, 200e6, updates=80))

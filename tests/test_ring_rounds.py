@@ -151,6 +151,72 @@ def test_allreduce_rows_are_predicted_from_the_points_own_rounds_not_the_calibra
     assert net.round_costs[4] == RoundCosts.from_rows(ROWS)  # the calibration's own is unchanged
 
 
+def test_sync_rows_are_predicted_from_the_rounds_timed_around_their_run():
+    from experiments.run import sync_rows
+    net = NetworkInputs.from_calibration(CALIBRATION)  # holds a 4-host table: ROWS
+    own = {"results": [{**r, "next_s": 2 * r["next_s"]} for r in ROWS]}
+    point = SyncRunConfig(4, 50e6, emulate_compute_s=0.05)
+    seen = []
+
+    def predict(p, n):
+        seen.append(n)
+        return 0.5
+
+    experiment = Experiment("sync", "?", (point,))
+    rows = sync_rows(experiment, {50e6: net}, lambda p: {"iteration_time_s": 0.4, "rounds": own},
+                     predict)
+    assert seen[0].round_costs[4] == RoundCosts.from_rows(own["results"])
+    assert rows[0]["rounds"] == own and "rounds" not in rows[0]["measured"]
+    assert (rows[0]["predicted_s"], rows[0]["measured_s"]) == (0.5, 0.4)
+    # a run without its own rounds (torchrun's) is priced from the calibration's
+    rows = sync_rows(experiment, {50e6: net}, lambda p: {"iteration_time_s": 0.4}, predict)
+    assert seen[1] is net and "rounds" not in rows[0]
+
+
+def _bed_files(names):
+    """What ``run_collect`` returns for ``names``: a probe record per probe, a summary else."""
+    probe = {"results": [chains([1e-3], [2e-3], size=r["bytes"]) for r in ROWS]}
+    summary = {"iteration_time_s": 0.4, "results": [{"time_s": 0.07}], "updates_per_s": 10.0}
+    if not isinstance(names, tuple):
+        return summary
+    return {n: probe if n.startswith("rounds_") else summary for n in names}
+
+
+def test_sync_and_ring_runs_are_bracketed_by_probes_of_their_gradients_rounds(monkeypatch):
+    from experiments import async_vs_sync as avs, ps_vs_ring as pvr
+    from real.models import build_model, grad_bytes
+    commands = []
+
+    def capture(_config, command, names, *_args, **_kwargs):
+        commands.append(command)
+        return _bed_files(names)
+
+    monkeypatch.setattr(measure, "run_collect", capture)
+    monkeypatch.setattr(avs, "run_collect", capture)
+    monkeypatch.setattr(pvr, "run_collect", capture)
+    summary = measure.measure_sync(SyncRunConfig(8, 200e6, emulate_compute_s=0.05))
+    assert summary["iteration_time_s"] == 0.4 and summary["rounds"]["results"][0]["next_s"] == 2e-3
+    pvr_measured = pvr.measure(pvr.PsVsRingConfig(4, 200e6, server_factors=(1,), updates=120))
+    assert "rounds" in pvr_measured and pvr_measured["ring_s"] == 0.07
+    assert "rounds" in avs.measure(avs.AsyncVsSyncConfig(2, 200e6, updates=80))
+    bracketed = [c for c in commands if "ring_probe.py" in c]
+    assert len(bracketed) == 3
+    n = grad_bytes(build_model("mlp", 0))
+    for command, hosts, script in zip(bracketed, (8, 4, 2), ("sync.py", "allreduce.py", "sync.py")):
+        before, run, after = command.split(" && ")
+        assert "rounds_before.json" in before and script in run and "rounds_after.json" in after
+        words = before.split()
+        sizes = [int(x[:-1]) for x in words[words.index("--sizes") + 1].split(",")]
+        assert sizes == round_sizes_up_to(-(-n // hosts), quick=False)  # up to Gloo's chunk
+        assert sizes[-1] >= n / hosts > sizes[-2]
+        assert words[words.index("--rounds") + 1] == str(chain_rounds(hosts))
+    # a torchrun launch (the rendezvous picks rank 0's host) and one host run no probe
+    commands.clear()
+    measure.measure_sync(SyncRunConfig(4, 200e6, launcher="torchrun"))
+    measure.measure_sync(SyncRunConfig(1, 200e6))
+    assert len(commands) == 2 and not any("ring_probe.py" in c for c in commands)
+
+
 FAST_ROUNDS = [{"bytes": 64, "first_s": 0.10e-3, "next_s": 0.10e-3},
                {"bytes": 65536, "first_s": 0.12e-3, "next_s": 0.12e-3},
                {"bytes": 1 << 20, "first_s": 8.5e-3, "next_s": 8.8e-3}]
