@@ -129,8 +129,7 @@ def predict(point: AsyncVsSyncConfig, net: NetworkInputs, reference: dict | None
     from .sync_model import predict_sync_s
     reference = reference or reference_run(point.model, point.batch_size)
     sim = simulate_async(point.workers, point.updates, point.emulate_compute_s, net, reference)
-    sync_net = net.with_rounds(point.workers, sync_rounds) if sync_rounds else net
-    step_s = predict_sync_s(point.sync_run, sync_net, reference)
+    step_s = predict_sync_s(point.sync_run, net.with_rounds(point.workers, sync_rounds), reference)
     return {"per_update_s": sim["per_update_s"], "staleness_mean": sim["staleness_mean"],
             "staleness_hist": sim["staleness_hist"], "step_s": step_s,
             "async_samples_per_s": point.batch_size / sim["per_update_s"],

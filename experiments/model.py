@@ -125,9 +125,12 @@ class NetworkInputs:
                                        for h, t in (record.get("rounds") or {}).items()
                                        if t.get("engine_results")})
 
-    def with_rounds(self, hosts: int, probe: dict) -> "NetworkInputs":
+    def with_rounds(self, hosts: int, probe: dict | None) -> "NetworkInputs":
         """These inputs with ``probe`` (a ``ring_probe.py`` record) as the round costs on
-        ``hosts`` hosts: its Python-driven rounds, and its C++-driven ones where it has them."""
+        ``hosts`` hosts: its Python-driven rounds, and its C++-driven ones where it has them.
+        Without a probe (a run that timed no rounds of its own), these inputs unchanged."""
+        if probe is None:
+            return self
         engine = {k: v for k, v in self.engine_round_costs.items() if k != hosts}
         if probe.get("engine_results"):
             engine[hosts] = engine_table(probe)

@@ -157,7 +157,7 @@ def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = 
                              one_push_at_a_time=one_push_at_a_time)
         return point.workers * sim["per_update_s"]
 
-    ring_net = net.with_rounds(point.workers, ring_rounds) if ring_rounds else net
+    ring_net = net.with_rounds(point.workers, ring_rounds)
     ring_s = predict_allreduce_stream_s(["backend"], point.workers, n, ring_net)["backend"]
     return {"grad_bytes": n, "ring_s": ring_s,
             "ps_s": {k: ps_round_s(k * rate) for k in point.server_factors},

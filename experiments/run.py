@@ -51,9 +51,7 @@ def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
     for point in experiment.points:
         summary = measure(point)
         rounds = summary.pop("rounds", None)
-        net = net_by_rate[point.bandwidth_bps]
-        if rounds is not None:
-            net = net.with_rounds(point.hosts, rounds)
+        net = net_by_rate[point.bandwidth_bps].with_rounds(point.hosts, rounds)
         rows.append({"config": point.label, "hosts": point.hosts, "bandwidth_bps": point.bandwidth_bps,
                      "mode": "emulated" if point.emulate_compute_s else "cpu",
                      "predicted_s": predict(point, net),
