@@ -38,6 +38,7 @@ class AsyncConfig:
     lr: float = 0.1                  # the server's SGD learning rate
     momentum: float = 0.0            # the server's SGD momentum (applied in arrival order)
     max_staleness: int | None = None  # drop (and have recomputed) gradients staler than this
+    push_window: int = 0             # gradients the server receives at once (0: every worker's)
     staleness_lr: str = "none"       # none | inverse (lr / (1 + staleness) for each update)
     seed: int = 0                    # model init, data, data order, emulated compute draws
     emulate_compute: ComputeModel | None = None  # sleep a draw of this instead of computing
@@ -56,6 +57,7 @@ class AsyncConfig:
 
     def __post_init__(self):
         for name, low in [("batch_size", 1), ("num_samples", 1), ("updates", 0), ("threads", 0),
+                          ("push_window", 0),
                           ("nproc_per_node", 0), ("master_port", 0), ("trace_updates", 0)]:
             if getattr(self, name) < low:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least {low}, "
@@ -129,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-staleness", type=int, default=None,
                    help="drop gradients staler than this; the worker recomputes on fresh weights")
     p.add_argument("--staleness-lr", default=d.staleness_lr, help="none or inverse")
+    p.add_argument("--push-window", type=int, default=d.push_window,
+                   help="gradients the server receives at once, the rest waiting their turn in "
+                   "arrival order: its link rate over a worker's (default 0: every worker's at "
+                   "once, sharing the link as TCP shares it)")
     p.add_argument("--emulate-compute", default=None,
                    help="sleep instead of compute: 80ms, exp:80ms, shifted-exp:60ms,20ms, ... "
                    "or 0 (no compute: the server's ceiling)")

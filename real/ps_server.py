@@ -1,13 +1,27 @@
 """The parameter server (rank 0): apply gradients in arrival order, reply with the new weights.
 
-The receives for every worker's next push (its header and its gradient, one buffer each) are
-always posted, so pushes flow in as soon as workers send them, several at once, sharing the
-server's link as TCP shares it; ``Communicator.wait_any`` takes whichever header arrives first.
+The receive for every worker's next push header is always posted; ``Communicator.wait_any``
+takes whichever header arrives first. How many gradients flow in at once is the push window
+(``--push-window K``; the engine sends a gradient only once its receive is posted):
+
+* K = 0 (the default) or K >= the workers: every worker's gradient receive is posted ahead, so
+  pushes flow in the moment workers send them, all at once, sharing the server's link as TCP
+  shares it. Pushes that start together then end together, and so do the replies: on a link
+  that the pushes saturate the workers can fall into lock step, pushes and replies taking
+  turns on the link (``docs/async_ps.md``);
+* K >= 1: the gradients of the first K headers to arrive are received (their receives posted in
+  the headers' order), the others wait for a slot, as the simulator's server NIC takes them
+  (``dsgd_sim/fifo_share.py``: in arrival order, as many at once as its rate allows). Set K to
+  the server's link rate over a worker's (1 where they are equal): the link is then always
+  busy with whole pushes, each at a worker's rate, and replies leave while the next push comes.
+
 The loop, one push at a time:
 
-1. take the first header to arrive (whoever is ready first is served first) and check it
-   (``ps_protocol.check_push``: ours, a push, from that rank, on the version that rank was
-   sent, its next step, full size), then wait for that rank's gradient (its own tag);
+1. take the oldest push whose header has arrived (whoever is ready first is served first; its
+   header checked on arrival by ``ps_protocol.check_push``: ours, a push, from that rank, on the
+   version that rank was sent, its next step, full size), then wait for that rank's gradient
+   (its own tag), taking the headers that arrive meanwhile into the window; once it is in, the
+   next gradient in the window is let in before this one is applied;
 2. staleness = server version − pushed version (the updates applied between the worker's pull
    and this gradient's application). With ``max_staleness`` s and staleness > s the gradient is
    dropped and the worker is sent the current weights to compute again (``RETRY``): drop and
@@ -32,6 +46,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,6 +110,10 @@ class ParameterServer:
         self.grads = {w: torch.zeros_like(self.weights) for w in self.workers}  # its gradient
         self.pending: dict[int, object] = {}  # worker -> the posted receive of that header
         self.payloads: dict[int, object] = {}  # worker -> the posted receive of that gradient
+        self.arrived: deque[tuple[int, Header]] = deque()  # headers taken, pushes not yet served
+        window = config.push_window
+        self.window = len(self.workers) if window == 0 else min(window, len(self.workers))
+        self.ahead = self.window >= len(self.workers)  # gradient receives posted with headers
         self.reply_headers = {w: empty_header() for w in self.workers}
         self.reply_weights: dict[int, torch.Tensor] = {}  # worker -> the copy sent last
         self.replies: dict[int, list] = {}  # worker -> the sends of its last reply
@@ -108,9 +127,10 @@ class ParameterServer:
             for worker in self.workers:
                 self.expect(worker)
             while not self.finished():
-                push = self.next_push()
-                if push is not None:
-                    self.handle(*push, on_update)
+                if not self.arrived:
+                    self.take_header(self.first_header())
+                    continue
+                self.handle(*self.arrived.popleft(), on_update)
         except BaseException:
             self.stop_everyone(ERROR)
             raise
@@ -126,28 +146,47 @@ class ParameterServer:
         return time.perf_counter() - self.log.origin_s
 
     def expect(self, worker: int) -> None:
-        """Post the receives for ``worker``'s next push, header and gradient (a dead worker is
-        lost). Both posted ahead, its push flows the moment it is sent, alongside others'."""
+        """Post the receive for ``worker``'s next push header, and with the window open to
+        every worker its gradient's too, so that the push flows the moment it is sent,
+        alongside others' (a dead worker is lost)."""
         try:
             self.pending[worker] = self.comm.irecv(self.headers[worker], worker, PUSH_TAG)
-            self.payloads[worker] = self.comm.irecv(self.grads[worker], worker,
-                                                    payload_tag(worker))
+            if self.ahead:
+                self.payloads[worker] = self.comm.irecv(self.grads[worker], worker,
+                                                        payload_tag(worker))
         except CommError as error:
             self.lose(worker, error)
 
-    def next_push(self) -> tuple[int, Header] | None:
-        """The first push header to arrive and its sender, checked (``ProtocolError`` if bad);
-        ``None`` when what finished first was a worker's death (it is then lost)."""
+    def admit(self) -> None:
+        """Post the gradient receives of the oldest arrived pushes, up to the window."""
+        for worker, _ in self.arrived:
+            if len(self.payloads) >= self.window:
+                return
+            if worker in self.payloads or worker not in self.alive:
+                continue
+            try:
+                self.payloads[worker] = self.comm.irecv(self.grads[worker], worker,
+                                                        payload_tag(worker))
+            except CommError as error:
+                self.lose(worker, error)
+
+    def first_header(self) -> int:
+        """The worker whose push header arrives first (``WorkersLost`` when none is left)."""
         if not self.pending:
             raise WorkersLost(f"every worker was lost; nothing left to serve (the last: "
                               f"{self.last_loss})")
         workers = sorted(self.pending)
-        source = workers[self.comm.wait_any([self.pending[w] for w in workers])]
+        return workers[self.comm.wait_any([self.pending[w] for w in workers])]
+
+    def take_header(self, source: int) -> None:
+        """Take ``source``'s arrived header: check it (``ProtocolError`` if bad), queue its push
+        and let its gradient in if the window has room; a worker that died instead, or pushed
+        nothing within the timeout, is lost."""
         try:
             self.pending.pop(source).wait()
-        except CommError as error:  # died, or pushed nothing within the timeout
+        except CommError as error:
             self.lose(source, error)
-            return None
+            return
         header = Header.decode(self.headers[source])
         try:
             check_push(header, source, self.sent_version[source], self.applied[source],
@@ -155,16 +194,37 @@ class ParameterServer:
         except ProtocolError:
             self.refuse(source)
             raise
-        return source, header
+        self.arrived.append((source, header))
+        self.admit()
+
+    def receive(self, source: int) -> None:
+        """Wait for ``source``'s gradient (``CommError`` if it died), taking the headers that
+        arrive meanwhile while the window has room for their gradients."""
+        payload = self.payloads[source]
+        while True:
+            others = sorted(self.pending) if len(self.payloads) < self.window else []
+            if not others:
+                payload.wait()
+                return
+            first = self.comm.wait_any([payload] + [self.pending[w] for w in others])
+            if first == 0:
+                payload.wait()
+                return
+            self.take_header(others[first - 1])
 
     def handle(self, source: int, header: Header, on_update) -> None:
-        """Receive ``source``'s gradient, apply or drop it, and reply."""
+        """Receive ``source``'s gradient, let the next one in, apply or drop it, and reply."""
         arrived_s = self.now()
+        if source not in self.payloads:
+            return  # lost before its gradient could be received
         try:
-            self.payloads.pop(source).wait()
+            self.receive(source)
         except CommError as error:
             self.lose(source, error)
             return
+        finally:
+            self.payloads.pop(source, None)
+        self.admit()
         grad = self.grads[source]
         if not bool(torch.isfinite(grad).all()):
             self.refuse(source)
@@ -263,6 +323,7 @@ class ParameterServer:
         self.alive.discard(worker)
         self.pending.pop(worker, None)
         self.payloads.pop(worker, None)
+        self.arrived = deque(push for push in self.arrived if push[0] != worker)
         try:
             self.comm.send(Header(ERROR, 0, self.version, 0).encode(), worker, REPLY_TAG)
         except CommError:
@@ -271,6 +332,7 @@ class ParameterServer:
     def lose(self, worker: int, error: CommError) -> None:
         self.pending.pop(worker, None)
         self.payloads.pop(worker, None)
+        self.arrived = deque(push for push in self.arrived if push[0] != worker)
         self.last_loss = f"rank {worker}: {error}"
         if worker in self.alive:
             self.alive.discard(worker)
@@ -320,7 +382,7 @@ class ParameterServer:
             "staleness_hist": np.bincount(stale).tolist() if n else [],
             "dropped_gradients": log.dropped, "dropped_compute_s": log.dropped_compute_s,
             "wasted_fraction": log.dropped / (n + log.dropped) if n + log.dropped else 0.0,
-            "max_staleness": config.max_staleness,
+            "max_staleness": config.max_staleness, "push_window": self.window,
             "staleness_lr": config.staleness_lr,
             "initial_loss": float(np.mean(losses[:tail])) if losses else None,
             "final_loss": float(np.mean(losses[-tail:])) if losses else None,

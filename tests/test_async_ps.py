@@ -185,6 +185,37 @@ def test_max_staleness_bounds_every_applied_update(tmp_path):
     assert_each_update_applied_once(summary)
 
 
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_a_push_window_of_one_serves_every_update_once(tmp_path, launcher):
+    """One gradient received at a time, the other workers' pushes waiting their turn: every
+    update is still applied once, and the pushes still waiting when the run ends (their sends
+    never matched) do not keep any process from exiting."""
+    if launcher == "mpi" and not have_mpiexec():
+        pytest.skip("needs mpi4py and mpiexec (./install.sh dev)")
+    summary_path = tmp_path / "window.json"
+    backend = ["--backend", "mpi"] if launcher == "mpi" else []
+    run = run_script([ENTRY, *backend, "--updates", "60", "--emulate-compute", "5ms",
+                      "--push-window", "1", "--no-progress", "--json", str(summary_path)], 4,
+                     launcher=launcher, timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 0, run.stderr
+    summary = read_summary(summary_path)
+    assert summary["updates"] == 60 and summary["push_window"] == 1
+    assert summary["workers_lost"] == 0
+    assert_each_update_applied_once(summary)
+
+
+def test_the_push_window_is_capped_at_the_workers_and_zero_means_all(tmp_path):
+    from real.ps_config import AsyncConfig
+    from real.ps_server import ParameterServer
+
+    class TwoWorkers:  # a communicator of 3 ranks that the constructor only asks its size
+        world_size = 3
+
+    for window, expected, ahead in [(0, 2, True), (1, 1, False), (2, 2, True), (9, 2, True)]:
+        server = ParameterServer(AsyncConfig(model="mlp", push_window=window), TwoWorkers())
+        assert (server.window, server.ahead) == (expected, ahead)
+
+
 def start_self_launched(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, ENTRY, *args], cwd=REPO, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -218,10 +249,13 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def test_killed_worker_is_lost_and_the_rest_finish(tmp_path):
+@pytest.mark.parametrize("window", [0, 1])
+def test_killed_worker_is_lost_and_the_rest_finish(tmp_path, window):
+    """Window 1: the killed worker's push may be waiting for its turn when it dies."""
     summary_path = tmp_path / "kill.json"
     proc = start_self_launched(["--nproc-per-node", "3", "--updates", "300", "--emulate-compute",
-                                "20ms", "--no-progress", "--json", str(summary_path)])
+                                "20ms", "--push-window", str(window), "--no-progress", "--json",
+                                str(summary_path)])
     pids = wait_for_serving(proc)
     time.sleep(0.5)
     os.kill(pids["2"], signal.SIGKILL)
@@ -270,6 +304,7 @@ def test_runs_under_mpiexec(tmp_path):
     (["--time", "ten"], "ten"),
     (["--updates", "0"], "no stop condition"),
     (["--max-staleness", "-2"], "--max-staleness must be at least 0"),
+    (["--push-window", "-1"], "--push-window must be at least 0, got -1"),
     (["--warmup-updates", "-1"], "--warmup-updates must be at least 0, got -1"),
     (["--time", "5s", "--warmup-updates", "-1"], "--warmup-updates must be at least 0, got -1"),
     (["--timeout", "1e300s"], "--timeout must be at most"),
