@@ -10,8 +10,9 @@ takes whichever header arrives first. How many gradients flow in at once is the 
   that the pushes saturate the workers can fall into lock step, pushes and replies taking
   turns on the link (``docs/async_ps.md``);
 * K >= 1: the gradients of the first K headers to arrive are received (their receives posted in
-  the headers' order), the others wait for a slot, as the simulator's server NIC takes them
-  (``dsgd_sim/fifo_share.py``: in arrival order, as many at once as its rate allows). Set K to
+  the headers' order); the other pushes wait for a slot, their headers unread, as the
+  simulator's server NIC takes them (``dsgd_sim/fifo_share.py``: in arrival order, as many at
+  once as its rate allows). Set K to
   the server's link rate over a worker's (1 where they are equal): the link is then always
   busy with whole pushes, each at a worker's rate, and replies leave while the next push comes.
 
@@ -20,8 +21,8 @@ The loop, one push at a time:
 1. take the oldest push whose header has arrived (whoever is ready first is served first; its
    header checked on arrival by ``ps_protocol.check_push``: ours, a push, from that rank, on the
    version that rank was sent, its next step, full size), then wait for that rank's gradient
-   (its own tag), taking the headers that arrive meanwhile into the window; once it is in, the
-   next gradient in the window is let in before this one is applied;
+   (its own tag), taking the headers that arrive meanwhile while the window has room (a header
+   is taken only then, and its gradient let in at once);
 2. staleness = server version − pushed version (the updates applied between the worker's pull
    and this gradient's application). With ``max_staleness`` s and staleness > s the gradient is
    dropped and the worker is sent the current weights to compute again (``RETRY``): drop and
@@ -157,19 +158,6 @@ class ParameterServer:
         except CommError as error:
             self.lose(worker, error)
 
-    def admit(self) -> None:
-        """Post the gradient receives of the oldest arrived pushes, up to the window."""
-        for worker, _ in self.arrived:
-            if len(self.payloads) >= self.window:
-                return
-            if worker in self.payloads or worker not in self.alive:
-                continue
-            try:
-                self.payloads[worker] = self.comm.irecv(self.grads[worker], worker,
-                                                        payload_tag(worker))
-            except CommError as error:
-                self.lose(worker, error)
-
     def first_header(self) -> int:
         """The worker whose push header arrives first (``WorkersLost`` when none is left)."""
         if not self.pending:
@@ -180,8 +168,8 @@ class ParameterServer:
 
     def take_header(self, source: int) -> None:
         """Take ``source``'s arrived header: check it (``ProtocolError`` if bad), queue its push
-        and let its gradient in if the window has room; a worker that died instead, or pushed
-        nothing within the timeout, is lost."""
+        and let its gradient in (a header is taken only while the window has room); a worker
+        that died instead, or pushed nothing within the timeout, is lost."""
         try:
             self.pending.pop(source).wait()
         except CommError as error:
@@ -194,15 +182,22 @@ class ParameterServer:
         except ProtocolError:
             self.refuse(source)
             raise
+        if not self.ahead:
+            try:
+                self.payloads[source] = self.comm.irecv(self.grads[source], source,
+                                                        payload_tag(source))
+            except CommError as error:
+                self.lose(source, error)
+                return
         self.arrived.append((source, header))
-        self.admit()
 
     def receive(self, source: int) -> None:
         """Wait for ``source``'s gradient (``CommError`` if it died), taking the headers that
         arrive meanwhile while the window has room for their gradients."""
         payload = self.payloads[source]
         while True:
-            others = sorted(self.pending) if len(self.payloads) < self.window else []
+            room = not self.ahead and len(self.payloads) < self.window
+            others = sorted(self.pending) if room else []
             if not others:
                 payload.wait()
                 return
@@ -213,10 +208,8 @@ class ParameterServer:
             self.take_header(others[first - 1])
 
     def handle(self, source: int, header: Header, on_update) -> None:
-        """Receive ``source``'s gradient, let the next one in, apply or drop it, and reply."""
+        """Receive ``source``'s gradient, apply or drop it, and reply."""
         arrived_s = self.now()
-        if source not in self.payloads:
-            return  # lost before its gradient could be received
         try:
             self.receive(source)
         except CommError as error:
@@ -224,7 +217,6 @@ class ParameterServer:
             return
         finally:
             self.payloads.pop(source, None)
-        self.admit()
         grad = self.grads[source]
         if not bool(torch.isfinite(grad).all()):
             self.refuse(source)

@@ -216,6 +216,100 @@ def test_the_push_window_is_capped_at_the_workers_and_zero_means_all(tmp_path):
         assert (server.window, server.ahead) == (expected, ahead)
 
 
+class ScriptedWorkers:
+    """The server's communicator, with its workers played by a script: every worker pushes
+    again as soon as it is answered, headers arrive in the order their receives were posted,
+    and a gradient only after every header already on its way (headers are small).
+    It records which gradient receives were posted and when each was taken, and fails the
+    gradient of ``dies`` (rank, its push number) as a dead worker's receive fails."""
+
+    class Work:
+        def __init__(self, fill=None, error=None):
+            self.fill, self.error = fill, error
+
+        def wait(self):
+            if self.error is not None:
+                raise self.error
+            if self.fill is not None:
+                self.fill()
+                self.fill = None
+
+    def __init__(self, workers: int, num_params: int, dies=None):
+        self.world_size, self.num_params, self.dies = workers + 1, num_params, dies
+        self.sent_version = {w: 0 for w in range(1, workers + 1)}
+        self.answered = {w: 0 for w in range(1, workers + 1)}
+        self.headers_posted = 0
+        self.open_payloads = 0  # gradient receives posted and not yet taken
+        self.most_open = 0
+        self.payload_order = []  # the ranks whose gradient receives were posted, in order
+
+    def irecv(self, tensor, src, tag):
+        from real.comm import CommError
+        if tag == proto.PUSH_TAG:
+            def fill():
+                tensor.copy_(proto.Header(proto.PUSH, src, self.sent_version[src],
+                                          self.num_params, self.answered[src]).encode())
+            work = self.Work(fill)
+            self.headers_posted += 1
+            work.arrival = self.headers_posted
+            return work
+        self.payload_order.append(src)
+        self.open_payloads += 1
+        self.most_open = max(self.most_open, self.open_payloads)
+        dead = self.dies == (src, self.payload_order.count(src))
+        work = self.Work(error=CommError(f"rank {src} closed its connection") if dead else None)
+        work.arrival = float("inf")
+        inner = work.wait
+
+        def wait():
+            self.open_payloads -= 1
+            work.wait = lambda: None
+            inner()
+        work.wait = wait
+        return work
+
+    def wait_any(self, works):
+        return min(range(len(works)), key=lambda i: works[i].arrival)
+
+    def isend(self, tensor, dst, tag):
+        if tag == proto.REPLY_TAG:
+            header = proto.Header.decode(tensor)
+            self.sent_version[dst] = header.version
+            self.answered[dst] += header.kind == proto.WEIGHTS
+        return self.Work()
+
+    def send(self, tensor, dst, tag):
+        pass
+
+
+@pytest.mark.parametrize("window, workers", [(1, 3), (2, 4)])
+def test_the_push_window_lets_gradients_in_one_slot_at_a_time_in_arrival_order(window, workers):
+    """At most ``window`` gradient receives are ever posted at once, each posted in the order
+    the headers came, and every update is applied once."""
+    from real.ps_server import ParameterServer
+    model_params = build_model("mlp", 0)
+    num_params = sum(p.numel() for p in model_params.parameters())
+    comm = ScriptedWorkers(workers, num_params)
+    server = ParameterServer(AsyncConfig(model="mlp", updates=5 * workers, push_window=window),
+                             comm)
+    server.serve()
+    assert server.version == 5 * workers and not server.lost
+    assert comm.most_open == window
+    # headers arrive round-robin (each worker pushes again once answered): so do the gradients
+    assert comm.payload_order[:2 * workers] == list(range(1, workers + 1)) * 2
+
+
+def test_a_worker_lost_inside_the_push_window_frees_its_slot_for_the_next_push():
+    from real.ps_server import ParameterServer
+    num_params = sum(p.numel() for p in build_model("mlp", 0).parameters())
+    comm = ScriptedWorkers(3, num_params, dies=(2, 2))  # rank 2's second gradient never comes
+    server = ParameterServer(AsyncConfig(model="mlp", updates=12, push_window=1), comm)
+    server.serve()
+    assert server.lost == [2] and server.version == 12
+    assert server.applied[2] == 1 and server.applied[1] + server.applied[3] == 11
+    assert comm.most_open == 1
+
+
 def start_self_launched(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, ENTRY, *args], cwd=REPO, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
