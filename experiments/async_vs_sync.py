@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig, warmup_updates
+from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig, push_window, warmup_updates
 from .model import NetworkInputs
 from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import reference_run, simulate_async
@@ -108,7 +108,7 @@ def measure(point: AsyncVsSyncConfig) -> dict:
     summary_async = run_collect(
         testbed_config(run_async.hosts, point.bandwidth_bps),
         rank_command("real/async_ps.py", compute + [
-            "--updates", str(point.updates),
+            "--updates", str(point.updates), "--push-window", str(push_window()),
             "--warmup-updates", str(warmup_updates(point.workers, point.updates))], "async.json"),
         "async.json", f"async {point.label}", TESTBED_TIMEOUT_S)
     files, rounds = run_bracketed(

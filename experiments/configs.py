@@ -11,6 +11,8 @@ a ``measure``/``predict`` pair in ``experiments/run.py`` registered under the sa
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, field
 
 MBIT = 1e6
@@ -107,6 +109,15 @@ def warmup_updates(workers: int, updates: int) -> int:
     that steady state. Whole rounds, because where the server's link is fast the updates come
     in bursts of one per worker, and a window cut inside a burst misses part of a round's time."""
     return workers * max(1, updates // (4 * workers))
+
+
+def push_window(server_factor: float = 1.0) -> int:
+    """The real server's ``--push-window`` on a test bed whose server link is ``server_factor``
+    times a worker's: as many gradients at once as its link carries at a worker's rate, in
+    arrival order, as the simulator's server NIC takes them (``dsgd_sim/fifo_share.py``).
+    With every gradient let in at once instead, pushes that start together share the link and
+    end together, and the workers can fall into lock step (``experiments/notes.py``, async)."""
+    return max(1, math.ceil(server_factor))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from pathlib import Path
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 
-from .configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, warmup_updates
+from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
+                      warmup_updates)
 from .ring_probe import COLUMNS as PROBE_COLUMNS, SIZE_GRID, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
@@ -305,6 +306,6 @@ def measure_async(config: AsyncRunConfig, timeout_s: float = 900.0) -> dict:
     args = ["--model", config.model, "--updates", str(config.updates), "--warmup-updates",
             str(warmup_updates(config.workers, config.updates)), "--batch-size",
             str(config.batch_size), "--emulate-compute", f"{config.emulate_compute_s}s",
-            "--threads", "1", "--no-progress"]
+            "--push-window", str(push_window()), "--threads", "1", "--no-progress"]
     command = rank_command("real/async_ps.py", args, "async.json")
     return _run(config, command, "async.json", timeout_s)

@@ -70,7 +70,8 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     staleness, as the real server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's
     link is a worker's; either way as the bed carries it (``server_link_bps``).
     ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
-    allows, as ``real/ps_server.py`` does (a receive posted per worker); True: a server that
+    allows, in arrival order, as ``real/ps_server.py`` does with ``--push-window`` the link's
+    rate over a worker's (``configs.push_window``); True: a server that
     receives one whole push before it takes the next. ``fair_server_nic``: the server's NICs
     share their rate fairly among the messages in flight instead of in arrival order."""
     skip = warmup_updates(workers, updates)

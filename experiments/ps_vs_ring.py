@@ -4,8 +4,10 @@ W workers, every link at rate B. The parameter server sits on its own extra host
 link is k x B (``TestbedConfig(slow_host_bps=k*B, slow_rank=0)``: "slow" host, here a faster
 one). One *round* is every worker's gradient in and the weights out once:
 
-* **PS, measured:** ``real/async_ps.py --emulate-compute 0`` (workers only exchange: the server's
-  ceiling); round = W / ``updates_per_s`` (after the warm-up, ``configs.warmup_updates``).
+* **PS, measured:** ``real/async_ps.py --emulate-compute 0 --push-window k`` (workers only
+  exchange: the server's ceiling; k gradients let in at once, in arrival order,
+  ``configs.push_window``); round = W / ``updates_per_s`` (after the warm-up,
+  ``configs.warmup_updates``).
 * **Ring, measured:** Gloo's own all-reduce of the same gradient bytes on W hosts at B
   (``real/allreduce.py --algorithms backend``, median of the slowest rank), with ring rounds
   timed on the same test bed just before and after it (``measure.run_bracketed``).
@@ -14,8 +16,8 @@ one). One *round* is every worker's gradient in and the weights out once:
   bed carries where the calibration's ring rounds found the machine, not the links, the limit
   (``experiments.ps_model.simulate_async`` with ``server_link_bps``; 8 hosts at 200 Mbit/s on
   2 cores),
-  taking pushes as they come, several at once, as the real server does (a receive posted per
-  worker), and the ring from the rounds timed around its run; also, for the plot, the simulator's server taking one push at a time
+  taking pushes in arrival order, as many at once as its link carries at a worker's rate, as
+  the real server's window lets them in, and the ring from the rounds timed around its run; also, for the plot, the simulator's server taking one push at a time
   (``predicted_one_push_s``, ``AsyncConfig.one_push_at_a_time``: its inbound is one flow at the
   worker's rate whatever k is, so k buys nothing); the ring with
   ``experiments.model.predict_allreduce_stream_s`` (its calls come back to back, as measured).
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .configs import MBIT, Experiment, warmup_updates
+from .configs import MBIT, Experiment, push_window, warmup_updates
 from .model import NetworkInputs, predict_allreduce_stream_s
 from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import profile_workload, reference_run, simulate_async
@@ -131,7 +133,7 @@ def measure(point: PsVsRingConfig) -> dict:
                              slow_host_bps=k * point.bandwidth_bps, slow_rank=0)
         args = ["--model", point.model, "--updates", str(point.updates), "--warmup-updates",
                 str(warmup_updates(point.workers, point.updates)), "--emulate-compute", "0",
-                "--threads", "1", "--no-progress"]
+                "--push-window", str(push_window(k)), "--threads", "1", "--no-progress"]
         summary = run_collect(bed, rank_command("real/async_ps.py", args, "ps.json"), "ps.json",
                               f"PS k={k:g} {point.label}", TESTBED_TIMEOUT_S)
         ps.append({"server_factor": k, "round_s": point.workers / summary["updates_per_s"],
@@ -146,7 +148,7 @@ def predict(point: PsVsRingConfig, net: NetworkInputs, reference: dict | None = 
     per server factor the
     simulator's PS with the server's link at k x the duplex payload rate (each way at most half
     of what the bed carries, ``ps_model.server_link_bps``): as the real server
-    works, taking pushes as they come, several at once (``ps_s``, the fidelity rows), and as a
+    works, taking pushes in arrival order, k at once (``ps_s``, the fidelity rows), and as a
     server that takes one push at a time (``one_push_s``: k then buys nothing)."""
     reference = reference or reference_run(point.model, 32)
     n = profile_workload(reference, 0.0).grad_bytes
@@ -244,7 +246,7 @@ def plot(rows_: list[dict], path) -> None:
                   latency_s=ring["latency_s"])
         ax.plot(ks, [r["measured_s"] for r in ps], "o", color="C0", label="PS measured")
         ax.plot(ks, [r["predicted_s"] for r in ps], "-", color="C0", alpha=0.6,
-                label="PS simulator (as the real server: pushes as they come)")
+                label="PS simulator (as the real server: k pushes at a time)")
         if all("predicted_one_push_s" in r for r in ps):
             ax.plot(ks, [r["predicted_one_push_s"] for r in ps], ":", color="C0", alpha=0.8,
                     label="PS simulator, one push at a time")

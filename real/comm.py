@@ -126,11 +126,13 @@ class Communicator:
     def irecv(self, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> Work:
         raise NotImplementedError
 
-    def wait_any(self, works: list[Work]) -> int:
+    def wait_any(self, works: list[Work], within_s: float | None = None) -> int | None:
         """Block until one of ``works`` (from this communicator's ``isend``/``irecv``) has
         finished, successfully or not; its index (the first to finish, when several have).
         Its ``wait()`` then returns at once, or raises the :class:`CommError` it failed with
-        (its peer died): one dead peer fails its own operation only. The others stay pending."""
+        (its peer died): one dead peer fails its own operation only. The others stay pending.
+        With ``within_s``, wait that long at most (0: only look) and return ``None`` if none
+        has finished by then."""
         raise NotImplementedError
 
     # -- collectives ---------------------------------------------------------------------

@@ -214,7 +214,7 @@ class MpiCommunicator(Communicator):
         request = self.call(what, lambda: self.mpi.Irecv(buf, source, tag))
         return MpiWork(self, request, what, expect_bytes=buf.nbytes)
 
-    def wait_any(self, works):
+    def wait_any(self, works, within_s=None):
         if not works:
             raise ValueError("wait_any needs at least one operation")
         for index, work in enumerate(works):
@@ -223,13 +223,32 @@ class MpiCommunicator(Communicator):
             if work.done or work.error is not None:
                 return index
         status = MPI.Status()
-        index = self.call(f"wait for the first of {len(works)} operations",
-                          lambda: MPI.Request.Waitany([w.request for w in works], status))
+        requests = [w.request for w in works]
+        if within_s is None:
+            index = self.call(f"wait for the first of {len(works)} operations",
+                              lambda: MPI.Request.Waitany(requests, status))
+        else:
+            index = self.first_within(requests, status, within_s)
+            if index is None:
+                return None
         try:
             works[index].finish(status)
         except CommError:
             pass  # a size mismatch, kept in the work: its wait() raises it
         return index
+
+    def first_within(self, requests, status, within_s: float) -> int | None:
+        """The index of the first of ``requests`` to complete within ``within_s`` (tested
+        every 50 µs), or None."""
+        deadline = time.monotonic() + within_s
+        while True:
+            index, done = self.call("test for a finished operation",
+                                    lambda: MPI.Request.Testany(requests, status))
+            if done and index != MPI.UNDEFINED:
+                return index
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(50e-6)
 
     # -- collectives ---------------------------------------------------------------------
     def broadcast(self, tensor, src):

@@ -178,7 +178,7 @@ class TorchCommunicator(Communicator):
             handle.source = src
         return handle
 
-    def wait_any(self, works):
+    def wait_any(self, works, within_s=None):
         if not works:
             raise ValueError("wait_any needs at least one operation")
         for work in works:
@@ -188,8 +188,11 @@ class TorchCommunicator(Communicator):
             for work in works:
                 work.watch()
             # every watcher gives up after the timeout itself; the margin only guards a bug
+            limit_s = 2 * self.timeout_s + 10 if within_s is None else within_s
             if not self.completions.wait_for(lambda: any(w.has_finished() for w in works),
-                                             timeout=2 * self.timeout_s + 10):
+                                             timeout=limit_s):
+                if within_s is not None:
+                    return None
                 raise CommError(f"rank {self.rank}: none of {len(works)} operations finished "
                                 f"within {self.timeout_s:g} s")
             finished = [i for i, w in enumerate(works) if w.has_finished()]

@@ -242,6 +242,7 @@ class ScriptedWorkers:
         self.open_payloads = 0  # gradient receives posted and not yet taken
         self.most_open = 0
         self.payload_order = []  # the ranks whose gradient receives were posted, in order
+        self.events = []  # ("gradient", rank) receive posted, ("reply", rank) reply sent
 
     def irecv(self, tensor, src, tag):
         from real.comm import CommError
@@ -254,6 +255,7 @@ class ScriptedWorkers:
             work.arrival = self.headers_posted
             return work
         self.payload_order.append(src)
+        self.events.append(("gradient", src))
         self.open_payloads += 1
         self.most_open = max(self.most_open, self.open_payloads)
         dead = self.dies == (src, self.payload_order.count(src))
@@ -268,7 +270,7 @@ class ScriptedWorkers:
         work.wait = wait
         return work
 
-    def wait_any(self, works):
+    def wait_any(self, works, within_s=None):
         return min(range(len(works)), key=lambda i: works[i].arrival)
 
     def isend(self, tensor, dst, tag):
@@ -276,6 +278,7 @@ class ScriptedWorkers:
             header = proto.Header.decode(tensor)
             self.sent_version[dst] = header.version
             self.answered[dst] += header.kind == proto.WEIGHTS
+            self.events.append(("reply", dst))
         return self.Work()
 
     def send(self, tensor, dst, tag):
@@ -297,6 +300,12 @@ def test_the_push_window_lets_gradients_in_one_slot_at_a_time_in_arrival_order(w
     assert comm.most_open == window
     # headers arrive round-robin (each worker pushes again once answered): so do the gradients
     assert comm.payload_order[:2 * workers] == list(range(1, workers + 1)) * 2
+    # once a gradient is in, the next one is let in before its reply leaves: Gloo's notice to
+    # send then goes out ahead of the reply's bytes in the server's outbound queue
+    replies = [i for i, event in enumerate(comm.events) if event[0] == "reply"]
+    for i in replies[:3 * workers]:
+        posted = sum(event[0] == "gradient" for event in comm.events[:i])
+        assert posted == len([j for j in replies if j < i]) + window + 1
 
 
 def test_a_worker_lost_inside_the_push_window_frees_its_slot_for_the_next_push():

@@ -67,7 +67,8 @@ def check_recv_from_any_source(comm):
 
 def check_wait_any_returns_the_first_to_finish(comm):
     """Rank 0 waits on receives from ranks 1 and 2; rank 2 sends at once, rank 1 only once
-    rank 0 has seen rank 2's message, so the order is certain."""
+    rank 0 has seen rank 2's message, so the order is certain; a wait bounded by ``within_s``
+    returns None while rank 1 has not sent."""
     if comm.rank == 0:
         got = {1: torch.zeros(4), 2: torch.zeros(4)}
         works = [comm.irecv(got[1], 1), comm.irecv(got[2], 2)]
@@ -75,8 +76,11 @@ def check_wait_any_returns_the_first_to_finish(comm):
         works[1].wait()
         assert works[1].source == 2 and torch.equal(got[2], full(2))
         assert comm.wait_any(works) == 1, "a finished operation counts as finished"
+        # rank 1 sends only once told: a bounded wait gives up, and leaves the receive pending
+        assert comm.wait_any([works[0]], within_s=0) is None
+        assert comm.wait_any([works[0]], within_s=0.05) is None
         comm.send(full(0), 1, tag=3)
-        assert comm.wait_any([works[0]]) == 0
+        assert comm.wait_any([works[0]], within_s=60) == 0
         works[0].wait()
         assert works[0].source == 1 and torch.equal(got[1], full(1))
     elif comm.rank == 1:
