@@ -26,7 +26,17 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
-        "**Full grid (ee6907d; the all-reduce model as in 3eb3495): median 0.9% over 132 "
+        "**Full grid (bdd5c83; the all-reduce model as in 3eb3495): median 0.7% over 132 "
+        "all-reduce rows, worst 17.9%, 13 over 8% (ee6907d: 0.9%, 38.4%, 14).** Every 50 "
+        "Mbit/s row within 2.6% (42 rows, median 0.2%); rows of ≥ 1 MB median 0.4%, 3 over "
+        "8% (Gloo's 1 and 4 MB on 8 hosts at 200 Mbit/s +17.1% and +12.6%, its ring near the "
+        "links' rate again, and the hand-written ring's 1 MB on 8 hosts at 1000 Mbit/s "
+        "−14.8%); Gloo's own 44 rows median 0.8%, worst 17.9% (its 256 kB on 8 hosts at 1000 "
+        "Mbit/s), 5 over 8%; the hand-written rings on 8 hosts 5 of 28 over 8%. Calls of 64 kB "
+        "at 1000 Mbit/s: −15.8…+8.6% (−27.1…+38.4% in ee6907d). The model has not changed "
+        "since 3eb3495: the measurements moved from ee6907d's by 0.5% at the median and 30.5% "
+        "at the most (`repeatability` in `allreduce.json`).",
+        "**The grid before (ee6907d; the all-reduce model as in 3eb3495): median 0.9% over 132 "
         "all-reduce rows, worst 38.4%, 14 over 8% (3eb3495: 1.1%, 20.8%, 17).** Every 50 "
         "Mbit/s row but one within 4.3% (42 rows, median 0.2%; the ring's 64 kB on 8 hosts "
         "−11.2%); rows of ≥ 1 MB median 0.4%, 3 over 8%. Gloo's own 44 rows median 1.1%, worst "
@@ -508,7 +518,13 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
-        "**Full grid (ee6907d; every sync run priced from the ring rounds timed on its own "
+        "**Full grid (bdd5c83; the same sync model): median 1.5% over 12 rows, worst +13.3% "
+        "(ee6907d: 1.3%, 8.3%).** 50 Mbit/s −1.0…+0.2%; 200 Mbit/s 2 and 4 replicas −4.7…−2.0%, "
+        "8 replicas +2.4% (emulated) and +13.3% (real compute: 98.1 ms measured, 100.7 in "
+        "ee6907d, predicted 111.1). The 128 KiB rounds around that run took 8.53 and 8.39 ms "
+        "(8.12 and 8.44 in ee6907d), so no drift this time: Gloo's ring at rounds of 117.6 kB "
+        "ran faster than the Python-driven rounds it is priced from (the `allreduce` note).",
+        "**The grid before (ee6907d; every sync run priced from the ring rounds timed on its own "
         "test bed just before and after it): median 1.3% over 12 rows, worst 8.3% (3eb3495: "
         "1.3% and 13.2%).** 50 Mbit/s +0.3…−1.1%; 200 Mbit/s (emulated, then real compute) 2 "
         "replicas −3.2% and −2.9%, 4 replicas −1.7% and −3.9%, 8 replicas +1.6% and +8.3% "
@@ -584,7 +600,7 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
-        "**Full grid (ee6907d): 4 hosts at 200 Mbit/s, −0.7%** (3eb3495 −0.8%, 6468880 −3.1%, ace0eee −2.1%, 56ea042 "
+        "**Full grid (bdd5c83): 4 hosts at 200 Mbit/s, −1.5%** (ee6907d −0.7%, 3eb3495 −0.8%, 6468880 −3.1%, ace0eee −2.1%, 56ea042 "
         "−0.7%, 86fed1a and 53652ed "
         "−2.4%, 2259b18 −0.5%, e64dd2e "
         "+8.2%; the paragraph below quotes the grid before those).",
@@ -597,7 +613,19 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
-        "**Full grid (ee6907d; the same parameter-server model): seconds per update, 2, 4 "
+        "**Full grid (bdd5c83; the server with `--push-window 1`, the **Found** paragraph "
+        "below): seconds per update, 2, 4 and 8 workers, 50 Mbit/s −3.2%, −0.0%, −2.6%; 200 "
+        "Mbit/s −6.0%, −1.6%, −1.5% (ee6907d, every gradient let in at once: −2.2%, −48.8%, "
+        "−18.2%; +0.2%, +0.1%, −34.2%).** 4 workers at 50 Mbit/s took 161.0 ms an update "
+        "(predicted 161.0; 314.3 in lock step before), 8 workers at 200 Mbit/s 40.7 ms "
+        "(40.1; 61.0 before). What the window costs: 2 workers at 200 Mbit/s 69.5 ms "
+        "(predicted 65.3; 65.2 before). With 2 workers the server's link is idle most of the "
+        "time, so a push's header usually comes while the other worker's reply is leaving; "
+        "there is no header to take before that reply, and the notice that lets the push in "
+        "waits behind the reply's bytes in the server's shaper, the cost the window's first "
+        "version paid on every push (the quick grid's run of it: −8.1%, `async_vs_sync`'s "
+        "−13.5%). The simulator has no such notice.",
+        "**The grid before (ee6907d; the same parameter-server model): seconds per update, 2, 4 "
         "and 8 workers, 200 Mbit/s +0.2%, +0.1%, −34.2%; 50 Mbit/s −2.2%, −48.8%, −18.2% "
         "(3eb3495: −10.7%, −1.1%, −12.1%; −44.7%, −43.6%, −22.1%).** The same two regimes, "
         "drawn again: 2 workers at 50 Mbit/s ran in arrival order this time (190.4 ms an "
@@ -811,7 +839,17 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
-        "**Full grid (ee6907d; the ring priced from the rounds timed on its own test bed "
+        "**Full grid (bdd5c83; the server with `--push-window k`, k the link factor): ring rows "
+        "−0.0%, +1.6%, +17.5%; PS rows 4 workers at 50 Mbit/s 1× +0.0%, 2× −0.3%, 4× +2.8%, "
+        "8× +3.1%; at 200 Mbit/s −4.1%, −10.9%, −2.1%, −2.7%; 8 workers −1.5%, −8.0%, −4.8%, "
+        "+4.5%.** The lock step is gone: 4 workers at 50 Mbit/s took 643.8 ms a round at 1× "
+        "(predicted 644.0; 1193.0 in ee6907d) and 323.2 at 2× (322.4; 620.6); 8 workers at 1× "
+        "325.8 ms (320.9; 411.8). The 2× rows at 200 Mbit/s are the slowest: 90.5 ms for 4 "
+        "workers (80.7 predicted; 90.4 in ee6907d with every gradient at once), 174.4 ms for "
+        "8 (160.4; 162.6 in ee6907d). The 8-worker ring took 90.5 ms, predicted 106.4 (+17.5%; +2.8% in "
+        "ee6907d): Gloo's ring ran near the links' rate while the rounds it is priced from did "
+        "not (the `allreduce` note, Gloo's 1 MB on 8 hosts +17.1% in the same grid).",
+        "**The grid before (ee6907d; the ring priced from the rounds timed on its own test bed "
         "around it): ring rows +0.1%, +1.7%, +2.8%; PS rows 4 workers at 50 Mbit/s 1× "
         "−46.0%, 2× −48.1%, 4× +2.4%, 8× +2.8%; at 200 Mbit/s +0.0%, −10.8%, −4.6%, −3.6%; 8 "
         "workers −22.1%, −1.3%, −5.1%, −0.6% (3eb3495 below).** The 8-worker ring took 112.8 "
@@ -941,7 +979,13 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
-        "**Full grid (ee6907d; the sync runs priced from the rounds timed on their own test "
+        "**Full grid (bdd5c83; the server with `--push-window 1`): sync per step −0.8%, −0.1%, "
+        "+9.3%; async per update −13.5%, −4.0%, −2.4% for 2, 4 and 8 workers (ee6907d "
+        "below).** The 2-worker async run took 75.5 ms an update, predicted 65.3 (66.1 in "
+        "ee6907d with every gradient at once): the window's notice waiting behind a reply (the "
+        "`async` note). The 8-worker sync step took 141.4 ms, predicted 154.5, with the 128 "
+        "KiB rounds around it at 8.35 and 7.86 ms.",
+        "**The grid before (ee6907d; the sync runs priced from the rounds timed on their own test "
         "beds around them): sync per step −1.4%, −0.6%, +12.3%; async per update −1.1%, "
         "−0.1%, −7.4% for 2, 4 and 8 workers (3eb3495 below).** The 8-worker sync step took "
         "152.1 ms, predicted 170.9: the probe after it ran slow (the 128 KiB round 9.06 ms "
