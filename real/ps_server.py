@@ -12,9 +12,9 @@ takes whichever header arrives first. How many gradients flow in at once is the 
 * K >= 1: the gradients of the first K headers to arrive are received (their receives posted in
   the headers' order); the other pushes wait for a slot, their headers unread, as the
   simulator's server NIC takes them (``dsgd_sim/fifo_share.py``: in arrival order, as many at
-  once as its rate allows). Set K to
-  the server's link rate over a worker's (1 where they are equal): the link is then always
-  busy with whole pushes, each at a worker's rate, and replies leave while the next push comes.
+  once as its rate allows). Set K to the server's link rate over a worker's (1 where they are
+  equal): the link is then always busy with whole pushes, each at a worker's rate, and replies
+  leave while the next push comes.
 
 The loop, one push at a time:
 
