@@ -330,18 +330,20 @@ class ParameterServer:
         """Tell ``worker`` that its message was refused; it is then out of the job."""
         self.finish_reply(worker)
         self.alive.discard(worker)
-        self.pending.pop(worker, None)
-        self.payloads.pop(worker, None)
-        self.arrived = deque(push for push in self.arrived if push[0] != worker)
+        self.forget(worker)
         try:
             self.comm.send(Header(ERROR, 0, self.version, 0).encode(), worker, REPLY_TAG)
         except CommError:
             pass  # it is gone already; the protocol error is what gets reported
 
-    def lose(self, worker: int, error: CommError) -> None:
+    def forget(self, worker: int) -> None:
+        """Drop ``worker``'s posted receives and its pushes waiting to be served."""
         self.pending.pop(worker, None)
         self.payloads.pop(worker, None)
         self.arrived = deque(push for push in self.arrived if push[0] != worker)
+
+    def lose(self, worker: int, error: CommError) -> None:
+        self.forget(worker)
         self.last_loss = f"rank {worker}: {error}"
         if worker in self.alive:
             self.alive.discard(worker)

@@ -204,7 +204,7 @@ def test_a_push_window_of_one_serves_every_update_once(tmp_path, launcher):
     assert_each_update_applied_once(summary)
 
 
-def test_the_push_window_is_capped_at_the_workers_and_zero_means_all(tmp_path):
+def test_the_push_window_is_capped_at_the_workers_and_zero_means_all():
     from real.ps_config import AsyncConfig
     from real.ps_server import ParameterServer
 
@@ -220,19 +220,19 @@ class ScriptedWorkers:
     """The server's communicator, with its workers played by a script: every worker pushes
     again as soon as it is answered, headers arrive in the order their receives were posted,
     and a gradient only after every header already on its way (headers are small).
-    It records which gradient receives were posted and when each was taken, and fails the
+    It records when gradient receives were posted and replies sent (``events``), and fails the
     gradient of ``dies`` (rank, its push number) as a dead worker's receive fails."""
 
     class Work:
-        def __init__(self, fill=None, error=None):
-            self.fill, self.error = fill, error
+        """Done when waited on: ``on_wait`` runs once (it may raise, as a failed receive)."""
+
+        def __init__(self, arrival=0.0, on_wait=None):
+            self.arrival, self.on_wait = arrival, on_wait
 
         def wait(self):
-            if self.error is not None:
-                raise self.error
-            if self.fill is not None:
-                self.fill()
-                self.fill = None
+            on_wait, self.on_wait = self.on_wait, None
+            if on_wait is not None:
+                on_wait()
 
     def __init__(self, workers: int, num_params: int, dies=None):
         self.world_size, self.num_params, self.dies = workers + 1, num_params, dies
@@ -241,8 +241,12 @@ class ScriptedWorkers:
         self.headers_posted = 0
         self.open_payloads = 0  # gradient receives posted and not yet taken
         self.most_open = 0
-        self.payload_order = []  # the ranks whose gradient receives were posted, in order
         self.events = []  # ("gradient", rank) receive posted, ("reply", rank) reply sent
+
+    @property
+    def payload_order(self) -> list[int]:
+        """The ranks whose gradient receives were posted, in order."""
+        return [rank for kind, rank in self.events if kind == "gradient"]
 
     def irecv(self, tensor, src, tag):
         from real.comm import CommError
@@ -250,25 +254,18 @@ class ScriptedWorkers:
             def fill():
                 tensor.copy_(proto.Header(proto.PUSH, src, self.sent_version[src],
                                           self.num_params, self.answered[src]).encode())
-            work = self.Work(fill)
             self.headers_posted += 1
-            work.arrival = self.headers_posted
-            return work
-        self.payload_order.append(src)
+            return self.Work(self.headers_posted, fill)
         self.events.append(("gradient", src))
         self.open_payloads += 1
         self.most_open = max(self.most_open, self.open_payloads)
         dead = self.dies == (src, self.payload_order.count(src))
-        work = self.Work(error=CommError(f"rank {src} closed its connection") if dead else None)
-        work.arrival = float("inf")
-        inner = work.wait
 
-        def wait():
+        def taken():
             self.open_payloads -= 1
-            work.wait = lambda: None
-            inner()
-        work.wait = wait
-        return work
+            if dead:
+                raise CommError(f"rank {src} closed its connection")
+        return self.Work(float("inf"), taken)
 
     def wait_any(self, works, within_s=None):
         return min(range(len(works)), key=lambda i: works[i].arrival)
@@ -290,8 +287,7 @@ def test_the_push_window_lets_gradients_in_one_slot_at_a_time_in_arrival_order(w
     """At most ``window`` gradient receives are ever posted at once, each posted in the order
     the headers came, and every update is applied once."""
     from real.ps_server import ParameterServer
-    model_params = build_model("mlp", 0)
-    num_params = sum(p.numel() for p in model_params.parameters())
+    num_params = sum(p.numel() for p in build_model("mlp", 0).parameters())
     comm = ScriptedWorkers(workers, num_params)
     server = ParameterServer(AsyncConfig(model="mlp", updates=5 * workers, push_window=window),
                              comm)
