@@ -213,6 +213,28 @@ def test_a_congestion_control_a_namespace_may_not_use_is_refused_in_one_line():
     assert set(network.list_namespaces()) <= before  # the half-made test bed is gone
 
 
+def test_batches_fit_the_smallest_bucket_of_the_bed():
+    # 200 Mbit/s: a 25 kB bucket holds 16 whole 1514-byte frames; 50 Mbit/s: 10 frames (15140 B),
+    # less the byte tbf may lose converting it, so 9; a faster host leaves the smallest bucket's
+    assert TestbedConfig(hosts=2, bandwidth_bps=200e6).gso_max_segs == 16
+    assert TestbedConfig(hosts=2, bandwidth_bps=50e6).gso_max_segs == 9
+    assert TestbedConfig(hosts=3, bandwidth_bps=200e6, slow_host_bps=1600e6).gso_max_segs == 16
+    assert TestbedConfig(hosts=3, bandwidth_bps=1000e6, slow_host_bps=50e6).gso_max_segs == 9
+    assert TestbedConfig(hosts=2, bandwidth_bps=1e6, burst_bytes=1514).gso_max_segs == 1
+
+
+@needs_namespaces
+def test_every_link_end_caps_its_batches_at_the_beds_value():
+    config = TestbedConfig(hosts=2, bandwidth_bps=1000e6, slow_host_bps=200e6)
+    with Testbed(config) as bed:
+        switch = network.switch_namespace(bed.run_id)
+        ends = [(h.namespace, network.HOST_IFNAME) for h in bed.hosts] + \
+               [(switch, f"p{h.rank}") for h in bed.hosts]
+        segs = [json.loads(network.ip("-n", ns, "-d", "-j", "link", "show", "dev", dev).stdout)[0]
+                ["gso_max_segs"] for ns, dev in ends]
+    assert segs == [16] * 4
+
+
 @needs_namespaces
 def test_large_transfer_runs_at_the_cap_less_header_overhead():
     config = TestbedConfig(hosts=2, bandwidth_bps=80e6)

@@ -12,6 +12,15 @@ so a long TCP transfer moves payload at 1448/1514 = 95.6% of the rate (``payload
 The bucket starts full, so the first ``burst_bytes`` of a transfer that follows an idle period
 pass at the speed of the virtual link, not at the rate.
 
+What the shaper costs the machine: TCP hands the link segments in batches (GSO: one buffer of up
+to 64 KiB, cut into frames as late as possible), and tbf takes a batch whole only if it fits in
+the bucket; a larger one it cuts into frames itself, in software, and every frame then crosses
+the bridge and the receiving host's stack on its own. At 200 Mbit/s (a 25 kB bucket) that was
+most of the machine's work: an 8-host ring moved 140-150 Mbit/s a host of the 188 its links
+carry, the 2 cores 96% busy, a third of it in the kernel's packet work. Every link therefore caps
+its batches at what the smallest bucket of the bed holds (``gso_max_segs``): the same ring then
+runs at 188 Mbit/s a host with the cores 66% busy, and the shaper charges the same frames.
+
 Every host's TCP uses one congestion control, Reno unless told otherwise, not whatever this
 machine's default is (BBR on some, CUBIC on most): the test bed should behave the same on every
 machine, and a namespace may only pick from the machine's allowed list
@@ -157,6 +166,14 @@ class TestbedConfig:
         if self.burst_bytes is not None:
             return self.burst_bytes
         return max(MIN_BURST_FRAMES * self.frame_bytes, int(rate_bps * SHAPER_TIMER_SLACK_S / 8))
+
+    @property
+    def gso_max_segs(self) -> int:
+        """The most frames a batch (GSO buffer) on any link of this bed may hold: as many whole
+        frames as the smallest bucket takes, less a byte (tbf's bucket, converted to time and
+        back, may come out a byte short), at least 1."""
+        smallest = min(self.burst_for(self.rate_bps(rank)) for rank in range(self.hosts))
+        return max(1, (smallest - 1) // self.frame_bytes)
 
     def limit_for(self, rate_bps: float) -> int:
         """tbf queue limit in bytes: the burst plus ``queue_s`` worth of frames at the rate."""

@@ -105,6 +105,10 @@ def _create_host(run_id: str, rank: int, config: TestbedConfig) -> None:
     ip("netns", "add", namespace)
     ip("-n", switch, "link", "add", port, "mtu", mtu, "type", "veth",
        "peer", "name", HOST_IFNAME, "mtu", mtu, "netns", namespace)
+    # batches no larger than the smallest bucket, so that no shaper cuts them (config's docstring)
+    segs = str(config.gso_max_segs)
+    ip("-n", switch, "link", "set", port, "gso_max_segs", segs)
+    ip("-n", namespace, "link", "set", HOST_IFNAME, "gso_max_segs", segs)
     ip("-n", switch, "link", "set", port, "master", BRIDGE, "up")
     ip("-n", namespace, "addr", "add", f"{config.address(rank)}/{config.prefix_len}", "dev", HOST_IFNAME)
     ip("-n", namespace, "link", "set", HOST_IFNAME, "up")
