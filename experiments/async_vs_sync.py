@@ -166,6 +166,36 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
     return out
 
 
+def stored_measurements(point: AsyncVsSyncConfig, stored_rows: list[dict]) -> dict:
+    """What ``measure(point)`` returned in a stored run (``async_vs_sync.json``), rebuilt from its
+    two rows (found by their configs, as ``rows`` names them): to predict it again. The sync loss
+    curve's first field, which the rows leave out, comes back as None."""
+    by_config = {row["config"]: row for row in stored_rows}
+    wanted = [f"async per update {point.label}", f"sync per step {point.label}"]
+    missing = [config for config in wanted if config not in by_config]
+    if missing:
+        raise ValueError(f"the stored run has no row {missing[0]!r}")
+    a, s = (by_config[config] for config in wanted)
+    return {"async": {**a["measured"], "loss_curve": a["loss_curve"]},
+            "sync": {**s["measured"], "loss_curve": [[None, t, loss] for t, loss in s["loss_curve"]]},
+            "rounds": s.get("rounds")}
+
+
+def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]:
+    """The rows of a stored run predicted again from ``net_by_rate`` (its own calibration):
+    same measurements, today's model (the single-process profile is taken again, as
+    ``ps_vs_ring.repredict`` says)."""
+    points = tuple(AsyncVsSyncConfig(**{k: v for k, v in p.items() if k != "kind"})
+                   for p in result["points"])
+    missing = sorted({p.bandwidth_bps for p in points} - set(net_by_rate))
+    if missing:
+        raise ValueError(f"no calibration at {missing[0] / 1e6:g} Mbit/s")
+    stored = {point.label: stored_measurements(point, result["rows"]) for point in points}
+    experiment = Experiment(result["name"], result["question"], points)
+    return rows(experiment, net_by_rate, measure_fn=lambda point: stored[point.label],
+                predict_fn=predict_fn)
+
+
 # -- plot ---------------------------------------------------------------------------------------
 def smoothed(curve: list[list], window: int) -> tuple[list[float], list[float]]:
     """Times and the mean loss of each ``window`` consecutive points (losses that are null are

@@ -40,7 +40,8 @@ from real.testbed.config import SCHEDULING_POLICIES, parse_congestion_control  #
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
-REPREDICTABLE = ("allreduce", "ps_vs_ring")  # experiments whose stored rows can be predicted again
+# experiments whose stored rows can be predicted again
+REPREDICTABLE = ("allreduce", "async", "ps_vs_ring", "async_vs_sync")
 REPORT = HERE / "RESULTS.md"  # the report written from them
 
 
@@ -74,6 +75,34 @@ def async_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
                      "predicted_staleness_mean": predicted["staleness_mean"],
                      "measured_staleness_mean": summary["staleness_mean"], "measured": summary})
     return rows
+
+
+def repredict_async(result: dict, net_by_rate: dict) -> list[dict]:
+    """The ``async`` rows of a stored run predicted again from ``net_by_rate`` (its own
+    calibration): each point's stored summary (its row's ``measured``), today's model."""
+    from experiments.configs import AsyncRunConfig, Experiment
+    from experiments.sync_model import predict_async
+    points = tuple(AsyncRunConfig(**{k: v for k, v in p.items() if k != "kind"})
+                   for p in result["points"])
+    missing = sorted({p.bandwidth_bps for p in points} - set(net_by_rate))
+    if missing:
+        raise ValueError(f"no calibration at {missing[0] / 1e6:g} Mbit/s")
+    stored = {row["config"]: row["measured"] for row in result["rows"]}
+    absent = [p.label for p in points if p.label not in stored]
+    if absent:
+        raise ValueError(f"the stored run has no row {absent[0]!r}")
+    experiment = Experiment(result["name"], result["question"], points)
+    return async_rows(experiment, net_by_rate, lambda point: stored[point.label], predict_async)
+
+
+def repredictor(name: str):
+    """What predicts experiment ``name``'s stored rows again and draws them: its module (its
+    ``repredict`` and ``plot``), or for ``async``, whose rows this file makes, the same pair."""
+    import importlib
+    import types
+    if name == "async":
+        return types.SimpleNamespace(repredict=repredict_async, plot=plot_async)
+    return importlib.import_module(f"experiments.{name}")
 
 
 def run_experiment(experiment, net_by_rate: dict, quick: bool = False) -> dict:
@@ -299,7 +328,6 @@ def main(argv=None) -> int:
 def repredict(names: list[str], out: str | None = None) -> int:
     """Predict the stored rows of ``names`` again from their run's calibration (``run.json``)
     and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
-    import importlib
     try:
         meta = json.loads((RESULTS / "run.json").read_text())
         net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
@@ -310,7 +338,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
         return 2
     updated = {}  # name -> (its file, its plot, its module, its result predicted again)
     for name in names:
-        path, module = RESULTS / f"{name}.json", importlib.import_module(f"experiments.{name}")
+        path, module = RESULTS / f"{name}.json", repredictor(name)
         try:
             result = json.loads(path.read_text())
             if not isinstance(result, dict):

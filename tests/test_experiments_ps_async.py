@@ -259,6 +259,52 @@ def test_async_vs_sync_prices_the_sync_run_from_the_rounds_timed_around_it(net):
     assert "rounds" not in rows[0]
 
 
+def test_async_vs_sync_rows_of_a_stored_run_are_predicted_again_with_their_measurements(net):
+    point = avs.AsyncVsSyncConfig(4, 200e6, updates=80)
+    measured = {"async": {"updates_per_s": 20.0, "staleness_mean": 3.0, "staleness_hist": [80],
+                          "loss_curve": [[0.1, 2.0]], "final_loss": 1.0},
+                "sync": {"iteration_time_s": 0.3, "samples_per_s": 400.0,
+                         "loss_curve": [[1, 0.3, 2.0]], "final_loss": 1.0}, "rounds": _probe(0.2)}
+    predict = lambda p, n, **kw: avs.predict(p, n, REFERENCE, **kw)  # noqa: E731
+    rows = avs.rows(avs.Experiment("async_vs_sync", "?", (point,)), {200e6: net},
+                    lambda p: measured, predict)
+    stored = {"name": "async_vs_sync", "question": "?", "points": [point.as_dict()],
+              "rows": json.loads(json.dumps(rows))}
+    held = NetworkInputs.from_calibration({**CALIBRATION, "goodput_bps": 95e6})  # a slower bed
+    again = avs.repredict(stored, {200e6: held}, predict)
+    assert [r["config"] for r in again] == [r["config"] for r in rows]
+    for new, old in zip(again, stored["rows"]):
+        assert {k: v for k, v in new.items() if not k.startswith("predicted")} == \
+            {k: v for k, v in old.items() if not k.startswith("predicted")}
+    assert again[0]["predicted_s"] > rows[0]["predicted_s"]  # today's inputs, not the stored ones
+    assert again[0]["predicted_s"] == pytest.approx(predict(point, held)["per_update_s"])
+    assert again[1]["predicted_s"] == pytest.approx(predict(point, held, sync_rounds=_probe(0.2))["step_s"])
+    stored["rows"].pop()
+    with pytest.raises(ValueError, match="no row 'sync per step 4 workers"):
+        avs.repredict(stored, {200e6: held}, predict)
+
+
+def test_async_rows_of_a_stored_run_are_predicted_again_with_their_measurements(net, monkeypatch):
+    from experiments import run, sync_model
+    from experiments.configs import AsyncRunConfig, Experiment
+    monkeypatch.setattr(sync_model, "single_process_profile", lambda config: REFERENCE)
+    point = AsyncRunConfig(3, 200e6, updates=40)
+    summary = {"updates_per_s": 20.0, "staleness_mean": 1.0}
+    rows = run.async_rows(Experiment("async", "?", (point,)), {200e6: net}, lambda p: summary,
+                          predict_async)
+    stored = {"name": "async", "question": "?", "points": [point.as_dict()],
+              "rows": json.loads(json.dumps(rows))}
+    held = NetworkInputs.from_calibration({**CALIBRATION, "goodput_bps": 95e6})
+    again = run.repredict_async(stored, {200e6: held})
+    assert again[0]["measured"] == summary and again[0]["measured_s"] == 0.05
+    assert again[0]["predicted_s"] == predict_async(point, held)["per_update_s"]
+    assert again[0]["predicted_s"] > rows[0]["predicted_s"]
+    with pytest.raises(ValueError, match="no calibration at 200 Mbit/s"):
+        run.repredict_async(stored, {50e6: held})
+    with pytest.raises(ValueError, match="no row '2 workers 200Mbps"):
+        run.repredict_async({**stored, "rows": []}, {200e6: held})
+
+
 def _stored_run(folder, net, calibration):
     """A run folder as run.py leaves it: run.json and ps_vs_ring.json of one 8-worker point."""
     point = pvr.PsVsRingConfig(8, 200e6, server_factors=(1, 8), updates=160)
