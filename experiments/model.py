@@ -69,7 +69,8 @@ ACK_FRAME_BYTES = 66  # 14 Ethernet + 20 IP + 32 TCP (with timestamps), no paylo
 SEGMENTS_PER_ACK = 2  # Linux delayed ACK: one ACK for every second full segment
 # a ring-round table whose hosts each moved less than this share of the duplex payload rate was
 # held back by the machine, not by its links (link-bound tables reach 0.98-1.00 of it; 8 hosts
-# at 200 Mbit/s on 2 cores, 0.74)
+# at 200 Mbit/s on 2 cores reached 0.70-0.78 while the shapers cut TCP's batches in software,
+# which the test bed now prevents: docs/testbed.md)
 BED_BOUND_SHARE = 0.9
 
 # the most rotations of the benchmark's calls run through the bucket to let it settle: each

@@ -1,13 +1,16 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
 full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, committed at ee6907d, 61.0 min, Reno and ``SCHED_BATCH`` on every
-host, the probe's grid ×2 apart up to 256 KiB, its chains 2(H − 1) rounds long, the
+experiments/results/full``, committed at e899f2f, 57.5 min, every link's GSO batches capped at
+what the smallest shaper bucket holds, the parameter server with its push window, Reno and
+``SCHED_BATCH`` on every host, the probe's grid ×2 apart up to 256 KiB, its chains 2(H − 1) rounds long, the
 calibration's rounds up to 1 MiB, all-reduce calls priced as the stream the benchmark makes,
 Gloo's own all-reduce priced from rounds driven from C++, parameter-server runs timed after a
 warm-up of a quarter of their rounds, every sync run started directly and every ring of
 ``ps_vs_ring`` and ``async_vs_sync`` priced from ring rounds timed on its own test bed just
-before and after it) and the ones before it: 3eb3495 (50.3 min, the same with those runs
+before and after it) and the ones before it: bdd5c83 (59.0 min, the same on links whose shapers
+cut the batches), ee6907d (61.0 min, the same with every gradient let in at once), 3eb3495
+(50.3 min, the same with those runs
 priced from the calibration's rounds), 6468880 (48.6 min, the same with
 Gloo's all-reduce priced from the Python-driven rounds), ace0eee (47.3 min, the same but
 the parameter-server runs timed after their first round), 56ea042
@@ -26,6 +29,45 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
+        "**Full grid (e899f2f; every link caps its GSO batches at the smallest bucket, the "
+        "**Found** paragraph below; the all-reduce model as in 3eb3495): median 0.4% over 132 "
+        "all-reduce rows, worst 30.2%, 7 over 8% (bdd5c83: 0.7%, 17.9%, 13).** Every 50 and 200 "
+        "Mbit/s row within 4.1% (87 rows; medians 0.1% and 0.6%), 8 hosts included: at 200 Mbit/s "
+        "on 8 hosts (15 rows, median 0.4%) Gloo's 1 and 4 MB +0.9% and +0.2% (+17.1% and +12.6% in "
+        "bdd5c83), the ring's 256 kB +2.0% (−11.0%). Rows of ≥ 1 MB median 0.3%, one over 8% (the "
+        "ring's 1 MB on 8 hosts at 1000 Mbit/s, −8.2%). Every miss is at 1000 Mbit/s, where the "
+        "cap changes nothing (the 125 kB bucket takes a whole 64 KiB batch): the 64 kB calls on 2 "
+        "hosts, the ring's, the naive ring's and Gloo's, −30.2%, −18.4% and −29.0% (0.54, 0.37 and "
+        "0.48 ms measured, 0.38, 0.31 and 0.34 predicted; −13.3%, −8.6% and −13.0% in bdd5c83, "
+        "0.47, 0.35 and 0.42 ms measured), the naive ring's 64 kB on 4 hosts +13.4%, and on 8 "
+        "hosts the ring's and the naive ring's 64 kB +10.1% and −14.2% and the ring's 1 MB −8.2%. "
+        "Gloo's own 44 rows median 0.4%, one over 8%; the hand-written rings on 8 hosts 3 of 28. "
+        "The measurements moved from bdd5c83's by 1.6% at the median and 35.3% at the most "
+        "(`repeatability` in `allreduce.json`).",
+        "**Found: the shapers were cutting TCP's batches into frames in software, and on 2 cores "
+        "that, not the links, set the pace of 8 hosts at 200 Mbit/s.** In every earlier grid the "
+        "8-host ring rounds at 200 Mbit/s moved 0.70–0.78 of the duplex payload rate a host "
+        "(bdd5c83's 1 MiB rounds 57.5 ms, 145.8 Mbit/s), with the cores 95–98% busy, a third to most of "
+        "it in softirq, while the same ring at 1000 Mbit/s ran at its links' rate with the cores 38% "
+        "busy (the `ps_vs_ring` note left the why open). TCP hands a device its segments in "
+        "batches of up to 64 KiB (GSO), cut into frames as late as possible; tbf takes a batch "
+        "whole only if it fits in its bucket (its largest packet is the bucket), and cuts a larger "
+        "one into frames itself, in software, after which every frame crosses the veth pair, the "
+        "bridge and the receiving host's stack on its own. The buckets were 25 kB at 200 Mbit/s "
+        "and 15 kB at 50, both under a batch, and 125 kB at 1000. Every link now caps its batches "
+        "at the whole frames the bed's smallest bucket holds (`ip link set … gso_max_segs`: 16 at "
+        "200 Mbit/s, 9 at 50; `real.testbed.config.TestbedConfig.gso_max_segs`); the shaper "
+        "charges the same frames. On fresh 8-host beds at 200 Mbit/s, one each (`sudo python -m "
+        "real.testbed run --hosts 8 --bandwidth 200Mbps -- 'RANK={rank} WORLD_SIZE={hosts} python "
+        "experiments/ring_probe.py --sizes 1MiB --rounds 14 --repeats 6 --threads 1 --json "
+        "{out}/p.json'`, `/proc/stat` read around it): without the cap 1 MiB rounds of 55.4 and "
+        "59.9 ms (151 and 140 Mbit/s a host), the cores 95–96% busy, softirq 32–34%; with it 44.4, "
+        "44.7 and 44.6 ms (188–189 Mbit/s, the duplex rate), 66–69% busy, softirq 1–2%; at 50 "
+        "Mbit/s 47.5 Mbit/s a host, at 1000 Mbit/s 887. In the grid every ring-round table now "
+        "runs at its links' rate (1 MiB rounds on 8 hosts at 200 Mbit/s: 189.2 Mbit/s a host, the "
+        "calibration's duplex rate 188.4), so the Python-driven rounds price Gloo's ring above 64 "
+        "KiB again, the C++ window of the **Tried and not kept** paragraph is not needed there, "
+        "and `bed_payload_bps` finds no table held back by the machine (the `ps_vs_ring` note).",
         "**Full grid (bdd5c83; the all-reduce model as in 3eb3495): median 0.7% over 132 "
         "all-reduce rows, worst 17.9%, 13 over 8% (ee6907d: 0.9%, 38.4%, 14).** Every 50 "
         "Mbit/s row within 2.6% (42 rows, median 0.2%); rows of ≥ 1 MB median 0.4%, 3 over "
@@ -518,6 +560,13 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
+        "**Full grid (e899f2f; the links cap their GSO batches, the `allreduce` note; the same "
+        "sync model): median 1.7% over 12 rows, worst −3.8% (bdd5c83: 1.5% and +13.3%).** 50 "
+        "Mbit/s −1.8…−0.0%; 200 Mbit/s −3.8…−1.6%, every row measured a little slower than "
+        "predicted. The 8 replicas at 200 Mbit/s took 125.3 ms a step emulated and 78.6 ms with "
+        "real compute (152.6 and 98.1 in bdd5c83; predicted 122.3 and 75.9, −2.4% and −3.5%): the "
+        "128 KiB rounds around them took 5.65–5.77 ms (8.39–8.53 in bdd5c83), the links' rate, so "
+        "Gloo's ring and the rounds it is priced from no longer part ways.",
         "**Full grid (bdd5c83; the same sync model): median 1.5% over 12 rows, worst +13.3% "
         "(ee6907d: 1.3%, 8.3%).** 50 Mbit/s −1.0…+0.2%; 200 Mbit/s 2 and 4 replicas −4.7…−2.0%, "
         "8 replicas +2.4% (emulated) and +13.3% (real compute: 98.1 ms measured, 100.7 in "
@@ -600,6 +649,8 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
+        "**Full grid (e899f2f): 4 hosts at 200 Mbit/s, −2.8%** (bdd5c83 −1.5%; 113.6 ms a step "
+        "measured, 110.4 predicted).",
         "**Full grid (bdd5c83): 4 hosts at 200 Mbit/s, −1.5%** (ee6907d −0.7%, 3eb3495 −0.8%, 6468880 −3.1%, ace0eee −2.1%, 56ea042 "
         "−0.7%, 86fed1a and 53652ed "
         "−2.4%, 2259b18 −0.5%, e64dd2e "
@@ -613,6 +664,29 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
+        "**Full grid (e899f2f; the links cap their GSO batches, the `allreduce` note; the rows "
+        "predicted again after the run, `repredicted` in `async.json`, the paragraph after next): "
+        "seconds per update, 2, 4 and 8 workers, 50 Mbit/s −1.2%, −0.0%, −0.2%; 200 Mbit/s −5.3%, "
+        "−0.1%, −0.0% (bdd5c83: −3.2%, −0.0%, −2.6%; −6.0%, −1.6%, −1.5%).** 8 workers at 200 "
+        "Mbit/s took 39.95 ms an update (39.94 predicted; 40.7 in bdd5c83, nine processes on 2 "
+        "cores). What is left is the push window's notice with 2 workers at 200 Mbit/s: 68.8 ms an "
+        "update, 65.1 predicted (the quick grid's run −5.8%, `async_vs_sync`'s −6.1%).",
+        "**Tried and not kept: the notice in the simulator.** The real server lets a gradient in "
+        "by posting its receive, and Gloo's notice of it leaves through the server's shaper behind "
+        "whatever that queue holds. A simulator model of it (`AsyncConfig(push_window=K)`: a "
+        "header waits α and a free slot, then the notice waits behind every byte on the server's "
+        "outbound NIC, FIFO, and crosses α; the slot freed when the gradient is in, before its "
+        "reply) predicted this grid's rows while it ran: 2 workers at 50 Mbit/s 237.6 ms an "
+        "update, measured 185.7 (+28.0%; 183.4 without the notice), and 2 workers at 200 Mbit/s "
+        "65.2 ms against 65.1 without it (measured 68.8). At 50 Mbit/s the outbound link is busy "
+        "most of the time, so in the model nearly every notice waited for a whole reply (a reply "
+        "takes about 158 ms); on the bed it does not: the queue ahead of the notice is what the reply's "
+        "TCP window has put in it, not the reply. At 200 Mbit/s, with constant compute, the "
+        "simulated workers settle into a phase where no header meets a reply, while on the bed "
+        "jitter makes them meet now and then. A model of the notice would need the reply's window "
+        "in the shaper's queue and the spread of the workers' phases; the rows were predicted "
+        "again without it (`python experiments/run.py --repredict async ps_vs_ring async_vs_sync "
+        "--out experiments/results/full`, which now takes `async` and `async_vs_sync` too).",
         "**Full grid (bdd5c83; the server with `--push-window 1`, the **Found** paragraph "
         "below): seconds per update, 2, 4 and 8 workers, 50 Mbit/s −3.2%, −0.0%, −2.6%; 200 "
         "Mbit/s −6.0%, −1.6%, −1.5% (ee6907d, every gradient let in at once: −2.2%, −48.8%, "
@@ -839,6 +913,17 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
+        "**Full grid (e899f2f; the links cap their GSO batches, the `allreduce` note; predicted "
+        "again after the run, the `async` note): ring rows +0.2%, −0.1%, +1.1%; PS rows 4 workers "
+        "at 50 Mbit/s 1× −0.0%, 2× −0.2%, 4× +0.6%, 8× +1.2%; at 200 Mbit/s +0.8%, −4.7%, +0.8%, "
+        "+1.5%; 8 workers +0.1%, −0.8%, −4.8%, +0.6%; median 0.8%, worst −4.8% (bdd5c83: 2.8%, "
+        "+17.5%).** The 8-worker ring took 70.6 ms a round (71.4 predicted; 90.5 in bdd5c83, "
+        "predicted 106.4): its rounds and Gloo's ring both at the links' rate now. The 8 workers "
+        "at 4× and 8× took 84.3 and 79.8 ms a round, where the links allow 80 ms and bdd5c83's "
+        "bed, held back by its cores, took 106.1 and 96.6: the 8-host table is no longer held back "
+        "by the machine, so `bed_payload_bps` caps nothing and the server's link is predicted at "
+        "its rate (80.3 ms). The 2× rows at 200 Mbit/s, the slowest in every grid before (−10.9% "
+        "and −8.0% in bdd5c83), −4.7% and −0.8%.",
         "**Full grid (bdd5c83; the server with `--push-window k`, k the link factor): ring rows "
         "−0.0%, +1.6%, +17.5%; PS rows 4 workers at 50 Mbit/s 1× +0.0%, 2× −0.3%, 4× +2.8%, "
         "8× +3.1%; at 200 Mbit/s −4.1%, −10.9%, −2.1%, −2.7%; 8 workers −1.5%, −8.0%, −4.8%, "
@@ -979,6 +1064,12 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
+        "**Full grid (e899f2f; the links cap their GSO batches, the `allreduce` note; predicted "
+        "again after the run, the `async` note): sync per step −0.8%, −1.5%, −1.2%; async per "
+        "update −6.1%, −0.2%, −0.1% for 2, 4 and 8 workers (bdd5c83: −0.8%, −0.1%, +9.3%; −13.5%, "
+        "−4.0%, −2.4%).** The 8-worker sync step took 123.4 ms (121.9 predicted; 141.4 in bdd5c83, "
+        "predicted 154.5). The 2-worker async run, 69.4 ms an update against 65.1, is the `async` "
+        "note's notice.",
         "**Full grid (bdd5c83; the server with `--push-window 1`): sync per step −0.8%, −0.1%, "
         "+9.3%; async per update −13.5%, −4.0%, −2.4% for 2, 4 and 8 workers (ee6907d "
         "below).** The 2-worker async run took 75.5 ms an update, predicted 65.3 (66.1 in "
