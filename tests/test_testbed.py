@@ -223,6 +223,23 @@ def test_batches_fit_the_smallest_bucket_of_the_bed():
     assert TestbedConfig(hosts=2, bandwidth_bps=1e6, burst_bytes=1514).gso_max_segs == 1
 
 
+def test_a_kernel_that_cannot_cap_batches_is_told_once_and_the_bed_goes_on(monkeypatch, capsys):
+    calls = []
+
+    def refuse(*args, check=True):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 2, "", "Error: not supported.")
+
+    monkeypatch.setattr(network, "ip", refuse)
+    monkeypatch.setattr(network, "_uncapped_warned", False)
+    assert network.cap_batches([("ns0", "eth0"), ("sw", "p0")], 16) is False
+    assert network.cap_batches([("ns1", "eth0")], 16) is False
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot cap the links' GSO batches" in err
+    assert "Error: not supported." in err
+    assert calls[0] == ("-n", "ns0", "link", "set", "eth0", "gso_max_segs", "16")
+
+
 @needs_namespaces
 def test_every_link_end_caps_its_batches_at_the_beds_value():
     config = TestbedConfig(hosts=2, bandwidth_bps=1000e6, slow_host_bps=200e6)
