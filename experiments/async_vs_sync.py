@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .configs import MBIT, AsyncRunConfig, Experiment, SyncRunConfig, push_window, warmup_updates
+from .configs import (MBIT, AsyncRunConfig, Experiment, SyncRunConfig, push_window, replay_stored,
+                      warmup_updates)
 from .model import NetworkInputs
 from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import reference_run, simulate_async
@@ -187,13 +188,8 @@ def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]
     ``ps_vs_ring.repredict`` says)."""
     points = tuple(AsyncVsSyncConfig(**{k: v for k, v in p.items() if k != "kind"})
                    for p in result["points"])
-    missing = sorted({p.bandwidth_bps for p in points} - set(net_by_rate))
-    if missing:
-        raise ValueError(f"no calibration at {missing[0] / 1e6:g} Mbit/s")
-    stored = {point.label: stored_measurements(point, result["rows"]) for point in points}
-    experiment = Experiment(result["name"], result["question"], points)
-    return rows(experiment, net_by_rate, measure_fn=lambda point: stored[point.label],
-                predict_fn=predict_fn)
+    return replay_stored(result, points, stored_measurements, rows, net_by_rate,
+                         predict_fn=predict_fn)
 
 
 # -- plot ---------------------------------------------------------------------------------------

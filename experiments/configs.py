@@ -111,6 +111,21 @@ def warmup_updates(workers: int, updates: int) -> int:
     return workers * max(1, updates // (4 * workers))
 
 
+def replay_stored(result: dict, points: tuple, stored_of, rows_fn, net_by_rate: dict,
+                  **options) -> list[dict]:
+    """A stored run's rows made again (``run.py --repredict``): ``rows_fn(experiment,
+    net_by_rate, measure_fn=..., **options)`` with each point's measurement taken from the stored
+    rows by ``stored_of(point, rows)`` instead of the test bed. ValueError naming a rate of the
+    points that ``net_by_rate`` has no calibration for, or what ``stored_of`` finds missing."""
+    missing = sorted({p.bandwidth_bps for p in points} - set(net_by_rate))
+    if missing:
+        raise ValueError(f"no calibration at {missing[0] / 1e6:g} Mbit/s")
+    stored = {point.label: stored_of(point, result["rows"]) for point in points}
+    experiment = Experiment(result["name"], result["question"], points)
+    return rows_fn(experiment, net_by_rate, measure_fn=lambda point: stored[point.label],
+                   **options)
+
+
 def push_window(server_factor: float = 1.0) -> int:
     """The real server's ``--push-window`` on a test bed whose server link is ``server_factor``
     times a worker's: as many gradients at once as its link carries at a worker's rate, in

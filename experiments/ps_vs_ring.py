@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .configs import MBIT, Experiment, push_window, warmup_updates
+from .configs import MBIT, Experiment, push_window, replay_stored, warmup_updates
 from .model import NetworkInputs, predict_allreduce_stream_s
 from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import profile_workload, reference_run, simulate_async
@@ -216,13 +216,8 @@ def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]
     points = tuple(PsVsRingConfig(**{**{k: v for k, v in p.items() if k != "kind"},
                                      "server_factors": tuple(p["server_factors"])})
                    for p in result["points"])
-    missing = sorted({p.bandwidth_bps for p in points} - set(net_by_rate))
-    if missing:
-        raise ValueError(f"no calibration at {missing[0] / 1e6:g} Mbit/s")
-    stored = {point.label: stored_measurements(point, result["rows"]) for point in points}
-    experiment = Experiment(result["name"], result["question"], points)
-    return rows(experiment, net_by_rate, measure_fn=lambda point: stored[point.label],
-                predict_fn=predict_fn)
+    return replay_stored(result, points, stored_measurements, rows, net_by_rate,
+                         predict_fn=predict_fn)
 
 
 # -- plot ---------------------------------------------------------------------------------------

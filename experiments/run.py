@@ -80,19 +80,20 @@ def async_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
 def repredict_async(result: dict, net_by_rate: dict) -> list[dict]:
     """The ``async`` rows of a stored run predicted again from ``net_by_rate`` (its own
     calibration): each point's stored summary (its row's ``measured``), today's model."""
-    from experiments.configs import AsyncRunConfig, Experiment
+    from experiments.configs import AsyncRunConfig, replay_stored
     from experiments.sync_model import predict_async
     points = tuple(AsyncRunConfig(**{k: v for k, v in p.items() if k != "kind"})
                    for p in result["points"])
-    missing = sorted({p.bandwidth_bps for p in points} - set(net_by_rate))
-    if missing:
-        raise ValueError(f"no calibration at {missing[0] / 1e6:g} Mbit/s")
-    stored = {row["config"]: row["measured"] for row in result["rows"]}
-    absent = [p.label for p in points if p.label not in stored]
-    if absent:
-        raise ValueError(f"the stored run has no row {absent[0]!r}")
-    experiment = Experiment(result["name"], result["question"], points)
-    return async_rows(experiment, net_by_rate, lambda point: stored[point.label], predict_async)
+
+    def stored_of(point, stored_rows):
+        row = next((r for r in stored_rows if r["config"] == point.label), None)
+        if row is None:
+            raise ValueError(f"the stored run has no row {point.label!r}")
+        return row["measured"]
+
+    return replay_stored(result, points, stored_of,
+                         lambda experiment, nets, measure_fn: async_rows(
+                             experiment, nets, measure_fn, predict_async), net_by_rate)
 
 
 def repredictor(name: str):
