@@ -16,7 +16,7 @@ What the shaper costs the machine: TCP hands the link segments in batches (GSO: 
 to 64 KiB, cut into frames as late as possible), and tbf takes a batch whole only if it fits in
 the bucket; a larger one it cuts into frames itself, in software, and every frame then crosses
 the bridge and the receiving host's stack on its own. At 200 Mbit/s (a 25 kB bucket) that was
-most of the machine's work: an 8-host ring moved 140-150 Mbit/s a host of the 188 its links
+most of the machine's work: an 8-host ring moved 140-151 Mbit/s a host of the 188 its links
 carry, the 2 cores 96% busy, a third of it in the kernel's packet work. Every link therefore caps
 its batches at what the smallest bucket of the bed holds (``gso_max_segs``): the same ring then
 runs at 188 Mbit/s a host with the cores 66% busy, and the shaper charges the same frames.
