@@ -43,7 +43,16 @@ NOTES: dict[str, list[str]] = {
         "hosts the ring's and the naive ring's 64 kB +10.1% and −14.2% and the ring's 1 MB −8.2%. "
         "Gloo's own 44 rows median 0.4%, one over 8%; the hand-written rings on 8 hosts 3 of 28. "
         "The measurements moved from bdd5c83's by 1.6% at the median and 35.3% at the most "
-        "(`repeatability` in `allreduce.json`).",
+        "(`repeatability` in `allreduce.json`). Six fresh 2-host beds at 1000 Mbit/s after the "
+        "grid (`sudo python -m real.testbed run --hosts 2 --bandwidth 1000Mbps -- 'RANK={rank} "
+        "WORLD_SIZE={hosts} python real/allreduce.py --sizes 64000B,256000B,1000000B "
+        "--algorithms ring,naive,backend --iters 9 --warmup 1 --threads 1 --json {out}/r.json'`, "
+        "three with `--iters 9` as in the grid, three with 45): the ring's 64 kB call 0.47, 0.44 "
+        "and 0.58 ms, then 0.78, 0.41 and 0.59; Gloo's 0.53, 0.39, 0.45, then 0.64, 0.36, 0.45; "
+        "the naive ring's 0.33, 0.24, 0.33, then 0.39, 0.26, 0.40 (predicted from the grid's "
+        "calibration 0.38, 0.34 and 0.31). From one bed to the next these calls move by as much "
+        "as the rows miss, and five times as many calls do not narrow it: the beds differ, not "
+        "the samples.",
         "**Found: the shapers were cutting TCP's batches into frames in software, and on 2 cores "
         "that, not the links, set the pace of 8 hosts at 200 Mbit/s.** In every earlier grid the "
         "8-host ring rounds at 200 Mbit/s moved 0.70–0.78 of the duplex payload rate a host "
