@@ -52,7 +52,11 @@ NOTES: dict[str, list[str]] = {
         "the naive ring's 0.33, 0.24, 0.33, then 0.39, 0.26, 0.40 (predicted from the grid's "
         "calibration 0.38, 0.34 and 0.31). From one bed to the next these calls move by as much "
         "as the rows miss, and five times as many calls do not narrow it: the beds differ, not "
-        "the samples.",
+        "the samples. A lead, not in the bed or the model: with each host's command pinned to a "
+        "core of its own (`taskset -c {rank}` in front of `python`, 45 calls, three beds) the "
+        "ring's call took 0.38, 0.42 and 0.42 ms and Gloo's 0.38, 0.37 and 0.36, but the naive "
+        "ring's 0.39, 0.42 and 0.41: where the kernel puts the two hosts' threads is most of the "
+        "spread, and a bed that pins its hosts would need its calibration pinned too.",
         "**Found: the shapers were cutting TCP's batches into frames in software, and on 2 cores "
         "that, not the links, set the pace of 8 hosts at 200 Mbit/s.** In every earlier grid the "
         "8-host ring rounds at 200 Mbit/s moved 0.70–0.78 of the duplex payload rate a host "
