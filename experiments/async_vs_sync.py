@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .configs import (MBIT, AsyncRunConfig, Experiment, SyncRunConfig, push_window, replay_stored,
-                      warmup_updates)
+                      rows_named, warmup_updates)
 from .model import NetworkInputs
 from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import reference_run, simulate_async
@@ -171,12 +171,8 @@ def stored_measurements(point: AsyncVsSyncConfig, stored_rows: list[dict]) -> di
     """What ``measure(point)`` returned in a stored run (``async_vs_sync.json``), rebuilt from its
     two rows (found by their configs, as ``rows`` names them): to predict it again. The sync loss
     curve's first field, which the rows leave out, comes back as None."""
-    by_config = {row["config"]: row for row in stored_rows}
-    wanted = [f"async per update {point.label}", f"sync per step {point.label}"]
-    missing = [config for config in wanted if config not in by_config]
-    if missing:
-        raise ValueError(f"the stored run has no row {missing[0]!r}")
-    a, s = (by_config[config] for config in wanted)
+    a, s = rows_named(stored_rows, [f"async per update {point.label}",
+                                    f"sync per step {point.label}"])
     return {"async": {**a["measured"], "loss_curve": a["loss_curve"]},
             "sync": {**s["measured"], "loss_curve": [[None, t, loss] for t, loss in s["loss_curve"]]},
             "rounds": s.get("rounds")}

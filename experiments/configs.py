@@ -111,6 +111,16 @@ def warmup_updates(workers: int, updates: int) -> int:
     return workers * max(1, updates // (4 * workers))
 
 
+def rows_named(stored_rows: list[dict], configs: list[str]) -> list[dict]:
+    """The stored rows whose ``config`` is each of ``configs``, in that order; ValueError naming
+    the first that the stored run lacks."""
+    by_config = {row["config"]: row for row in stored_rows}
+    missing = [config for config in configs if config not in by_config]
+    if missing:
+        raise ValueError(f"the stored run has no row {missing[0]!r}")
+    return [by_config[config] for config in configs]
+
+
 def replay_stored(result: dict, points: tuple, stored_of, rows_fn, net_by_rate: dict,
                   **options) -> list[dict]:
     """A stored run's rows made again (``run.py --repredict``): ``rows_fn(experiment,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .configs import MBIT, Experiment, push_window, replay_stored, warmup_updates
+from .configs import MBIT, Experiment, push_window, replay_stored, rows_named, warmup_updates
 from .model import NetworkInputs, predict_allreduce_stream_s
 from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
 from .ps_model import profile_workload, reference_run, simulate_async
@@ -196,13 +196,8 @@ def rows(experiment: Experiment, net_by_rate: dict, measure_fn=measure, predict_
 def stored_measurements(point: PsVsRingConfig, stored_rows: list[dict]) -> dict:
     """What ``measure(point)`` returned in a stored run (``ps_vs_ring.json``), rebuilt from its
     rows (found by their configs, as ``rows`` names them): to predict it again."""
-    by_config = {row["config"]: row for row in stored_rows}
-    wanted = [f"ring (Gloo) {point.label}"] + [f"PS server link {k:g}x {point.label}"
-                                               for k in point.server_factors]
-    missing = [config for config in wanted if config not in by_config]
-    if missing:
-        raise ValueError(f"the stored run has no row {missing[0]!r}")
-    ring, *ps = (by_config[config] for config in wanted)
+    ring, *ps = rows_named(stored_rows, [f"ring (Gloo) {point.label}"] + [
+        f"PS server link {k:g}x {point.label}" for k in point.server_factors])
     return {"grad_bytes": ring["grad_bytes"], "ring_s": ring["measured_s"],
             "ring": ring["measured"], "rounds": ring.get("rounds"),
             "ps": [{"server_factor": row["server_factor"], "round_s": row["measured_s"],

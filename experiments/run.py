@@ -80,20 +80,18 @@ def async_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
 def repredict_async(result: dict, net_by_rate: dict) -> list[dict]:
     """The ``async`` rows of a stored run predicted again from ``net_by_rate`` (its own
     calibration): each point's stored summary (its row's ``measured``), today's model."""
-    from experiments.configs import AsyncRunConfig, replay_stored
+    from experiments.configs import AsyncRunConfig, replay_stored, rows_named
     from experiments.sync_model import predict_async
     points = tuple(AsyncRunConfig(**{k: v for k, v in p.items() if k != "kind"})
                    for p in result["points"])
 
     def stored_of(point, stored_rows):
-        row = next((r for r in stored_rows if r["config"] == point.label), None)
-        if row is None:
-            raise ValueError(f"the stored run has no row {point.label!r}")
-        return row["measured"]
+        return rows_named(stored_rows, [point.label])[0]["measured"]
 
-    return replay_stored(result, points, stored_of,
-                         lambda experiment, nets, measure_fn: async_rows(
-                             experiment, nets, measure_fn, predict_async), net_by_rate)
+    def rows_fn(experiment, nets, measure_fn):
+        return async_rows(experiment, nets, measure_fn, predict_async)
+
+    return replay_stored(result, points, stored_of, rows_fn, net_by_rate)
 
 
 def repredictor(name: str):
