@@ -44,13 +44,17 @@ machine's). ``experiments/run.py --congestion-control`` sets it for a whole run.
 SCHEDULING = "batch"
 """Every test bed's CPU scheduling policy (``TestbedConfig.scheduling``);
 ``experiments/run.py --scheduling`` sets it for a whole run."""
+HOST_CORES = "own"
+"""Whether every test bed gives each host a core of its own where it can
+(``TestbedConfig.host_cores``); ``experiments/run.py --host-cores`` sets it for a whole run."""
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
     """The test bed of ``hosts`` hosts at ``bandwidth_bps`` that every experiment and calibration
     runs on (``settings``: any other ``TestbedConfig`` field, a faster server host for one)."""
     return TestbedConfig(hosts=hosts, bandwidth_bps=bandwidth_bps,
-                         congestion_control=CONGESTION_CONTROL, scheduling=SCHEDULING, **settings)
+                         congestion_control=CONGESTION_CONTROL, scheduling=SCHEDULING,
+                         host_cores=HOST_CORES, **settings)
 
 
 # which hosts of an experiment point run a ring all-reduce (the async server runs none); the

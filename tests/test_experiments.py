@@ -299,12 +299,17 @@ def test_every_experiment_test_bed_takes_the_runs_scheduling_policy(monkeypatch)
     assert measure.testbed_config(3, 50e6).scheduling == "batch"
     monkeypatch.setattr(measure, "SCHEDULING", "normal")
     assert measure.testbed_config(5, 50e6, slow_host_bps=200e6, slow_rank=0).scheduling == "normal"
+    assert measure.testbed_config(2, 50e6).host_cores == "own"
+    monkeypatch.setattr(measure, "HOST_CORES", "shared")
+    assert measure.testbed_config(2, 50e6).host_cores == "shared"
 
 
 def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(capsys):
     from experiments import run
     for argv, said in ((["--scheduling", "fifo", "multinode"], "'fifo'"),
-                       (["--repredict", "--scheduling", "normal", "ps_vs_ring"], "--scheduling")):
+                       (["--host-cores", "pinned", "multinode"], "'pinned'"),
+                       (["--repredict", "--scheduling", "normal", "ps_vs_ring"], "--scheduling"),
+                       (["--repredict", "--host-cores", "shared", "ps_vs_ring"], "--host-cores")):
         with pytest.raises(SystemExit) as exit_:
             run.parse_args(argv)
         assert exit_.value.code == 2
@@ -314,12 +319,15 @@ def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(caps
 
 def test_results_header_names_the_runs_scheduling_policy():
     from experiments.run import header_lines
-    meta = json.loads((REPO / "experiments/results/run.json").read_text())
+    meta = {**json.loads((REPO / "experiments/results/run.json").read_text()), "host_cores": "shared"}
     for policy, said in (("batch", "batch (`SCHED_BATCH`)"), ("normal", "the machine's default")):
         meta["scheduling"] = policy
         assert f"CPU scheduling: {said})" in header_lines(meta)[0]
-    # a run from before the policy existed ran under the machine's
-    del meta["scheduling"]
+    meta["host_cores"] = "own"
+    assert "(`SCHED_BATCH`), each host on a core of its own where there is one per host)" in \
+        header_lines({**meta, "scheduling": "batch"})[0]
+    # a run from before the policy (or the pinning) existed ran under the machine's, shared
+    del meta["scheduling"], meta["host_cores"]
     assert "CPU scheduling: the machine's default)" in header_lines(meta)[0]
 
 

@@ -90,6 +90,8 @@ def test_config_rejects_bad_values_naming_them():
         TestbedConfig(congestion_control="reno; reboot")
     with pytest.raises(ValueError, match="'fifo'"):
         TestbedConfig(scheduling="fifo")
+    with pytest.raises(ValueError, match="'pinned'"):
+        TestbedConfig(host_cores="pinned")
     # the flag's "system" means the machine's default (None), any other name is kept
     assert (parse_congestion_control("system"), parse_congestion_control("cubic")) == (None, "cubic")
 
@@ -196,6 +198,32 @@ def test_every_host_runs_under_the_chosen_scheduling_policy_and_so_does_what_it_
     with Testbed(TestbedConfig(hosts=2, scheduling="normal"), tmp_path / "normal") as bed:
         result = bed.run(command, timeout_s=30)
     assert [h.stdout().strip() for h in result.hosts] == [f"{os.SCHED_OTHER}\n{os.SCHED_OTHER}"] * 2
+
+
+def test_hosts_get_a_core_each_only_when_there_is_one_per_host(monkeypatch):
+    monkeypatch.setattr(bed_module.os, "sched_getaffinity", lambda pid: {5, 2, 7})
+    assert Testbed(TestbedConfig(hosts=3)).host_cpus() == [2, 5, 7]
+    assert Testbed(TestbedConfig(hosts=2)).host_cpus() == [2, 5]
+    assert Testbed(TestbedConfig(hosts=4)).host_cpus() is None  # more hosts than cores: shared
+    assert Testbed(TestbedConfig(hosts=2, host_cores="shared")).host_cpus() is None
+    assert Testbed(TestbedConfig(hosts=2)).host_env(1)["TESTBED_HOST_CPUS"] == "2,5"
+    assert "TESTBED_HOST_CPUS" not in Testbed(TestbedConfig(hosts=4)).host_env(1)
+
+
+CORES_COMMAND = ("python -c 'import os; print(sorted(os.sched_getaffinity(0)))' && "
+                 "sh -c 'python -c \"import os; print(sorted(os.sched_getaffinity(0)))\"'")
+
+
+@needs_namespaces
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to give 2 hosts one each")
+def test_each_host_and_what_it_starts_runs_on_its_own_core_unless_shared(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    with Testbed(TestbedConfig(hosts=2), tmp_path / "own") as bed:
+        result = bed.run(CORES_COMMAND, timeout_s=30)
+    assert [h.stdout().split() for h in result.hosts] == [[f"[{cores[0]}]"] * 2, [f"[{cores[1]}]"] * 2]
+    with Testbed(TestbedConfig(hosts=2, host_cores="shared"), tmp_path / "shared") as bed:
+        result = bed.run(CORES_COMMAND, timeout_s=30)
+    assert all(h.stdout().split("\n")[0] == str(cores) for h in result.hosts)
 
 
 @needs_namespaces
@@ -444,3 +472,17 @@ def test_mpi_allreduce_runs_one_rank_per_host_over_the_shaped_links(tmp_path):
     lines = sorted(result.hosts[0].stdout().split("\n")[:3])
     assert lines == [f"{rank} 3 host{rank} 6.0" for rank in range(3)]
     assert all(n_bytes > 2_000_000 for n_bytes in sent)  # 2 MB vectors went through every uplink
+
+
+@needs_namespaces
+@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev); "
+                                               "with DSGD_REQUIRE_MPI=1 (CI) it runs and fails instead")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to give 2 hosts one each")
+def test_an_mpi_job_runs_each_rank_on_its_hosts_core(tmp_path):
+    # mpiexec runs on host 0, but starts each host's proxy through hydra_launcher.sh, which pins it
+    cores = sorted(os.sched_getaffinity(0))
+    show = "import os, socket; print(socket.gethostname(), sorted(os.sched_getaffinity(0)))"
+    with Testbed(TestbedConfig(hosts=2), tmp_path / "out") as bed:
+        result = bed.run(bed.mpiexec_command(f"{sys.executable} -c '{show}'"), timeout_s=60, ranks=[0])
+    assert result.ok, result.hosts[0].stderr()[-2000:]
+    assert sorted(result.hosts[0].stdout().splitlines()) == [f"host0 [{cores[0]}]", f"host1 [{cores[1]}]"]

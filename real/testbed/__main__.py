@@ -13,7 +13,8 @@ from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
 from real.testbed.calibrate import calibrate
-from real.testbed.config import SCHEDULING_POLICIES, TestbedConfig, parse_congestion_control
+from real.testbed.config import (HOST_CORES_POLICIES, SCHEDULING_POLICIES, TestbedConfig,
+                                 parse_congestion_control)
 
 EXAMPLES = """examples:
   python -m real.testbed run --hosts 2 --bandwidth 100Mbps -- \\
@@ -46,6 +47,9 @@ def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> No
     parser.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="batch",
                         help="CPU scheduling policy of every host's processes (default batch: a "
                              "waking thread preempts no other, as on separate machines)")
+    parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default="own",
+                        help="own (default): each host on a core of its own when there is one per "
+                             "host; shared: every host on every core")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +93,7 @@ def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Te
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
                              mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port,
                              congestion_control=args.congestion_control,
-                             scheduling=args.scheduling)
+                             scheduling=args.scheduling, host_cores=args.host_cores)
     except ValueError as exc:
         parser.error(str(exc))
 

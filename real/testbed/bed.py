@@ -115,11 +115,22 @@ class Testbed:
             "UCX_TLS": "tcp", "UCX_NET_DEVICES": network.HOST_IFNAME,
             "TESTBED_RUN_ID": self.run_id,
         })
+        pinned = self.host_cpus()
+        if pinned:  # for hydra_launcher.sh, which starts MPI's proxies on the other hosts
+            env["TESTBED_HOST_CPUS"] = ",".join(str(cpu) for cpu in pinned)
         # every host runs on this machine's cores: without this, each host's torch would start a
         # thread per core and the hosts' spinning OpenMP threads would slow one another
         env.setdefault("OMP_NUM_THREADS", str(self.threads_per_host))
         env.update(extra or {})
         return env
+
+    def host_cpus(self) -> list[int] | None:
+        """The core each host runs on (``TestbedConfig.host_cores``), by rank: this process's
+        cores in order, one per host, when there are enough; None: every host on every core."""
+        cores = sorted(os.sched_getaffinity(0))
+        if self.config.host_cores != "own" or self.config.hosts > len(cores):
+            return None
+        return cores[:self.config.hosts]
 
     @property
     def threads_per_host(self) -> int:
@@ -139,8 +150,10 @@ class Testbed:
             raise network.TestbedError("the test bed is not up")
         host = self.hosts[rank]
         argv = launch.host_argv(host.namespace, host.hostname, argv)
+        pinned = self.host_cpus()
         process = launch.start(argv, self.host_env(rank, env), stdout, stderr,
-                               scheduling=self.config.scheduling)
+                               scheduling=self.config.scheduling,
+                               cpus={pinned[rank]} if pinned else None)
         self._processes.append(process)
         return process
 

@@ -102,18 +102,17 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _batch_and_die_with_parent() -> None:
-    """``_die_with_parent``, and the batch scheduling policy for the child and all it starts
-    (see ``TestbedConfig.scheduling``)."""
-    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    _die_with_parent()
-
-
-def start(argv: list[str], env: dict[str, str], stdout, stderr,
-          scheduling: str = "normal") -> subprocess.Popen:
+def start(argv: list[str], env: dict[str, str], stdout, stderr, scheduling: str = "normal",
+          cpus: set[int] | None = None) -> subprocess.Popen:
     """Start ``argv`` (from ``host_argv``) in a new session; it dies if this process is killed.
-    ``scheduling``: ``batch`` runs it, and everything it starts, under ``SCHED_BATCH``."""
-    setup = _batch_and_die_with_parent if scheduling == "batch" else _die_with_parent
+    ``scheduling``: ``batch`` runs it, and everything it starts, under ``SCHED_BATCH`` (see
+    ``TestbedConfig.scheduling``). ``cpus``: the cores it, and everything it starts, may run on."""
+    def setup() -> None:
+        if scheduling == "batch":
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        _die_with_parent()
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             start_new_session=True, preexec_fn=setup)
 
