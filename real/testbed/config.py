@@ -43,8 +43,9 @@ machine's default policy.
 
 Where the machine has a core for every host, each host's processes also run on a core of their
 own (``host_cores="own"``, the default): the kernel otherwise moves the two hosts' threads
-between the cores as it pleases, and on 2 hosts at 1000 Mbit/s a 64 kB ring all-reduce took
-0.41 to 0.78 ms from one test bed to the next (0.38 to 0.42 pinned). With more hosts than cores
+between the cores as it pleases, differently from one test bed to the next: on 2 hosts at
+1000 Mbit/s a 64 kB ring all-reduce took 0.41 to 0.78 ms on six beds, 0.38 to 0.42 ms on three
+pinned ones (``docs/testbed.md``). With more hosts than cores
 they share every core (``host_cores="shared"`` always does): pinning several hosts to one core
 would share the machine unevenly, not more like separate machines.
 """
