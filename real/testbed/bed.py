@@ -115,8 +115,10 @@ class Testbed:
             "UCX_TLS": "tcp", "UCX_NET_DEVICES": network.HOST_IFNAME,
             "TESTBED_RUN_ID": self.run_id,
         })
+        # for hydra_launcher.sh, which starts MPI's proxies on the other hosts (never one inherited)
+        env.pop("TESTBED_HOST_CPUS", None)
         pinned = self.host_cpus()
-        if pinned:  # for hydra_launcher.sh, which starts MPI's proxies on the other hosts
+        if pinned:
             env["TESTBED_HOST_CPUS"] = ",".join(str(cpu) for cpu in pinned)
         # every host runs on this machine's cores: without this, each host's torch would start a
         # thread per core and the hosts' spinning OpenMP threads would slow one another
