@@ -61,8 +61,15 @@ NOTES: dict[str, list[str]] = {
         "1.78, 1.86 and 1.72 ms, 4–9% faster than in e899f2f and faster than the stream model lets "
         "a call through the bucket (1.97 ms at the calibrated duplex rate with a barrier's refill "
         "between calls), as if the calls had more idle time between them than the calibration's "
-        "1-element all_reduce: the benchmark's own gaps are not measured, so that is a lead, not a "
-        "finding. The sync experiment's 2-host rows, pinned too, are in its note.",
+        "1-element all_reduce. Part of it: on a fresh 2-host bed at 1000 Mbit/s after the grid "
+        "(`sudo python -m real.testbed run --hosts 2 --bandwidth 1000Mbps -- 'RANK={rank} "
+        "WORLD_SIZE={hosts} python real/allreduce.py --sizes 256000B --algorithms "
+        "ring,naive,backend --iters 45 --warmup 1 --threads 1 --trace {out}/t.json'`, the gaps "
+        "between each rank's calls read from its trace) the benchmark left 0.35 ms between one "
+        "call's end and the next one's start (median, both ranks), where the model takes 0.26 ms "
+        "(the calibration's 1-element all_reduce); with 0.35 ms the stream model prices this "
+        "grid's 256 kB calls at 1.88 ms, +6.0%, +1.1% and +9.3%. Pricing that gap would need the "
+        "benchmark's own gap in the calibration, and a grid to judge it: not built. The sync experiment's 2-host rows, pinned too, are in its note.",
         "**Changed: each host on a core of its own, where the machine has one per host.** The "
         "hosts of a real cluster never share cores; on 2 cores a 2-host bed can give each its own "
         "(`TestbedConfig.host_cores`, `--host-cores shared` for the old behaviour), and every test "
