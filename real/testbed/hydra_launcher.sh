@@ -12,11 +12,11 @@ case "$rank" in
     ''|*[!0-9]*) echo "hydra_launcher.sh: '$host' is not a test-bed host (host0, host1, ...)" >&2; exit 2 ;;
 esac
 : "${TESTBED_RUN_ID:?hydra_launcher.sh runs inside a test bed (TESTBED_RUN_ID is not set)}"
-# each host on its own core when the test bed pins them (TESTBED_HOST_CPUS: a core per host)
+# each host on its own core when the test bed pins them (TESTBED_HOST_CPUS: a core per host;
+# taskset is util-linux's, as unshare is)
 pin=""
-if [ -n "${TESTBED_HOST_CPUS:-}" ] && command -v taskset >/dev/null 2>&1; then
-    cpu=$(echo "$TESTBED_HOST_CPUS" | cut -d, -f$((rank + 1)))
-    [ -n "$cpu" ] && pin="taskset -c $cpu"
+if [ -n "${TESTBED_HOST_CPUS:-}" ]; then
+    pin="taskset -c $(echo "$TESTBED_HOST_CPUS" | cut -d, -f$((rank + 1)))"
 fi
 exec $pin ip netns exec "dsgd-$TESTBED_RUN_ID-h$rank" unshare --uts -- \
     sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
