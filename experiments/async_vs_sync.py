@@ -86,10 +86,10 @@ class AsyncVsSyncConfig:
 
 
 def async_vs_sync(quick: bool = False) -> Experiment:
-    """Quick: 4 workers at 200 Mbit/s, 320 updates / 80 steps (2 test beds). Full: 2, 4 and 8
+    """Quick: 4 workers at 200 Mbit/s, 240 updates / 60 steps (2 test beds). Full: 2, 4 and 8
     workers at 200 Mbit/s, 800 updates each (6 test beds)."""
     if quick:
-        points = (AsyncVsSyncConfig(4, 200 * MBIT, updates=320),)
+        points = (AsyncVsSyncConfig(4, 200 * MBIT, updates=240),)
     else:
         points = tuple(AsyncVsSyncConfig(w, 200 * MBIT, updates=800) for w in (2, 4, 8))
     return Experiment("async_vs_sync", "Async (parameter server) against sync SGD with the same "

@@ -24,14 +24,20 @@ from real.testbed.calibrate import calibrate
 
 from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
                       warmup_updates)
-from .ring_probe import COLUMNS as PROBE_COLUMNS, SIZE_GRID, chain_rounds
+from .ring_probe import COLUMNS as PROBE_COLUMNS, ENGINE_MAX_BYTES, SIZE_GRID, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
+# quick: the rate from a shorter pair (at 50 Mbit/s the 16 MB transfers alone take 16 s of the
+# quick run's ten minutes; 6 MB apart still take a second at that rate)
+CALIBRATION_SIZES_QUICK = [2_000_000, 8_000_000]
 # duplex exchanges at the sizes of the experiments' all-reduce rounds (ring: n / hosts; naive: n)
 # and two large ones for the rate; the model interpolates the start-up cost between them. The
 # 1-byte exchange is the probe's own fixed cost (TCP latency, a thread start), taken off the rest.
 DUPLEX_SIZES = [1, 16_000, 32_000, 64_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 16_000_000]
+# quick: up to 4 MB (its rounds send at most 4 MB; the rate from 2 MB to 4 MB): seven 16 MB
+# exchanges at 50 Mbit/s take 19 s
+DUPLEX_SIZES_QUICK = DUPLEX_SIZES[:-1]
 
 
 # ring rounds: the probe's own grid (experiments/ring_probe.py, SIZE_GRID), up to past the
@@ -95,8 +101,9 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
     the first that reaches the largest round change no prediction; at 50 Mbit/s on 8 hosts a
     chain of 16 MiB rounds alone takes 38 s."""
     config = testbed_config(2, bandwidth_bps)
-    record = calibrate(config, CALIBRATION_SIZES, pings=100 if quick else 200, repeats=3)
-    record["duplex"] = measure_duplex(config)
+    record = calibrate(config, CALIBRATION_SIZES_QUICK if quick else CALIBRATION_SIZES,
+                       pings=100 if quick else 200, repeats=3)
+    record["duplex"] = measure_duplex(config, sizes=DUPLEX_SIZES_QUICK if quick else DUPLEX_SIZES)
     sizes = round_sizes_up_to(largest_bytes or math.inf, quick)
     record["rounds"] = {str(h): measure_rounds(testbed_config(h, bandwidth_bps),
                                                sizes) for h in hosts}
@@ -107,16 +114,33 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
     """``experiments/ring_probe.py`` on every host of a fresh test bed, in chains as long as a
     ring all-reduce there (``chain_rounds``): per size, the first and the next round's seconds
     (slowest rank, median over chains), and what was run."""
-    return _run(config, probe_command(sizes, repeats, "rounds.json", chain_rounds(config.hosts)),
+    return _run(config, probe_command(sizes, repeats, "rounds.json", chain_rounds(config.hosts),
+                                      engine_max_bytes(config.bandwidth_bps)),
                 "rounds.json", timeout_s=900)
 
 
-def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int) -> str:
+# the probe times rounds from C++ too (as Gloo's own all-reduce makes them) up to the size a
+# link carries in this long: a Python-driven round pays the interpreter's wake-ups on top, 0.2-0.3
+# ms a round on 8 hosts sharing 2 cores, which a round this long carries within 2%
+ENGINE_ROUND_S = 0.016
+
+
+def engine_max_bytes(bandwidth_bps: float) -> int:
+    """The largest round the probe times from C++ on a test bed at ``bandwidth_bps``: what the
+    link carries in ``ENGINE_ROUND_S``, at least ``ring_probe.ENGINE_MAX_BYTES`` (50 Mbit/s: 100
+    kB, of the probe's grid up to 64 KiB, as before; 200: 400 kB, up to 256 KiB; 1000: 2 MB,
+    up to 1 MiB)."""
+    return max(ENGINE_MAX_BYTES, int(bandwidth_bps * ENGINE_ROUND_S / 8))
+
+
+def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
+                  engine_max: int = ENGINE_MAX_BYTES) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
-    driven from Python and (``--engine-rounds``, the small sizes) from C++ as Gloo's own ring
-    drives them, writing ``{out}/json_name``."""
+    driven from Python and (``--engine-rounds``, the sizes up to ``engine_max``) from C++ as
+    Gloo's own ring drives them, writing ``{out}/json_name``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
-            "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds"]
+            "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
+            "--engine-max", f"{engine_max}B"]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 
@@ -267,7 +291,8 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     carries that drift into every prediction made from it; probes on either side of the run
     share its conditions. The probe still measures only rounds, never an all-reduce."""
     rounds = chain_rounds(bed_config.hosts)
-    probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds)
+    probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
+                            engine_max_bytes(bed_config.bandwidth_bps))
               for side in ("before", "after")]
     files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)

@@ -51,7 +51,10 @@ gets its first bytes through the bucket free; in a stream the bucket holds only 
 since the last call took its tokens, so where a rotation of calls sends more than the link
 carries in that time, a call lasts until its bytes have passed at the rate. ``stream_call_s``
 runs the bucket through the rotation until it settles: each call as long as it takes alone or
-as its missing tokens take to refill, a barrier (as long as a 1-element all_reduce) before each.
+as its missing tokens take to refill, a gap before each: what the calibration measured between
+two 1-element calls of such a stream (``stream_gap_s``: the barrier and the loop's own work;
+0.35 ms on 2 hosts where the 1-element all_reduce alone took 0.26), or, in a calibration
+without it, the 1-element all_reduce.
 On 2 hosts at 1000 Mbit/s (a 125 kB bucket) a 64 kB ring call alone takes 0.38 ms (the full
 grid's rounds); in a stream its 64 kB each way take 0.54 ms at the 950 Mbit/s duplex rate, of
 which the barrier refills 0.13 ms: 0.41 ms a call (measured: 0.44).
@@ -105,6 +108,9 @@ class NetworkInputs:
     # hosts -> the same rounds as Gloo's own ring makes them (driven from C++, two halves in
     # flight: ring_probe.py --engine-rounds) at the small sizes, the Python-driven ones above
     engine_round_costs: dict[int, RoundCosts] = field(default_factory=dict)
+    # what a stream of calls made as the benchmark makes them leaves idle between two (a barrier
+    # and the loop's own work; measured, median); None: not measured, the 1-element all_reduce
+    stream_gap_s: float | None = None
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -124,7 +130,8 @@ class NetworkInputs:
                                 for h, t in (record.get("rounds") or {}).items()},
                    engine_round_costs={int(h): engine_table(t)
                                        for h, t in (record.get("rounds") or {}).items()
-                                       if t.get("engine_results")})
+                                       if t.get("engine_results")},
+                   stream_gap_s=(gloo.get("stream_gap_s") or {}).get("median"))
 
     def with_rounds(self, hosts: int, probe: dict | None) -> "NetworkInputs":
         """These inputs with ``probe`` (a ``ring_probe.py`` record) as the round costs on
@@ -203,6 +210,12 @@ class NetworkInputs:
         return interpolate_excess(self.startup_table, size_bytes)
 
     @property
+    def call_gap_s(self) -> float:
+        """The links' idle time before each call of a stream: the measured gap, else (a
+        calibration without it) the 1-element all_reduce, the barrier's own length."""
+        return self.call_overhead_s if self.stream_gap_s is None else self.stream_gap_s
+
+    @property
     def fixed_call_s(self) -> float:
         """What a call costs beyond its rounds: the 1-element all_reduce less its two rounds."""
         return max(0.0, self.call_overhead_s - 2 * self.latency_s)
@@ -211,6 +224,8 @@ class NetworkInputs:
         engine = ({"engine_round_costs": {str(h): t.as_rows()
                                           for h, t in sorted(self.engine_round_costs.items())}}
                   if self.engine_round_costs else {})  # as stored before the C++ rounds existed
+        if self.stream_gap_s is not None:  # as stored before the gap was measured
+            engine["stream_gap_s"] = self.stream_gap_s
         return {**engine, "rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
                 "duplex_payload_bps": self.duplex_payload_bps, "latency_s": self.latency_s,
                 "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes,
@@ -336,9 +351,8 @@ def predict_allreduce_stream_s(algorithms: list[str], hosts: int, n_bytes: int, 
     """Seconds per call of each of ``algorithms`` as ``real/allreduce.py`` times them at one
     size: taking turns (in the order given, as ``--algorithms``), a barrier before each call.
     Each call alone costs ``predict_allreduce_s``; ``stream_call_s`` adds what the shaper's
-    bucket cannot lend a stream of them (the barrier as long as the calibration's 1-element
-    all_reduce)."""
+    bucket cannot lend a stream of them (the gap between calls: ``NetworkInputs.call_gap_s``)."""
     alone = [predict_allreduce_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
-    return dict(zip(algorithms, stream_call_s(alone, sent, net.call_overhead_s,
+    return dict(zip(algorithms, stream_call_s(alone, sent, net.call_gap_s,
                                               net.duplex_payload_bps, net.bucket_payload_bytes)))

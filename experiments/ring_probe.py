@@ -17,7 +17,7 @@ those (``dsgd_sim.collectives.RoundCosts``)::
 
 With ``--engine-rounds`` it then times the same chains driven from C++ as Gloo's own all-reduce
 drives them (``experiments/engine_rounds.py``: each message in two halves in flight, no
-interpreter between rounds) at its sizes up to ``ENGINE_MAX_BYTES``, as ``engine_results``:
+interpreter between rounds) at its sizes up to ``--engine-max``, as ``engine_results``:
 the rounds Gloo's all-reduce is priced from (``experiments.model.engine_table``).
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
@@ -46,10 +46,14 @@ from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
 
 TAG = 31
 ENGINE_TAG = 33  # and 34: the C++ rounds' two halves (experiments/engine_rounds.py)
-# --engine-rounds times the C++-driven rounds up to this size: where a round's fixed cost (the
-# ranks' wake-ups, the interpreter) is a large part of it; above, both drivers' rounds pay the
-# link (on 8 hosts at 1000 Mbit/s a 128 KiB round took 1.11 ms driven from Python, 1.13 ms from
-# a prototype of the C++ loop), and the model takes the Python-driven rounds there
+# --engine-rounds times the C++-driven rounds up to this size unless --engine-max says otherwise:
+# where a round's fixed cost (the ranks' wake-ups, the interpreter) is a large part of it; above,
+# both drivers' rounds pay the link, and the model takes the Python-driven rounds there. Where
+# that is depends on the link and on how busy the cores are: on 8 hosts at 1000 Mbit/s a 128 KiB
+# round took 1.11 ms driven from Python and 1.13 ms from a prototype of the C++ loop on one
+# machine, but on a slower one 1.85 ms from Python where Gloo's own 1 MB all-reduce made its
+# 125 kB rounds in 1.5 ms (the test bed sets the size by the link's rate:
+# experiments.measure.engine_max_bytes)
 ENGINE_MAX_BYTES = 64 << 10
 # the default sizes: from a latency-sized message up; ×2 apart from 8 KiB to 256 KiB, where a
 # round crosses from fitting in a shaper's bucket to paying its bytes at the rate and a straight
@@ -150,20 +154,26 @@ def parse_args(argv=None):
     parser.add_argument("--engine-rounds", action="store_true",
                         help="also time the rounds as Gloo's own all-reduce makes them (driven "
                              "from C++, two halves in flight; experiments/engine_rounds.py) at the "
-                             f"sizes from {engine_rounds.MIN_BYTES} B to "
-                             f"{format_bytes(ENGINE_MAX_BYTES)}: 'engine_results' "
+                             f"sizes from {engine_rounds.MIN_BYTES} B to --engine-max: "
+                             "'engine_results' "
                              "(torch.distributed with Gloo only; builds a C++ extension)")
+    parser.add_argument("--engine-max", default=f"{ENGINE_MAX_BYTES}B",
+                        help="with --engine-rounds, the largest size timed from C++ too "
+                             "(default: %(default)s)")
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
     try:
         check_output_file("--json", args.json)
         args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
+        args.engine_max_bytes = parse_size(args.engine_max)
     except ValueError as error:
         parser.error(str(error))
     if args.engine_rounds and args.backend in ("mpi", "nccl"):  # before building anything
         parser.error(f"--engine-rounds: C++ rounds run on torch.distributed with Gloo, not "
                      f"--backend {args.backend}")
+    if args.engine_max_bytes <= 0:
+        parser.error(f"--engine-max: {args.engine_max!r} is not a positive size")
     bad = [n for n in args.size_bytes if n <= 0 or n % 4]
     if bad:
         parser.error(f"--sizes: {bad[0]} bytes is not a positive multiple of 4")
@@ -199,7 +209,7 @@ def main(argv=None) -> None:
         record["results"] = probe(comm, args.size_bytes, rounds, args.repeats)
         tables = [("", record["results"])]
         engine_sizes = [n for n in args.size_bytes
-                        if engine_rounds.MIN_BYTES <= n <= ENGINE_MAX_BYTES]
+                        if engine_rounds.MIN_BYTES <= n <= args.engine_max_bytes]
         if args.engine_rounds and engine_sizes:
             record["engine_results"] = probe(
                 comm, engine_sizes, rounds, args.repeats,

@@ -88,9 +88,20 @@ def test_the_test_beds_probes_time_the_cpp_rounds_and_the_runner_builds_them_onl
     from experiments.configs import EXPERIMENTS
     from experiments.measure import runs_ring_probes
     assert "--engine-rounds" in probe_command([64], 3, "r.json", 4).split()
+    words = probe_command([64], 3, "r.json", 4, engine_max=1 << 20).split()
+    assert words[words.index("--engine-max") + 1] == f"{1 << 20}B"
     assert runs_ring_probes([EXPERIMENTS["allreduce"](True)])
     assert runs_ring_probes([EXPERIMENTS["sync"](True)])
     assert not runs_ring_probes([EXPERIMENTS["async"](True)])
+
+
+def test_the_cpp_rounds_reach_the_size_a_link_carries_in_a_set_time_never_below_the_default():
+    from experiments.measure import ENGINE_ROUND_S, ROUND_SIZES_FULL, engine_max_bytes
+    assert engine_max_bytes(10e6) == ENGINE_MAX_BYTES  # 20 kB in 16 ms: the default is more
+    assert engine_max_bytes(200e6) == int(200e6 * ENGINE_ROUND_S / 8) == 400_000
+    # at 50 Mbit/s 100 kB: the probe's grid has no size between 64 KiB and 128 KiB
+    assert max(n for n in ROUND_SIZES_FULL if n <= engine_max_bytes(50e6)) == 64 << 10
+    assert engine_max_bytes(1e9) == 2_000_000
 
 
 def test_a_failed_build_is_one_line_that_says_why(monkeypatch, tmp_path):
@@ -185,6 +196,19 @@ def test_probe_times_cpp_rounds_up_to_the_engine_limit_on_two_ranks(tmp_path):
     assert "C++" in run.stdout
     assert engine_table(record).sizes_bytes == (64, 16384, 2 * ENGINE_MAX_BYTES)
     assert engine_table(record).next_s[:2] == tuple(r["next_s"] for r in record["engine_results"])
+
+
+@needs_compiler
+def test_engine_max_sets_the_largest_size_timed_from_cpp(tmp_path):
+    out = tmp_path / "rounds.json"
+    run = run_script(["experiments/ring_probe.py", "--sizes", f"64B,{2 * ENGINE_MAX_BYTES}B",
+                      "--repeats", "1", "--rounds", "3", "--engine-rounds",
+                      "--engine-max", f"{2 * ENGINE_MAX_BYTES}B", "--json", str(out)],
+                     2, timeout_s=240)
+    assert run.returncode == 0, run.stderr
+    record = json.loads(out.read_text())
+    assert [r["bytes"] for r in record["engine_results"]] == [64, 2 * ENGINE_MAX_BYTES]
+    assert engine_table(record).next_s == tuple(r["next_s"] for r in record["engine_results"])
 
 
 def test_ablation_prices_gloos_rows_from_the_python_rounds_only_in_its_own_model():

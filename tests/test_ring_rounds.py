@@ -310,6 +310,8 @@ def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     (["--repeats", "5000"], "5000"),
     (["--sizes", "1e15B"], "1000000000000000 bytes"),
     (["--timeout", "1e300s"], "'1e300s'"),
+    (["--engine-max", "0B"], "'0B'"),
+    (["--engine-max", "big"], "'big'"),
 ])
 def test_probe_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:

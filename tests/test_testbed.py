@@ -446,6 +446,10 @@ def test_calibrate_writes_the_simulator_inputs_for_tcp_and_gloo(tmp_path):
     # Shaped (an unshaped veth moves several Gbit/s), but only loosely bounded from below: Gloo
     # processes compete for the CPU with everything else on the machine.
     assert 50e6 < gloo["goodput_bps"] < 100e6
+    # a stream of calls leaves its barrier (a 1-element all-reduce of its own, or near) between two
+    gaps = gloo["stream_gap_s"]
+    assert gaps["count"] == 20 - 1 and 0 < gaps["p10"] <= gaps["median"] <= gaps["p90"] < 0.1
+    assert gaps["median"] > gloo["all_reduce_1_element_s"]["p10"] / 2
 
 
 MPI_SCRIPT = """

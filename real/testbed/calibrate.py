@@ -138,14 +138,17 @@ def measure_gloo(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeo
 
 
 def summarise_gloo(raw: dict, config: TestbedConfig) -> dict:
-    """The Gloo probe's times: per-message latency, a 1-element all_reduce, bulk payload rate."""
+    """The Gloo probe's times: per-message latency, a 1-element all_reduce, the gap a stream of
+    calls leaves between two (where measured), bulk payload rate."""
     rate_bps = path_rate_bps(config, 0, 1)
     rtts, all_reduces = sorted(raw["ping_rtt_s"]), sorted(raw["all_reduce_s"])
     rtt_s = statistics.median(rtts)
     transfers, goodput_bps = summarise_transfers(raw["bulk"], rate_bps, config.burst_for(rate_bps),
                                                  config.mtu_bytes, rtt_s)
+    gaps = {"stream_gap_s": _spread(raw["stream_gap_s"])} if raw.get("stream_gap_s") else {}
     return {"latency_s": rtt_s / 2, "rtt_s": _spread(rtts), "all_reduce_1_element_s": _spread(all_reduces),
-            "goodput_bps": goodput_bps, "payload_efficiency": goodput_bps / rate_bps, "transfers": transfers}
+            **gaps, "goodput_bps": goodput_bps, "payload_efficiency": goodput_bps / rate_bps,
+            "transfers": transfers}
 
 
 def _spread(values: list[float]) -> dict:

@@ -6,7 +6,8 @@ GLOO_SOCKET_IFNAME come from the test bed); rank 0 writes the JSON::
     python -m real.testbed run --hosts 2 -- python real/testbed/gloo_probe.py --json {out}/gloo.json
 
 Round trips: a 1-element send and its 1-element answer (warm-up discarded). Small all_reduce: one
-element. Bulk: rank 0 sends N bytes, rank 1 answers one element when it has them all; before
+element. Stream gaps: the idle time between two 1-element calls of a stream made as the all-reduce
+benchmark makes its calls (a barrier before each). Bulk: rank 0 sends N bytes, rank 1 answers one element when it has them all; before
 each transfer both ranks wait ``--idle`` seconds so the shapers' buckets are full again.
 """
 
@@ -59,6 +60,19 @@ def small_all_reduces(count: int) -> list[float]:
     return times
 
 
+def stream_gaps(count: int) -> list[float]:
+    """Seconds from one call's end to the next call's start (on rank 0) in a stream of 1-element
+    all-reduces made as the all-reduce benchmark makes its calls (``real.allreduce.time_size``:
+    the buffer refilled, a barrier, the call, through the project's communicator): how long a
+    stream of calls leaves the links idle between two of them."""
+    from real.allreduce import backend_all_reduce, time_size
+    from real.comm_torch import TorchCommunicator
+    comm = TorchCommunicator(None, "gloo", 30.0, check_sizes=False, is_world=True)
+    spans: list = []
+    time_size(comm, {"backend": backend_all_reduce}, torch.ones(1), count, WARMUP, spans)
+    return [b_start - (a_start + a_dur) for (_, a_start, a_dur), (_, b_start, _) in zip(spans, spans[1:])]
+
+
 def bulk(rank: int, n_bytes: int, repeats: int, idle_s: float) -> list[float]:
     """Seconds from rank 0's send of ``n_bytes`` to rank 1's acknowledgement (on rank 0)."""
     payload, ack = torch.zeros(n_bytes // 4), torch.zeros(1)
@@ -102,6 +116,7 @@ def main() -> None:
     try:
         record = {"ping_rtt_s": round_trips(rank, args.pings),
                   "all_reduce_s": small_all_reduces(args.pings),
+                  "stream_gap_s": stream_gaps(args.pings),
                   "bulk": [{"bytes": n, "seconds": bulk(rank, n, args.repeats, args.idle)} for n in args.sizes]}
         dist.barrier()
         if rank == 0:
