@@ -175,15 +175,24 @@ def test_benchmark_prediction_is_each_call_alone_where_the_bucket_lends_it_and_t
     small = predict_allreduce_stream_s(["ring"], 2, 64_000, fast)["ring"]
     assert predict_allreduce_s("ring", 2, 64_000, fast) < small == pytest.approx(
         8 * 64_000 / fast.duplex_payload_bps - fast.call_overhead_s)
-    # a calibration that measured the gap a stream of calls leaves: that gap refills the bucket
-    gloo = {**CALIBRATION["gloo"], "stream_gap_s": {"median": 400e-6}}
+    # a calibration that measured the gap a stream of calls leaves: that gap refills the bucket,
+    # so a longer gap shortens a rate-bound call by as much (300 us: still longer than alone)
+    gloo = {**CALIBRATION["gloo"], "stream_gap_s": {"median": 300e-6}}
     gapped = NetworkInputs.from_calibration({**CALIBRATION, "bandwidth_bps": 1e9,
                                              "goodput_bps": 956e6, "burst_bytes": 125_000,
                                              "rounds": {"2": {"results": rounds}}, "gloo": gloo})
-    assert gapped.call_gap_s == 400e-6 and fast.call_gap_s == fast.call_overhead_s == 250e-6
-    assert predict_allreduce_stream_s(["ring"], 2, 64_000, gapped)["ring"] == pytest.approx(
-        8 * 64_000 / fast.duplex_payload_bps - 400e-6)
-    assert gapped.as_dict()["stream_gap_s"] == 400e-6 and "stream_gap_s" not in fast.as_dict()
+    assert gapped.call_gap_s == 300e-6 and fast.call_gap_s == fast.call_overhead_s == 250e-6
+    refilled = predict_allreduce_stream_s(["ring"], 2, 64_000, gapped)["ring"]
+    assert predict_allreduce_s("ring", 2, 64_000, gapped) < refilled == pytest.approx(
+        8 * 64_000 / fast.duplex_payload_bps - 300e-6)
+    # a gap that refills more than the call lacks: the call takes what it takes alone
+    gloo = {**CALIBRATION["gloo"], "stream_gap_s": {"median": 400e-6}}
+    idle = NetworkInputs.from_calibration({**CALIBRATION, "bandwidth_bps": 1e9,
+                                           "goodput_bps": 956e6, "burst_bytes": 125_000,
+                                           "rounds": {"2": {"results": rounds}}, "gloo": gloo})
+    assert predict_allreduce_stream_s(["ring"], 2, 64_000, idle)["ring"] == pytest.approx(
+        predict_allreduce_s("ring", 2, 64_000, idle))
+    assert gapped.as_dict()["stream_gap_s"] == 300e-6 and "stream_gap_s" not in fast.as_dict()
 
 
 def test_benchmark_calls_take_turns_each_algorithm_once_an_iteration_first_in_turn():

@@ -76,7 +76,9 @@ def test_calibration_times_rounds_up_to_the_largest_gradient_its_rings_send(monk
     assert ring_bytes(points, 200e6) == mlp and ring_bytes(points, 50e6) is None
     asked = {}
     monkeypatch.setattr(measure, "calibrate", lambda config, *a, **k: {})
-    monkeypatch.setattr(measure, "measure_duplex", lambda config: {})
+    duplex_sizes = []
+    monkeypatch.setattr(measure, "measure_duplex",
+                        lambda config, sizes: duplex_sizes.append(sizes) or {})
     monkeypatch.setattr(measure, "measure_rounds",
                         lambda config, sizes: asked.setdefault(config.hosts, sizes))
     record = measure.calibrate_rate(200e6, False, [4, 8], mlp)
@@ -85,6 +87,9 @@ def test_calibration_times_rounds_up_to_the_largest_gradient_its_rings_send(monk
     assert asked[8][-1] == 1 << 20 < ROUND_SIZES_FULL[-1]  # 0.94 MB: the grid stops at 1 MiB
     measure.calibrate_rate(200e6, True, [2])  # no size given: the whole grid
     assert asked[2] == ROUND_SIZES_QUICK
+    # the quick calibration's duplex exchanges stop at 4 MB, the largest its rounds send
+    assert duplex_sizes == [measure.DUPLEX_SIZES, measure.DUPLEX_SIZES_QUICK]
+    assert max(measure.DUPLEX_SIZES_QUICK) == 4_000_000
 
 
 def test_sizes_past_the_first_that_reaches_a_round_change_no_round_cost():
