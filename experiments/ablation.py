@@ -1,4 +1,4 @@
-"""The all-reduce model six ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model seven ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
 
@@ -11,6 +11,11 @@ All predictions come from the same run's calibration (network only); only the mo
   experiments use: ``predict_allreduce_stream_s``);
 * ``rounds, Gloo's from Python``: the same, Gloo's own all-reduce priced from the
   Python-driven rounds too, not the C++-driven ones (``ring_probe.py --engine-rounds``);
+* ``rounds, chains' ends``: the same, but a call of k rounds of one size priced from the time
+  the probe's chains on the row's own test bed took to the end of their k-th round (median over
+  the chains, ``ends_chains_s``) instead of a first round and k - 1 mean later ones: a call
+  shorter than the probe's chains draws on the shaper's bucket in its later rounds too, where
+  the chains' later rounds run with it drained (tried and not kept: the ``allreduce`` note);
 * ``rounds, calls alone``: the same, each call priced as if it ran alone (a full bucket);
 * ``rounds, no additions``: the same rounds without the additions;
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
@@ -33,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
+from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import bed_label  # noqa: E402
 from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs,  # noqa: E402
                                predict_allreduce_s, predict_allreduce_stream_s)
@@ -52,8 +58,58 @@ GROUPS = {
 }
 
 
-MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, calls alone", "rounds, no additions",
-          "shaper", "shaper, no start-up")
+MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, chains' ends", "rounds, calls alone",
+          "rounds, no additions", "shaper", "shaper, no start-up")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainEnds(RoundCosts):
+    """Round costs that price k rounds of one size from the probe's chains' time to the end of
+    their k-th round (``ends_s``: per size, the median over the chains for k = 1, 2, ...,
+    interpolated between sizes as ``RoundCosts`` does); any other round list as ``RoundCosts``."""
+
+    ends_s: tuple[tuple[float, ...], ...] = ()
+
+    def rounds_time_s(self, rounds) -> float:
+        if len(rounds) == 1 and self.ends_s:
+            count, size = rounds[0]
+            if 0 < count <= min(len(e) for e in self.ends_s):
+                return self._at(tuple(e[count - 1] for e in self.ends_s), size)
+        return super().rounds_time_s(rounds)
+
+
+def chain_ends(halves: list[list[dict]]) -> dict[int, list[float]]:
+    """Bytes -> per round k, the median over every chain of the probe rows in ``halves`` (a
+    bracket's two probes, or one) of the time to the end of round k (``ends_chains_s``)."""
+    chains: dict[int, list[list[float]]] = {}
+    for rows in halves:
+        for row in rows:
+            chains.setdefault(int(row["bytes"]), []).extend(row.get("ends_chains_s", []))
+    return {n: [statistics.median(c[k] for c in cs) for k in range(min(len(c) for c in cs))]
+            for n, cs in chains.items() if cs}
+
+
+def with_chain_ends(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
+    """``table`` priced by ``ChainEnds`` where ``ends`` covers every size of it; else as it is."""
+    if not all(int(n) in ends for n in table.sizes_bytes):
+        return table
+    return ChainEnds(table.sizes_bytes, table.first_s, table.next_s, table.reduce_s,
+                     ends_s=tuple(tuple(ends[int(n)]) for n in table.sizes_bytes))
+
+
+def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> NetworkInputs:
+    """``net`` with its ``hosts``-host tables priced from the chains' ends of ``record`` (a
+    ``ring_probe.py`` record, or two bracketing one measurement): the Python-driven chains for
+    the hand-written rings, the C++-driven ones (the Python-driven above them) for Gloo's."""
+    def halves(name: str) -> list[list[dict]]:
+        return ([record[f"{name}before"], record[f"{name}after"]] if f"{name}before" in record
+                else [record.get(f"{name}results" if name else "results") or []])
+    python = chain_ends(halves(""))
+    engine = {**python, **chain_ends(halves("engine_"))}
+    tables = {"round_costs": (net.round_costs, python), "engine_round_costs": (net.engine_round_costs, engine)}
+    return dataclasses.replace(net, **{
+        field: {**costs, hosts: with_chain_ends(costs[hosts], ends)} if hosts in costs else costs
+        for field, (costs, ends) in tables.items()})
 
 
 def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
@@ -78,6 +134,8 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
         label = bed_label(r["hosts"], r["bandwidth_bps"])
         if tables and label in tables:
             net = net.with_rounds(r["hosts"], tables[label])
+            if model == "rounds, chains' ends":
+                net = with_own_chain_ends(net, r["hosts"], tables[label])
         if model == "shaper, no start-up":
             net = dataclasses.replace(net, duplex_transfers=())
         if model == "rounds, Gloo's from Python":

@@ -476,6 +476,30 @@ def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_witho
     assert result["rounds, no additions"][1] == pytest.approx(abs(0.362 + 0.367 - 0.73) / 0.73)
 
 
+def test_ablation_chains_ends_prices_k_rounds_from_the_chains_time_to_their_kth_round():
+    from experiments.ablation import ChainEnds, chain_ends, with_chain_ends, with_own_chain_ends
+    # two probes bracketing a run, 3-round chains at two sizes: the later rounds of a chain
+    # slower than its second (the bucket drained)
+    def probe(scale):
+        return [{"bytes": n, "first_s": t, "next_s": 2 * t, "reduce_s": 0.0,
+                 "ends_chains_s": [[scale * t, scale * 2.2 * t, scale * 4.2 * t]] * 3}
+                for n, t in ((32_000, 1e-3), (64_000, 2e-3))]
+    record = {"results": probe(1.0), "before": probe(1.0), "after": probe(1.2)}
+    ends = chain_ends([record["before"], record["after"]])
+    assert ends[64_000] == pytest.approx([2.2e-3, 4.84e-3, 9.24e-3])  # median of 6 chains
+    net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(4, record)
+    priced = with_own_chain_ends(net, 4, record).round_costs[4]
+    assert isinstance(priced, ChainEnds)
+    # 3 rounds of 48 kB (the naive ring on 4 hosts): halfway between the sizes' third-round ends
+    assert priced.rounds_time_s([(3, 48_000)]) == pytest.approx((4.62e-3 + 9.24e-3) / 2)
+    assert net.round_costs[4].rounds_time_s([(3, 48_000)]) == pytest.approx(1.5e-3 + 2 * 3e-3)
+    # more rounds than the chains ran, or rounds of two sizes: the first-and-next composition
+    for rounds in ([(4, 48_000)], [(1, 32_000), (1, 64_000)]):
+        assert priced.rounds_time_s(rounds) == net.round_costs[4].rounds_time_s(rounds)
+    # a size the chains did not time: the table as it is
+    assert with_chain_ends(net.round_costs[4], {32_000: [1e-3]}) is net.round_costs[4]
+
+
 def test_ablation_prices_a_call_in_the_rotation_the_benchmark_ran_even_where_a_group_keeps_less():
     from experiments.ablation import errors, turns_of
     rounds = [{"bytes": 64, "first_s": 0.10e-3, "next_s": 0.10e-3},  # 4 hosts at 1000 Mbit/s
