@@ -101,15 +101,18 @@ def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> Network
     """``net`` with its ``hosts``-host tables priced from the chains' ends of ``record`` (a
     ``ring_probe.py`` record, or two bracketing one measurement): the Python-driven chains for
     the hand-written rings, the C++-driven ones (the Python-driven above them) for Gloo's."""
-    def halves(name: str) -> list[list[dict]]:
-        return ([record[f"{name}before"], record[f"{name}after"]] if f"{name}before" in record
-                else [record.get(f"{name}results" if name else "results") or []])
+    def halves(prefix: str) -> list[list[dict]]:
+        if f"{prefix}before" in record:
+            return [record[f"{prefix}before"], record[f"{prefix}after"]]
+        return [record.get(f"{prefix}results") or []]
+
+    def priced(costs: dict, ends: dict) -> dict:
+        return {**costs, hosts: with_chain_ends(costs[hosts], ends)} if hosts in costs else costs
+
     python = chain_ends(halves(""))
     engine = {**python, **chain_ends(halves("engine_"))}
-    tables = {"round_costs": (net.round_costs, python), "engine_round_costs": (net.engine_round_costs, engine)}
-    return dataclasses.replace(net, **{
-        field: {**costs, hosts: with_chain_ends(costs[hosts], ends)} if hosts in costs else costs
-        for field, (costs, ends) in tables.items()})
+    return dataclasses.replace(net, round_costs=priced(net.round_costs, python),
+                               engine_round_costs=priced(net.engine_round_costs, engine))
 
 
 def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
