@@ -1,4 +1,4 @@
-"""The all-reduce model seven ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model eight ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
 
@@ -11,6 +11,9 @@ All predictions come from the same run's calibration (network only); only the mo
   experiments use: ``predict_allreduce_stream_s``);
 * ``rounds, Gloo's from Python``: the same, Gloo's own all-reduce priced from the
   Python-driven rounds too, not the C++-driven ones (``ring_probe.py --engine-rounds``);
+* ``rounds, the ring's from plain chains``: the same, the hand-written ring priced from the
+  plain Python-driven rounds and the additions timed after them, not from the rounds driven as
+  the ring drives them (``ring_probe.py --ring-rounds``), where the probe has those;
 * ``rounds, chains' ends``: the same, but a call of k rounds of one size priced from the time
   the probe's chains on the row's own test bed took to the end of their k-th round (median over
   the chains, ``ends_chains_s``) instead of a first round and k - 1 mean later ones: a call
@@ -58,7 +61,8 @@ GROUPS = {
 }
 
 
-MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, chains' ends", "rounds, calls alone",
+MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain chains",
+          "rounds, chains' ends", "rounds, calls alone",
           "rounds, no additions", "shaper", "shaper, no start-up")
 
 
@@ -143,6 +147,8 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
             net = dataclasses.replace(net, duplex_transfers=())
         if model == "rounds, Gloo's from Python":
             net = dataclasses.replace(net, engine_round_costs={})
+        if model == "rounds, the ring's from plain chains":
+            net = dataclasses.replace(net, ring_round_costs={})
         if model == "rounds, no additions":
             net = dataclasses.replace(net, round_costs={
                 h: dataclasses.replace(t, reduce_s=()) for h, t in net.round_costs.items()})

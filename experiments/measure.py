@@ -134,14 +134,19 @@ def engine_max_bytes(bandwidth_bps: float) -> int:
 
 
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
-                  engine_max: int = ENGINE_MAX_BYTES) -> str:
+                  engine_max: int = ENGINE_MAX_BYTES, ring: bool = False) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     driven from Python and (``--engine-rounds``, the sizes up to ``engine_max``) from C++ as
-    Gloo's own ring drives them, writing ``{out}/json_name``."""
+    Gloo's own ring drives them, and with ``ring`` (``--ring-rounds``, the same sizes) as
+    ``real/allreduce.py``'s ring drives them, writing ``{out}/json_name``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
             "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
-            "--engine-max", f"{engine_max}B"]
+            *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B"]
     return rank_command("experiments/ring_probe.py", args, json_name)
+
+
+# the probe's other drivers of the same rounds: from C++ (--engine-rounds), as the ring (--ring-rounds)
+DRIVERS = ("engine", "ring")
 
 
 def bracket(before: dict, after: dict) -> dict:
@@ -149,15 +154,18 @@ def bracket(before: dict, after: dict) -> dict:
     after a measurement: per size the median over the chains of both (one probe split in two
     halves around the measurement, so that a burst of load during one half moves the median
     less than it moves that half's), for the Python-driven rounds (``results``) and the
-    C++-driven ones where both records have them (``engine_results``); both records kept."""
+    C++-driven ones and the ring-driven ones where both records have them (``engine_results``,
+    ``ring_results``); both records kept."""
     merged = {**before, "results": _bracket_rows(before["results"], after["results"]),
               "before": before["results"], "after": after["results"]}
-    if "engine_results" in before and "engine_results" in after:
-        merged["engine_results"] = _bracket_rows(before["engine_results"], after["engine_results"])
-        merged["engine_before"] = before["engine_results"]
-        merged["engine_after"] = after["engine_results"]
-    else:
-        merged.pop("engine_results", None)
+    for driver in DRIVERS:
+        if f"{driver}_results" in before and f"{driver}_results" in after:
+            merged[f"{driver}_results"] = _bracket_rows(before[f"{driver}_results"],
+                                                        after[f"{driver}_results"])
+            merged[f"{driver}_before"] = before[f"{driver}_results"]
+            merged[f"{driver}_after"] = after[f"{driver}_results"]
+        else:
+            merged.pop(f"{driver}_results", None)
     return merged
 
 
@@ -273,17 +281,20 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
         commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
     files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), commands,
                                   tuple(f"{name}.json" for name, _, _ in groups), config.label,
-                                  timeout_s, round_sizes_up_to(max(config.sizes_bytes), quick))
+                                  timeout_s, round_sizes_up_to(max(config.sizes_bytes), quick),
+                                  ring="ring" in config.algorithms)
     return {"rounds": rounds,
             "results": [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]}
 
 
 def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tuple[str, ...],
-                  label: str, timeout_s: float, round_sizes: list[int]) -> tuple[dict, dict]:
+                  label: str, timeout_s: float, round_sizes: list[int],
+                  ring: bool = False) -> tuple[dict, dict]:
     """``commands`` one after the other on a fresh test bed, with ring rounds of ``round_sizes``
     timed by ``experiments/ring_probe.py`` on the same hosts just before them and again just
     after: the ``json_names`` files (as ``run_collect`` returns them) and the round table
     (``bracket``: per size the median over both probes' chains), for the point's prediction.
+    With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``).
 
     Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
     emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
@@ -292,7 +303,7 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     share its conditions. The probe still measures only rounds, never an all-reduce."""
     rounds = chain_rounds(bed_config.hosts)
     probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
-                            engine_max_bytes(bed_config.bandwidth_bps))
+                            engine_max_bytes(bed_config.bandwidth_bps), ring)
               for side in ("before", "after")]
     files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)

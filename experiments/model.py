@@ -43,7 +43,10 @@ hand-written rings (``real/allreduce.py``) also pay the addition the probe times
 chains (``reduce_s``), once per reduce round (``dsgd_sim.collectives.reduction_sizes``): the
 next round cannot leave before it. What the table holds and the corrections above miss: the duplex TCP dynamics of back-to-back rounds,
 and the wake-ups of H ranks and the kernel work of H hosts' links on the machine's shared cores.
-The bucket model stays for a host count without a table.
+The hand-written ring drives its rounds its own way (the next round's receive posted first,
+the addition and the forwarding send inside the round): where the probe also timed rounds driven
+so (``ring_probe.py --ring-rounds``), the ring is priced from those (``ring_table``), additions
+included. The bucket model stays for a host count without a table.
 
 **Either way, a stream of calls pays the rate.** The benchmark (``real/allreduce.py``) makes its
 calls back to back, a barrier apart, the algorithms taking turns (``call_order``). A call alone
@@ -108,6 +111,10 @@ class NetworkInputs:
     # hosts -> the same rounds as Gloo's own ring makes them (driven from C++, two halves in
     # flight: ring_probe.py --engine-rounds) at the small sizes, the Python-driven ones above
     engine_round_costs: dict[int, RoundCosts] = field(default_factory=dict)
+    # hosts -> the same rounds as real/allreduce.py's ring makes them (the next receive posted
+    # first, the addition inside the round: ring_probe.py --ring-rounds) at the small sizes, the
+    # Python-driven ones above
+    ring_round_costs: dict[int, RoundCosts] = field(default_factory=dict)
     # what a stream of calls made as the benchmark makes them leaves idle between two (a barrier
     # and the loop's own work; measured, median); None: not measured, the 1-element all_reduce
     stream_gap_s: float | None = None
@@ -131,28 +138,38 @@ class NetworkInputs:
                    engine_round_costs={int(h): engine_table(t)
                                        for h, t in (record.get("rounds") or {}).items()
                                        if t.get("engine_results")},
+                   ring_round_costs={int(h): ring_table(t)
+                                     for h, t in (record.get("rounds") or {}).items()
+                                     if t.get("ring_results")},
                    stream_gap_s=(gloo.get("stream_gap_s") or {}).get("median"))
 
     def with_rounds(self, hosts: int, probe: dict | None) -> "NetworkInputs":
         """These inputs with ``probe`` (a ``ring_probe.py`` record) as the round costs on
-        ``hosts`` hosts: its Python-driven rounds, and its C++-driven ones where it has them.
-        Without a probe (a run that timed no rounds of its own), these inputs unchanged."""
+        ``hosts`` hosts: its Python-driven rounds, and its C++-driven and ring-driven ones where
+        it has them. Without a probe (a run that timed no rounds of its own), these inputs
+        unchanged."""
         if probe is None:
             return self
         engine = {k: v for k, v in self.engine_round_costs.items() if k != hosts}
         if probe.get("engine_results"):
             engine[hosts] = engine_table(probe)
+        ring = {k: v for k, v in self.ring_round_costs.items() if k != hosts}
+        if probe.get("ring_results"):
+            ring[hosts] = ring_table(probe)
         return replace(self, round_costs={**self.round_costs,
                                           hosts: RoundCosts.from_rows(probe["results"])},
-                       engine_round_costs=engine)
+                       engine_round_costs=engine, ring_round_costs=ring)
 
     def rounds_for(self, algorithm: str, hosts: int) -> RoundCosts | None:
         """The measured rounds an algorithm's calls are composed of on ``hosts`` hosts: Gloo's own
         all-reduce (``backend``) makes its rounds in C++, so its table is the C++-driven one
-        where the calibration has it; the hand-written rings make theirs from Python. None: no
-        table for that many hosts."""
+        where the calibration has it; the hand-written ring's is the ring-driven one where it
+        has it; the naive ring drives its rounds as the plain chains do. None: no table for that
+        many hosts."""
         if algorithm == "backend" and hosts in self.engine_round_costs:
             return self.engine_round_costs[hosts]
+        if algorithm == "ring" and hosts in self.ring_round_costs:
+            return self.ring_round_costs[hosts]
         return self.round_costs.get(hosts)
 
     @property
@@ -224,6 +241,9 @@ class NetworkInputs:
         engine = ({"engine_round_costs": {str(h): t.as_rows()
                                           for h, t in sorted(self.engine_round_costs.items())}}
                   if self.engine_round_costs else {})  # as stored before the C++ rounds existed
+        if self.ring_round_costs:  # as stored before the ring-driven rounds existed
+            engine["ring_round_costs"] = {str(h): t.as_rows()
+                                          for h, t in sorted(self.ring_round_costs.items())}
         if self.stream_gap_s is not None:  # as stored before the gap was measured
             engine["stream_gap_s"] = self.stream_gap_s
         return {**engine, "rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
@@ -240,6 +260,16 @@ def engine_table(probe: dict) -> RoundCosts:
     engine = probe["engine_results"]
     largest = max(float(r["bytes"]) for r in engine)
     return RoundCosts.from_rows(engine + [r for r in probe["results"] if float(r["bytes"]) > largest])
+
+
+def ring_table(probe: dict) -> RoundCosts:
+    """The rounds of the hand-written ring from a ``ring_probe.py`` record: its ring-driven
+    rounds (``ring_results``, the small sizes), whose additions are inside the rounds (a
+    ``reduce_s`` of 0), and, above the largest of them, the Python-driven ones with their
+    additions, where a round pays its bytes at the link's rate whichever way it is driven."""
+    ring = [{**r, "reduce_s": 0.0} for r in probe["ring_results"]]
+    largest = max(float(r["bytes"]) for r in ring)
+    return RoundCosts.from_rows(ring + [r for r in probe["results"] if float(r["bytes"]) > largest])
 
 
 def interpolate_excess(table: list[tuple[int, float]], size_bytes: float) -> float:

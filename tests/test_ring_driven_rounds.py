@@ -1,0 +1,142 @@
+"""Ring rounds driven as the hand-written ring drives them (``ring_probe.py --ring-rounds``) and the
+model that prices that ring with them (``NetworkInputs.rounds_for``)."""
+
+import json
+
+import pytest
+import torch
+
+from dist_helpers import run_function, run_script
+from experiments import measure
+from experiments.configs import AllReduceConfig
+from experiments.measure import bracket, probe_command
+from experiments.model import NetworkInputs, predict_allreduce_s, ring_table
+from experiments.ring_probe import ring_chain_marks
+
+PLAIN_ROWS = [{"bytes": 64, "first_s": 1.0e-3, "next_s": 0.8e-3, "reduce_s": 1e-6},
+              {"bytes": 64 << 10, "first_s": 1.4e-3, "next_s": 0.9e-3, "reduce_s": 2e-5},
+              {"bytes": 1 << 20, "first_s": 9.7e-3, "next_s": 9.1e-3, "reduce_s": 3e-4}]
+RING_ROWS = [{"bytes": 64, "first_s": 1.2e-3, "next_s": 1.0e-3, "reduce_s": 1e-6},
+             {"bytes": 64 << 10, "first_s": 1.6e-3, "next_s": 1.1e-3, "reduce_s": 2e-5}]
+CALIBRATION = {"bandwidth_bps": 1e9, "goodput_bps": 0.95e9, "frame_bytes": 1514,
+               "gloo": {"latency_s": 70e-6, "all_reduce_1_element_s": {"median": 240e-6}},
+               "rounds": {"8": {"results": PLAIN_ROWS, "ring_results": RING_ROWS},
+                          "4": {"results": PLAIN_ROWS}}}
+
+
+def test_the_ring_is_priced_from_its_own_rounds_with_the_additions_inside_them():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    # 8 hosts, 512 KiB: 14 rounds of 64 KiB; the ring-driven rounds already hold the additions
+    assert predict_allreduce_s("ring", 8, 512 << 10, net) == pytest.approx(1.6e-3 + 13 * 1.1e-3)
+    # the naive ring drives its rounds as the plain chains do, and adds after 7 of 512 KiB
+    naive = net.round_costs[8]
+    assert predict_allreduce_s("naive", 8, 512 << 10, net) == pytest.approx(
+        naive.rounds_time_s([(7, 512 << 10)]) + naive.reduce_time_s([512 << 10] * 7))
+    # no ring-driven rounds on 4 hosts: the plain ones, with the additions timed after them
+    assert net.rounds_for("ring", 4) is net.round_costs[4]
+    assert predict_allreduce_s("ring", 4, 256 << 10, net) == pytest.approx(
+        1.4e-3 + 5 * 0.9e-3 + 3 * 2e-5)
+
+
+def test_the_ring_table_takes_the_plain_rounds_and_their_additions_above_its_largest_size():
+    table = ring_table({"results": PLAIN_ROWS, "ring_results": RING_ROWS})
+    assert table.sizes_bytes == (64, 64 << 10, 1 << 20)
+    assert table.next_s == (1.0e-3, 1.1e-3, 9.1e-3)
+    assert table.reduce_s == (0.0, 0.0, 3e-4)
+
+
+def test_a_probe_without_ring_driven_rounds_drops_a_stale_ring_table_and_stores_none():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    assert 8 in net.ring_round_costs
+    assert net.as_dict()["ring_round_costs"] == {"8": ring_table(CALIBRATION["rounds"]["8"]).as_rows()}
+    fresh = net.with_rounds(8, {"results": PLAIN_ROWS})
+    assert 8 not in fresh.ring_round_costs and "ring_round_costs" not in fresh.as_dict()
+    assert fresh.rounds_for("ring", 8) is fresh.round_costs[8]
+    again = fresh.with_rounds(8, {"results": PLAIN_ROWS, "ring_results": RING_ROWS[:1]})
+    assert again.rounds_for("ring", 8).next_s == (1.0e-3, 0.9e-3, 9.1e-3)
+
+
+def chains(first, later, size=64):
+    return {"bytes": size, "first_s": first[0], "next_s": later[0], "first_chains_s": first,
+            "next_chains_s": later}
+
+
+def test_bracketing_keeps_the_ring_driven_rounds_only_where_both_probes_have_them():
+    before = {"results": [chains([1.0], [2.0])], "ring_results": [chains([0.5, 0.7], [0.3, 0.5])]}
+    after = {"results": [chains([1.1], [2.1])], "ring_results": [chains([0.9], [0.4])]}
+    table = bracket(before, after)
+    assert table["ring_results"] == [{"bytes": 64, "first_s": pytest.approx(0.7),
+                                      "next_s": pytest.approx(0.4)}]
+    assert table["ring_before"] == before["ring_results"]
+    assert "ring_results" not in bracket(before, {"results": after["results"]})
+
+
+def test_only_the_all_reduce_points_with_the_ring_time_ring_driven_rounds(monkeypatch):
+    assert "--ring-rounds" not in probe_command([64], 3, "r.json", 4).split()
+    assert "--ring-rounds" in probe_command([64], 3, "r.json", 4, ring=True).split()
+    commands = []
+
+    def capture(_config, command, names, *_args, **_kwargs):
+        commands.append(command)
+        probe = {"results": [chains([1.0], [2.0])], "ring_results": [chains([1.0], [2.0])]}
+        return {n: probe if n.startswith("rounds_") else {"results": []} for n in names}
+
+    monkeypatch.setattr(measure, "run_collect", capture)
+    measure.measure_allreduce(AllReduceConfig(2, 1e9, (64_000,), algorithms=("ring", "backend")))
+    measure.measure_allreduce(AllReduceConfig(2, 1e9, (64_000,), algorithms=("naive", "backend")))
+    probes = [[part for part in c.split(" && ") if "ring_probe.py" in part] for c in commands]
+    assert [len(p) for p in probes] == [2, 2]
+    assert all("--ring-rounds" in part for part in probes[0])
+    assert not any("--ring-rounds" in part for part in probes[1])
+
+
+def pass_on_ring_driven(world: int, rounds: int) -> list:
+    """Each rank starts with 10^rank in every element; what the chain's last round received
+    and the round ends."""
+    from real.comm import init
+    comm = init("torch", "gloo", timeout_s=60)
+    try:
+        mine = torch.full((5,), 10.0 ** comm.rank, dtype=torch.float64)
+        marks, arrived = ring_chain_marks(comm, (mine, torch.empty_like(mine)), rounds)
+        return [arrived.tolist(), marks]
+    finally:
+        comm.close()
+
+
+@pytest.mark.parametrize("world,rounds", [(3, 4), (4, 4), (2, 3)])
+def test_ring_driven_rounds_add_in_the_first_half_and_pass_on_in_the_second(world, rounds):
+    # k = rounds // 2 rounds add what arrived into a slot of their own and send it on; the rest
+    # pass on what arrived: the last slot holds the sum of the buffers of the ranks
+    # rounds - k ... rounds places to the left
+    k = rounds // 2
+    for rank, (arrived, marks) in enumerate(run_function(pass_on_ring_driven, world, world,
+                                                         rounds, timeout_s=120)):
+        expected = sum(10.0 ** ((rank - i) % world) for i in range(rounds - k, rounds + 1))
+        assert arrived == [expected] * 5
+        assert len(marks) == rounds and all(0 < a < b for a, b in zip(marks, marks[1:] + [1e9]))
+
+
+def test_probe_times_ring_driven_rounds_up_to_the_limit_on_two_ranks(tmp_path):
+    out = tmp_path / "rounds.json"
+    run = run_script(["experiments/ring_probe.py", "--sizes", "64B,16KiB,128KiB", "--repeats", "1",
+                      "--rounds", "4", "--ring-rounds", "--engine-max", "16KiB",
+                      "--json", str(out)], 2, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    record = json.loads(out.read_text())
+    assert [r["bytes"] for r in record["ring_results"]] == [64, 16384]
+    assert all(len(ends) == 4 and 0 < ends[0] < ends[1] < ends[2] < ends[3]
+               for r in record["ring_results"] for ends in r["ends_chains_s"])
+    assert "ring " in run.stdout and "engine_results" not in record
+    assert ring_table(record).sizes_bytes == (64, 16384, 128 << 10)
+
+
+def test_ablation_prices_the_ring_from_plain_chains_only_in_its_own_model():
+    from experiments.ablation import errors
+    nets = {1e9: NetworkInputs.from_calibration(CALIBRATION)}
+    ring_s = 1.6e-3 + 13 * 1.1e-3  # 14 ring-driven rounds of 64 KiB
+    plain_s = 1.4e-3 + 13 * 0.9e-3 + 7 * 2e-5  # 14 plain ones and 7 additions
+    row = {"algorithm": "ring", "hosts": 8, "bytes": 512 << 10, "bandwidth_bps": 1e9,
+           "measured_s": ring_s}
+    assert errors([row], nets, "rounds, calls alone") == [pytest.approx(0.0, abs=1e-12)]
+    assert errors([row], nets, "rounds, the ring's from plain chains") == \
+        [pytest.approx(abs(plain_s - ring_s) / ring_s)]
