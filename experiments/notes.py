@@ -1,7 +1,10 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
 full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, committed at fde2f0f, 56.8 min, on a machine as fast at the hosts'
+experiments/results/full``, committed at a29fedc, 59.0 min: the same as fde2f0f's with the
+hand-written ring priced from rounds driven as it drives them, ``ring_probe.py --ring-rounds``);
+the next (in the ``allreduce`` note, the third: its second compares the two grids' calls)
+quotes fde2f0f's (56.8 min, on a machine as fast at the hosts'
 own work as e899f2f's: Gloo's own all-reduce priced from rounds driven from C++ up to what a link
 carries in 16 ms (``experiments.measure.engine_max_bytes``), a stream of calls priced with the gap
 the calibration measures between two of the benchmark's calls (``stream_gap_s``), each host on a
@@ -36,6 +39,51 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
+        "**Full grid (a29fedc; the hand-written ring priced from rounds driven as it drives them, "
+        "`ring_probe.py --ring-rounds`): median 0.5% over 132 all-reduce rows, worst +18.2%, 10 "
+        "over 8% (fde2f0f: 0.4%, 31.1%, 5).** The machine: a replica's compute step took 1.24 "
+        "ms on 2 hosts at 50 Mbit/s and 1.96 on 8 at 200 (fde2f0f 1.19 and 1.49), and the grid "
+        "59.0 min. What changed: the probes around a point with the ring also time chains "
+        "driven as `real/allreduce.py`'s ring drives its rounds (`ring_probe.ring_chain_marks`: "
+        "the next round's receive posted before the current one is waited for, the addition "
+        "and the send inside the round, every send waited for at the chain's end) up to the "
+        "C++ rounds' limit, and that ring is priced from them (`experiments.model.ring_table`); "
+        "the naive ring, which drives its rounds as the plain chains do, and Gloo are priced as "
+        "before. On 4 hosts at 1000 Mbit/s, where the ring's rounds had cost more than the "
+        "plain chains' (the paragraph on the second run below), its 64 kB call is −12.7% "
+        "(−18.8% priced from the plain chains on the same files; −28.9% in fde2f0f); on five "
+        "fresh beds before the grid, −18.8%, −14.0%, −3.3%, −14.8%, −26.5% (plain chains: "
+        "−28.3%, −28.1%, −16.3%, −28.2%, −38.1%), and with the probes and the calls in one "
+        "launch of the same processes (four launches on one bed) +4.4%, +7.4%, −14.2%, −4.6%. "
+        "On 8 hosts it does worse: there the ring-driven chains' first round took 1.35 ms "
+        "against the plain chains' 0.90 (1000 Mbit/s) and their 64 B chains' later rounds 0.72 "
+        "ms against 0.59 at 8 KiB, and a table never prices a round below its smallest size's "
+        "(`RoundCosts`), so the 8 kB rounds of a 64 kB call on 8 hosts are priced at the 64 B "
+        "cost: the ring's 64 kB at 1000 Mbit/s +18.2% (plain chains +5.4%), at 200 +9.9% "
+        "(−1.4%), its 256 kB at 1000 +10.3% (+5.8%). Over the 132 rows: median 0.5%, worst "
+        "18.2% with the ring-driven rounds, 0.5% and 18.8% with the plain chains (`python -m "
+        "experiments.ablation --results experiments/results/full`, the model `rounds, the "
+        "ring's from plain chains`). Interpolating between sizes without that floor gives this "
+        "grid 17.0% and 9 rows over 8%, but fde2f0f's files 6 over 8% instead of 5, 8bb52da's "
+        "22 instead of 20 and e899f2f's a worst of 36.0% instead of 30.2%: not kept.",
+        "**What repeats from one grid to the next (a29fedc against fde2f0f, the same benchmark "
+        "on the same machine).** The 132 calls' measured times moved by 0.4% at the median, "
+        "but 4 by more than 8%: Gloo's 64 kB on 8 hosts at 200 Mbit/s −18.1% (11.15 → 9.13 ms; "
+        "its error −31.1% → −5.7%), the ring's 64 kB on 4 hosts at 1000 +16.5%, Gloo's 4 MB on "
+        "4 hosts at 1000 +13.8% (50.6 → 57.6 ms, predicted at 50.2 both times from probes that "
+        "did not slow with it: −0.6% → −12.9%), and the naive ring's 64 kB on 8 hosts at 1000 "
+        "+12.0%. On one 4-host bed at 1000 Mbit/s the ring's 64 kB call alone (21 calls, "
+        "median) took 2.33 ms and, a minute later in a fresh launch, 1.50; on another 2.73 and "
+        "1.96. A row whose own measurement moves by more than 8% between runs cannot be "
+        "predicted within 8% in both; every row over 8% here but one (Gloo's 4 MB) is a 64 kB "
+        "call on 4 or 8 hosts sharing 2 cores. The 10 rows: the ring's 64 kB on 8 hosts at 1000 "
+        "Mbit/s +18.2%, Gloo's 64 kB on 4 hosts at 1000 −15.3%, the naive ring's there +14.0% "
+        "(+13.7% in fde2f0f: its 3 rounds priced as a first and two mean later rounds of chains "
+        "whose rounds slow as the bucket drains, 0.33, 0.29, 0.48, 0.54, 0.56 and 0.69 ms at 64 "
+        "KiB on the five beds above), Gloo's 64 kB on 8 hosts at 1000 −13.2%, Gloo's 4 MB on 4 "
+        "hosts at 1000 −12.9%, the ring's 64 kB on 4 hosts at 1000 −12.7%, its 256 kB on 8 hosts "
+        "at 1000 +10.3%, its 64 kB on 8 hosts at 200 +9.9%, the naive ring's 64 kB on 8 hosts "
+        "at 1000 −8.8% and Gloo's 64 kB on 2 hosts at 1000 +8.1%.",
         "**Full grid (fde2f0f; Gloo's own all-reduce priced from C++-driven rounds up to what a "
         "link carries in 16 ms, a stream of calls priced with the benchmark's measured gap "
         "between calls; a machine as fast at the hosts' own work as e899f2f's): median 0.4% "
@@ -723,6 +771,11 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
+        "**Full grid (a29fedc: the `allreduce` note): median 0.9% over 12 rows, worst −5.5% "
+        "(fde2f0f: 0.8% and −4.1%).** 50 Mbit/s −0.9…+0.3%; 200 Mbit/s −5.5…−0.9%, every row "
+        "measured a little slower than predicted, as before. The 8 replicas at 200 Mbit/s took "
+        "124.2 ms a step emulated and 77.5 ms with real compute (predicted 121.1 and 73.2); a "
+        "replica's compute step took 1.96 ms there (1.49 in fde2f0f).",
         "**Full grid (fde2f0f, on a machine as fast as e899f2f's: the `allreduce` note): median "
         "0.8% over 12 rows, worst −4.1% (8bb52da: 1.9% and −5.4%; e899f2f: 1.7% and −3.8%).** "
         "50 Mbit/s −0.8…+0.4%; 200 Mbit/s −4.1…−0.6%, every row measured a little slower than "
@@ -824,6 +877,8 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
+        "**Full grid (a29fedc): 4 hosts at 200 Mbit/s, −2.3%** (fde2f0f −2.2%; 112.4 ms a "
+        "step measured, 109.8 predicted).",
         "**Full grid (fde2f0f): 4 hosts at 200 Mbit/s, −2.2%** (8bb52da −5.8%, e899f2f −2.8%; "
         "112.0 ms a step measured, 109.5 predicted).",
         "**Full grid (8bb52da, on a slower machine: the `allreduce` note): 4 hosts at 200 "
@@ -843,6 +898,10 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
+        "**Full grid (a29fedc: the `allreduce` note): seconds per update, 2, 4 and 8 workers, "
+        "50 Mbit/s −1.0%, −0.1%, −0.2%; 200 Mbit/s −5.7%, −0.1%, −0.3% (fde2f0f: −0.6%, "
+        "−0.1%, −0.1%; −5.0%, −0.1%, +0.2%).** The push window's notice with 2 workers at 200 "
+        "Mbit/s again: 68.5 ms an update, 64.6 predicted.",
         "**Full grid (fde2f0f, on a machine as fast as e899f2f's: the `allreduce` note): "
         "seconds per update, 2, 4 and 8 workers, 50 Mbit/s −0.6%, −0.1%, −0.1%; 200 Mbit/s "
         "−5.0%, −0.1%, +0.2% (8bb52da: −1.9%, −0.2%, −0.1%; −7.0%, −2.3%, −3.1%).** What is "
@@ -1103,6 +1162,12 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
+        "**Full grid (a29fedc: the `allreduce` note): median 0.4%, worst −5.3% (fde2f0f: "
+        "0.2%, −2.4%).** Ring rows +0.0%, −0.8%, −0.6%; PS rows 4 workers at 50 Mbit/s 1× "
+        "−0.1%, 2× −0.5%, 4× +0.4%, 8× +1.2%; at 200 Mbit/s −0.2%, −5.0%, +0.4%, +0.3%; 8 "
+        "workers −0.2%, −0.7%, −5.3%, +0.4%. The two rows near −5% are rounds at the links' rate "
+        "measured slower than the rate (83.4 and 83.7 ms against 79.3; the same rows took "
+        "79.0-79.1 ms at the other server factors).",
         "**Full grid (fde2f0f, on a machine as fast as e899f2f's: the `allreduce` note): ring "
         "rows +0.1%, −0.1%, +0.2%; PS rows 4 workers at 50 Mbit/s 1× −0.1%, 2× −0.2%, 4× +0.5%, "
         "8× +1.2%; at 200 Mbit/s −0.1%, −2.4%, +1.2%, +1.0%; 8 workers +0.2%, −0.1%, −2.2%, "
@@ -1269,6 +1334,10 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
+        "**Full grid (a29fedc: the `allreduce` note): sync per step −0.6%, −1.5%, −1.4%; async "
+        "per update −5.7%, −0.8%, −1.2% for 2, 4 and 8 workers (fde2f0f: +0.0%, −1.3%, −1.2%; "
+        "−5.6%, −0.4%, −0.1%).** The 2-worker async run, 68.5 ms an update against 64.6, is the "
+        "`async` note's notice.",
         "**Full grid (fde2f0f, on a machine as fast as e899f2f's: the `allreduce` note): sync "
         "per step +0.0%, −1.3%, −1.2%; async per update −5.6%, −0.4%, −0.1% for 2, 4 and 8 "
         "workers (8bb52da: −1.1%, −1.7%, +1.4%; −8.0%, −5.0%, −6.4%).** The 2-worker async run, "
