@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dist_helpers import run_function, run_script
+from test_engine_rounds import chains
 from experiments import measure
 from experiments.configs import AllReduceConfig
 from experiments.measure import bracket, probe_command
@@ -54,11 +55,6 @@ def test_a_probe_without_ring_driven_rounds_drops_a_stale_ring_table_and_stores_
     assert fresh.rounds_for("ring", 8) is fresh.round_costs[8]
     again = fresh.with_rounds(8, {"results": PLAIN_ROWS, "ring_results": RING_ROWS[:1]})
     assert again.rounds_for("ring", 8).next_s == (1.0e-3, 0.9e-3, 9.1e-3)
-
-
-def chains(first, later, size=64):
-    return {"bytes": size, "first_s": first[0], "next_s": later[0], "first_chains_s": first,
-            "next_chains_s": later}
 
 
 def test_bracketing_keeps_the_ring_driven_rounds_only_where_both_probes_have_them():
