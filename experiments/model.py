@@ -257,9 +257,7 @@ def engine_table(probe: dict) -> RoundCosts:
     """The rounds of Gloo's own ring from a ``ring_probe.py`` record: its C++-driven rounds
     (``engine_results``, the small sizes) and, above the largest of them, its Python-driven
     ones, where a round pays its bytes at the link's rate whichever way it is driven."""
-    engine = probe["engine_results"]
-    largest = max(float(r["bytes"]) for r in engine)
-    return RoundCosts.from_rows(engine + [r for r in probe["results"] if float(r["bytes"]) > largest])
+    return _driven_table(probe["engine_results"], probe["results"])
 
 
 def ring_table(probe: dict) -> RoundCosts:
@@ -267,9 +265,15 @@ def ring_table(probe: dict) -> RoundCosts:
     rounds (``ring_results``, the small sizes), whose additions are inside the rounds (a
     ``reduce_s`` of 0), and, above the largest of them, the Python-driven ones with their
     additions, where a round pays its bytes at the link's rate whichever way it is driven."""
-    ring = [{**r, "reduce_s": 0.0} for r in probe["ring_results"]]
-    largest = max(float(r["bytes"]) for r in ring)
-    return RoundCosts.from_rows(ring + [r for r in probe["results"] if float(r["bytes"]) > largest])
+    return _driven_table([{**r, "reduce_s": 0.0} for r in probe["ring_results"]],
+                         probe["results"])
+
+
+def _driven_table(driven: list[dict], plain: list[dict]) -> RoundCosts:
+    """Rounds timed one way (``driven``) and, above the largest of them, the plain
+    Python-driven ones (``plain``)."""
+    largest = max(float(r["bytes"]) for r in driven)
+    return RoundCosts.from_rows(driven + [r for r in plain if float(r["bytes"]) > largest])
 
 
 def interpolate_excess(table: list[tuple[int, float]], size_bytes: float) -> float:

@@ -257,8 +257,8 @@ def main(argv=None) -> None:
                 parser.error(str(error))
         record["results"] = probe(comm, args.size_bytes, rounds, args.repeats)
         tables = [("", record["results"])]
-        if args.ring_rounds:
-            ring_sizes = [n for n in args.size_bytes if n <= args.engine_max_bytes]
+        ring_sizes = [n for n in args.size_bytes if n <= args.engine_max_bytes]
+        if args.ring_rounds and ring_sizes:
             record["ring_results"] = probe(comm, ring_sizes, rounds, args.repeats,
                                            chain=ring_chain_marks)
             tables.append(("ring ", record["ring_results"]))

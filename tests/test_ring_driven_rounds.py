@@ -136,3 +136,13 @@ def test_ablation_prices_the_ring_from_plain_chains_only_in_its_own_model():
     assert errors([row], nets, "rounds, calls alone") == [pytest.approx(0.0, abs=1e-12)]
     assert errors([row], nets, "rounds, the ring's from plain chains") == \
         [pytest.approx(abs(plain_s - ring_s) / ring_s)]
+
+
+def test_probe_times_no_ring_driven_rounds_where_every_size_is_above_the_limit(tmp_path):
+    out = tmp_path / "rounds.json"
+    run = run_script(["experiments/ring_probe.py", "--sizes", "16KiB", "--repeats", "1",
+                      "--rounds", "2", "--ring-rounds", "--engine-max", "64B",
+                      "--json", str(out)], 2, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    record = json.loads(out.read_text())
+    assert "ring_results" not in record and [r["bytes"] for r in record["results"]] == [16384]
