@@ -112,13 +112,18 @@ def test_ring_driven_rounds_add_in_the_first_half_and_pass_on_in_the_second(worl
         assert len(marks) == rounds and all(0 < a < b for a, b in zip(marks, marks[1:] + [1e9]))
 
 
-def test_probe_times_ring_driven_rounds_up_to_the_limit_on_two_ranks(tmp_path):
+def run_probe(tmp_path, sizes: str, rounds: int, engine_max: str):
+    """``ring_probe.py --ring-rounds`` on two ranks: its run and its record."""
     out = tmp_path / "rounds.json"
-    run = run_script(["experiments/ring_probe.py", "--sizes", "64B,16KiB,128KiB", "--repeats", "1",
-                      "--rounds", "4", "--ring-rounds", "--engine-max", "16KiB",
+    run = run_script(["experiments/ring_probe.py", "--sizes", sizes, "--repeats", "1",
+                      "--rounds", str(rounds), "--ring-rounds", "--engine-max", engine_max,
                       "--json", str(out)], 2, timeout_s=120)
     assert run.returncode == 0, run.stderr
-    record = json.loads(out.read_text())
+    return run, json.loads(out.read_text())
+
+
+def test_probe_times_ring_driven_rounds_up_to_the_limit_on_two_ranks(tmp_path):
+    run, record = run_probe(tmp_path, "64B,16KiB,128KiB", 4, "16KiB")
     assert [r["bytes"] for r in record["ring_results"]] == [64, 16384]
     assert all(len(ends) == 4 and 0 < ends[0] < ends[1] < ends[2] < ends[3]
                for r in record["ring_results"] for ends in r["ends_chains_s"])
@@ -139,10 +144,5 @@ def test_ablation_prices_the_ring_from_plain_chains_only_in_its_own_model():
 
 
 def test_probe_times_no_ring_driven_rounds_where_every_size_is_above_the_limit(tmp_path):
-    out = tmp_path / "rounds.json"
-    run = run_script(["experiments/ring_probe.py", "--sizes", "16KiB", "--repeats", "1",
-                      "--rounds", "2", "--ring-rounds", "--engine-max", "64B",
-                      "--json", str(out)], 2, timeout_s=120)
-    assert run.returncode == 0, run.stderr
-    record = json.loads(out.read_text())
+    _, record = run_probe(tmp_path, "16KiB", 2, "64B")
     assert "ring_results" not in record and [r["bytes"] for r in record["results"]] == [16384]
