@@ -50,9 +50,9 @@ machine's). ``experiments/run.py --congestion-control`` sets it for a whole run.
 SCHEDULING = "batch"
 """Every test bed's CPU scheduling policy (``TestbedConfig.scheduling``);
 ``experiments/run.py --scheduling`` sets it for a whole run."""
-HOST_CORES = "own"
-"""Whether every test bed gives each host a core of its own where it can
-(``TestbedConfig.host_cores``); ``experiments/run.py --host-cores`` sets it for a whole run."""
+HOST_CORES = "spread"
+"""How every test bed places its hosts on the machine's cores (``TestbedConfig.host_cores``);
+``experiments/run.py --host-cores`` sets it for a whole run."""
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:

@@ -36,8 +36,8 @@ from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir)
-from real.testbed.config import (HOST_CORES_POLICIES, SCHEDULING_POLICIES,  # noqa: E402
-                                 parse_congestion_control)
+from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_POLICIES,  # noqa: E402
+                                 SCHEDULING_POLICIES, parse_congestion_control)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
@@ -165,8 +165,11 @@ def header_lines(meta: dict) -> list[str]:
     tcp = {"reno": "Reno", "system": "the machine's default"}.get(tcp, tcp)
     policy = {"batch": "batch (`SCHED_BATCH`)", "normal": "the machine's default"}.get(
         meta.get("scheduling", "normal"))
-    if meta.get("host_cores", "shared") == "own":
+    cores = meta.get("host_cores", "shared")
+    if cores in ("own", "spread"):
         policy += ", each host on a core of its own where there is one per host"
+    if cores == "spread":
+        policy += " and host i on core i mod cores where the hosts divide evenly among them"
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
             f"average {meta['load_average']}, TCP congestion control: {tcp}, CPU scheduling: "
             f"{policy}) in "
@@ -255,9 +258,11 @@ def parse_args(argv=None):
     parser.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="batch",
                         help="every test bed's CPU scheduling policy (default batch: a waking "
                              "thread preempts no other, as on separate machines)")
-    parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default="own",
-                        help="own (default): every test bed gives each host a core of its own "
-                             "when there is one per host; shared: every host on every core")
+    parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default=DEFAULT_HOST_CORES,
+                        help="spread (default): every test bed gives each host a core of its own "
+                             "when there is one per host, else host i core i mod cores when the "
+                             "hosts divide evenly among the cores; own: a core each or none; "
+                             "shared: every host on every core")
     args = parser.parse_args(argv)
     try:
         args.experiments = select(args.names, args.quick)
@@ -268,7 +273,8 @@ def parse_args(argv=None):
         parser.error(f"--repredict takes the experiments to predict again, of: "
                      f"{', '.join(REPREDICTABLE)}")
     if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
-                           or args.scheduling != "batch" or args.host_cores != "own"):
+                           or args.scheduling != "batch"
+                           or args.host_cores != DEFAULT_HOST_CORES):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
                      "--congestion-control, --scheduling or --host-cores")
     return args
@@ -405,7 +411,8 @@ def measure_all(args) -> list[dict]:
             + (f" --congestion-control {args.congestion_control or 'system'}"
                if args.congestion_control != "reno" else "")
             + (f" --scheduling {args.scheduling}" if args.scheduling != "batch" else "")
-            + (f" --host-cores {args.host_cores}" if args.host_cores != "own" else "")
+            + (f" --host-cores {args.host_cores}" if args.host_cores != DEFAULT_HOST_CORES
+               else "")
             + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",

@@ -317,7 +317,7 @@ def test_every_experiment_test_bed_takes_the_runs_scheduling_policy(monkeypatch)
     assert measure.testbed_config(3, 50e6).scheduling == "batch"
     monkeypatch.setattr(measure, "SCHEDULING", "normal")
     assert measure.testbed_config(5, 50e6, slow_host_bps=200e6, slow_rank=0).scheduling == "normal"
-    assert measure.testbed_config(2, 50e6).host_cores == "own"
+    assert measure.testbed_config(2, 50e6).host_cores == "spread"
     monkeypatch.setattr(measure, "HOST_CORES", "shared")
     assert measure.testbed_config(2, 50e6).host_cores == "shared"
 
@@ -343,6 +343,10 @@ def test_results_header_names_the_runs_scheduling_policy():
         assert f"CPU scheduling: {said})" in header_lines(meta)[0]
     meta["host_cores"] = "own"
     assert "(`SCHED_BATCH`), each host on a core of its own where there is one per host)" in \
+        header_lines({**meta, "scheduling": "batch"})[0]
+    meta["host_cores"] = "spread"
+    assert ("(`SCHED_BATCH`), each host on a core of its own where there is one per host and "
+            "host i on core i mod cores where the hosts divide evenly among them)") in \
         header_lines({**meta, "scheduling": "batch"})[0]
     # a run from before the policy (or the pinning) existed ran under the machine's, shared
     del meta["scheduling"], meta["host_cores"]

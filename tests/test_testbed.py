@@ -200,11 +200,16 @@ def test_every_host_runs_under_the_chosen_scheduling_policy_and_so_does_what_it_
     assert [h.stdout().strip() for h in result.hosts] == [f"{os.SCHED_OTHER}\n{os.SCHED_OTHER}"] * 2
 
 
-def test_hosts_get_a_core_each_only_when_there_is_one_per_host(monkeypatch):
+def test_hosts_get_a_core_each_or_an_even_share_of_the_cores(monkeypatch):
     monkeypatch.setattr(bed_module.os, "sched_getaffinity", lambda pid: {5, 2, 7})
-    assert Testbed(TestbedConfig(hosts=3)).host_cpus() == [2, 5, 7]
-    assert Testbed(TestbedConfig(hosts=2)).host_cpus() == [2, 5]
-    assert Testbed(TestbedConfig(hosts=4)).host_cpus() is None  # more hosts than cores: shared
+    for policy in ("spread", "own"):
+        assert Testbed(TestbedConfig(hosts=3, host_cores=policy)).host_cpus() == [2, 5, 7]
+        assert Testbed(TestbedConfig(hosts=2, host_cores=policy)).host_cpus() == [2, 5]
+        # more hosts than cores, not a multiple of them: shared
+        assert Testbed(TestbedConfig(hosts=4, host_cores=policy)).host_cpus() is None
+    # a multiple of the cores: spread round the cores by rank, own leaves them shared
+    assert Testbed(TestbedConfig(hosts=6)).host_cpus() == [2, 5, 7, 2, 5, 7]
+    assert Testbed(TestbedConfig(hosts=6, host_cores="own")).host_cpus() is None
     assert Testbed(TestbedConfig(hosts=2, host_cores="shared")).host_cpus() is None
     assert Testbed(TestbedConfig(hosts=2)).host_env(1)["TESTBED_HOST_CPUS"] == "2,5"
     monkeypatch.setenv("TESTBED_HOST_CPUS", "0,1,2,3")  # e.g. a test bed started from a host
@@ -225,6 +230,21 @@ def test_each_host_and_what_it_starts_runs_on_its_own_core_unless_shared(tmp_pat
     with Testbed(TestbedConfig(hosts=2, host_cores="shared"), tmp_path / "shared") as bed:
         result = bed.run(CORES_COMMAND, timeout_s=30)
     assert all(h.stdout().split("\n")[0] == str(cores) for h in result.hosts)
+
+
+@needs_namespaces
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to spread 4 hosts on")
+def test_four_hosts_on_two_cores_are_spread_by_rank(tmp_path):
+    mine = os.sched_getaffinity(0)
+    cores = sorted(mine)[:2]
+    os.sched_setaffinity(0, cores)  # the bed spreads its hosts over the cores it may use
+    try:
+        with Testbed(TestbedConfig(hosts=4), tmp_path / "spread") as bed:
+            result = bed.run(CORES_COMMAND, timeout_s=30)
+    finally:
+        os.sched_setaffinity(0, mine)
+    assert [h.stdout().split() for h in result.hosts] == \
+        [[f"[{cores[i % 2]}]"] * 2 for i in range(4)]
 
 
 @needs_namespaces

@@ -128,11 +128,14 @@ class Testbed:
 
     def host_cpus(self) -> list[int] | None:
         """The core each host runs on (``TestbedConfig.host_cores``), by rank: this process's
-        cores in order, one per host, when there are enough; None: every host on every core."""
+        cores in order, one per host, when there are enough; under ``spread`` with more hosts
+        than cores, a multiple of them, host i on the (i mod cores)-th; None: every host on
+        every core."""
         cores = sorted(os.sched_getaffinity(0))
-        if self.config.host_cores != "own" or self.config.hosts > len(cores):
+        hosts, policy = self.config.hosts, self.config.host_cores
+        if policy == "shared" or (hosts > len(cores) and (policy == "own" or hosts % len(cores))):
             return None
-        return cores[:self.config.hosts]
+        return [cores[i % len(cores)] for i in range(hosts)]
 
     @property
     def threads_per_host(self) -> int:

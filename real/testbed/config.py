@@ -42,12 +42,16 @@ removes those stalls (see ``experiments/RESULTS.md``); ``scheduling="normal"`` k
 machine's default policy.
 
 Where the machine has a core for every host, each host's processes also run on a core of their
-own (``host_cores="own"``, the default): the kernel otherwise moves the two hosts' threads
-between the cores as it pleases, differently from one test bed to the next: on 2 hosts at
-1000 Mbit/s a 64 kB ring all-reduce took 0.41 to 0.78 ms on six beds, 0.38 to 0.42 ms on three
-pinned ones (``docs/testbed.md``). With more hosts than cores
-they share every core (``host_cores="shared"`` always does): pinning several hosts to one core
-would share the machine unevenly, not more like separate machines.
+own (``host_cores="spread"``, the default, and ``"own"``): the kernel otherwise moves the two
+hosts' threads between the cores as it pleases, differently from one test bed to the next: on 2
+hosts at 1000 Mbit/s a 64 kB ring all-reduce took 0.41 to 0.78 ms on six beds, 0.38 to 0.42 ms
+on three pinned ones (``docs/testbed.md``). Where the hosts outnumber the cores but divide
+evenly among them (4 or 8 hosts on 2 cores), ``spread`` runs host i on core i mod cores: every
+core carries as many hosts, and hosts next in rank (neighbours in a ring) never share one. Left
+to the kernel, the placement changed from one launch to the next and the calls with it: on one
+4-host bed at 1000 Mbit/s six launches of the ring's 64 kB all-reduce took 1.60 to 3.25 ms,
+spread 0.90 to 0.93 ms (``docs/testbed.md``). Otherwise the hosts share every core (as
+``"own"`` does with more hosts than cores, and ``"shared"`` always).
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ TCP_HEADER_BYTES = 32  # 20 + 12 bytes of the timestamp option (net.ipv4.tcp_tim
 SHAPER_TIMER_SLACK_S = 1e-3  # the bucket holds at least this long at the rate (see burst_bytes)
 MIN_BURST_FRAMES = 10
 SCHEDULING_POLICIES = ("batch", "normal")
-HOST_CORES_POLICIES = ("own", "shared")
+HOST_CORES_POLICIES = ("spread", "own", "shared")
+DEFAULT_HOST_CORES = "spread"
 
 
 def parse_congestion_control(text: str) -> str | None:
@@ -112,9 +117,12 @@ class TestbedConfig:
     scheduling: str = "batch"
     """CPU scheduling policy of every host's processes: ``batch`` (``SCHED_BATCH``: a thread
     that wakes up does not preempt the running one) or ``normal`` (the machine's default)."""
-    host_cores: str = "own"
+    host_cores: str = DEFAULT_HOST_CORES
     """``own``: host i's processes run on the i-th core this process may use, when there is a
-    core for every host (else as ``shared``); ``shared``: every host on every core."""
+    core for every host (else as ``shared``); ``spread``: as ``own``, and where there are more
+    hosts than cores and they divide evenly among them, host i runs on core i mod cores (every
+    core carries as many hosts, and neighbours in rank never share one); ``shared``: every host
+    on every core."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= 64:
