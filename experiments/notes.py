@@ -1,10 +1,13 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
-regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the committed
-full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, committed at a29fedc, 59.0 min: the same as fde2f0f's with the
-hand-written ring priced from rounds driven as it drives them, ``ring_probe.py --ring-rounds``);
-the next (in the ``allreduce`` note, the third: its second compares the two grids' calls)
-quotes fde2f0f's (56.8 min, on a machine as fast at the hosts'
+regenerating RESULTS.md keeps them). The first paragraph of each experiment (in the
+``allreduce`` note, the first two) quotes the committed full grid (``experiments/results/full/``,
+``python experiments/run.py --out experiments/results/full``, committed at b2e6688, 58.1 min:
+the same as a29fedc's with 4 and 8 hosts spread over the 2 cores, host i on core i mod 2,
+``--host-cores spread``); the next (in the ``allreduce`` note, the third) quotes a29fedc's (59.0
+min: the same as fde2f0f's with the hand-written ring priced from rounds driven as it drives
+them, ``ring_probe.py --ring-rounds``, and the hosts of 4- and 8-host beds left to the kernel);
+the next after that (in the ``allreduce`` note, the fifth: its fourth compares the two grids'
+calls) quotes fde2f0f's (56.8 min, on a machine as fast at the hosts'
 own work as e899f2f's: Gloo's own all-reduce priced from rounds driven from C++ up to what a link
 carries in 16 ms (``experiments.measure.engine_max_bytes``), a stream of calls priced with the gap
 the calibration measures between two of the benchmark's calls (``stream_gap_s``), each host on a
@@ -39,6 +42,57 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
+        "**Full grid (b2e6688; 4 and 8 hosts spread over the 2 cores, host i on core i mod 2, "
+        "`--host-cores spread`): median 0.5% over 132 all-reduce rows, worst +38.2%, 1 over 8%, "
+        "127 within 5% (a29fedc: 0.5%, 18.2%, 10 over 8%).** The one row over 8% is the naive "
+        "ring's 64 kB call on 4 hosts at 1000 Mbit/s (next paragraph); the other 131 are within "
+        "7.1%: every 50 Mbit/s row within 3.4%, every 200 Mbit/s row within 3.0%, every row of ≥ "
+        "1 MB within 6.5% (median 0.3%), the 2-host rows at 1000 Mbit/s within 7.1%, the 4- and "
+        "8-host rows there within 6.5% but that one. What changed is the test bed, not the "
+        "model. With 4 or 8 hosts on 2 cores the kernel had placed the hosts' processes as it "
+        "pleased; a placement held for a launch and changed with the next, and the small calls "
+        "moved with it. Six launches one after the other on one 4-host bed at 1000 Mbit/s (the "
+        "command is in `docs/testbed.md`): the ring's 64 kB call 1.60–3.25 ms, the naive ring's "
+        "1.02–1.23, Gloo's 1.44–1.75; with host i on core i mod 2, 0.90–0.93, 0.97–1.01 and "
+        "0.96–1.01 (on 8 hosts, four launches: 8.59–11.07 against 5.19–6.04 ms for the ring, "
+        "8.78–10.59 against 5.28–5.87 for Gloo). The probes before and after a point and its "
+        "calls are separate launches, so left to the kernel each could meet another placement; "
+        "spread, they all meet the same one. The small calls on 4 and 8 hosts at 1000 Mbit/s, "
+        "a29fedc → b2e6688: the ring's 64 kB on 4 hosts 2.31 → 0.90 ms (−12.7% → −2.8%), "
+        "Gloo's 1.70 → 0.96 (−15.3% → +0.5%); on 8 hosts the ring's 9.09 → 4.47 (+18.2% → "
+        "−0.7%), the naive ring's 6.29 → 3.56 (−8.8% → +4.3%), Gloo's 9.95 → 4.44 (−13.2% → "
+        "+1.9%), the ring's 256 kB 9.92 → 4.64 (+10.3% → +1.4%). Gloo's 4 MB on 4 hosts, −12.9% "
+        "in a29fedc (57.6 ms), is +0.0% (50.3 ms). The 4-host beds' round tables now repeat chain to chain: at 64 "
+        "KiB the later rounds of all 54 chains of the probes before and after took 0.53–0.60 "
+        "ms. Against a29fedc the measured times moved by 0.5% at the median (`repeatability` "
+        "in `allreduce.json`) and by up to 61% where spreading sped the calls up. The "
+        "machine: a replica's compute step took 1.23 ms on 2 hosts at 50 Mbit/s (a29fedc 1.24); "
+        "the grid took 58.1 min. The quick grid, with 4 hosts spread too: median 0.4% over 35 "
+        "rows, worst 5.7%, all within 8%.",
+        "**The one miss: the naive ring's 64 kB call on 4 hosts at 1000 Mbit/s, +38.2% (1.343 ms "
+        "predicted, 0.972 measured; +14.0% in a29fedc, 1.251 measured).** Its 3 rounds of 64 kB, "
+        "192 kB a link, straddle the shaper's bucket (118.8 kB of payload at 1000 Mbit/s). The "
+        "model prices them from the probe's chains at 64 KiB: a first round, 0.22 ms, and two "
+        "later ones at 0.57 ms, the links' rate (64 KiB at 950 Mbit/s of payload is 0.55 ms). "
+        "The probe runs its sizes' chains back to back, and the 64 KiB chains follow the 32 "
+        "KiB ones, which empty the bucket (their sixth round took 0.30 ms, the five before "
+        "0.12 each): its 64 KiB rounds are priced on a drained bucket. In the benchmark the "
+        "naive call takes turns with the ring's and Gloo's 64 kB calls, which send 96 kB a link "
+        "in about 0.9 ms, less than the bucket refills meanwhile, so the naive call starts on a "
+        "full bucket; the stream model (`stream_call_s`) adds to a call what the bucket cannot "
+        "lend, but cannot take off what the probe's drained bucket put into the rounds. A side "
+        "check on a fresh 4-host bed at 1000 Mbit/s after the grid (`sudo python -m real.testbed "
+        "run --hosts 4 --bandwidth 1000Mbps -- 'RANK={rank} WORLD_SIZE={hosts} python "
+        "real/allreduce.py --sizes 64000B --iters 45 --warmup 2 --threads 1 --algorithms "
+        "ring,naive,backend --json {out}/m1.json && …'`, then `--algorithms naive`, the mix "
+        "again, naive again, then `naive,ring`): in the mix the naive call took 0.99 and 1.01 ms; "
+        "alone, a stream of naive calls that keeps the bucket drained, 1.38 and 1.30 ms, which "
+        "the model, priced from b2e6688's tables, puts at 1.50 (+8.5%, +15%); taking turns with "
+        "the ring 1.27 (predicted 1.34, +6%; the ring 0.91, predicted 0.87). Walking the mixed "
+        "call's rounds through a full bucket at 0.22 ms a round while tokens last gives 0.69 "
+        "ms, −29%: neither the drained rounds nor the full bucket describe it. What would: "
+        "chains started on a full bucket (idle for the bucket's refill before each), priced "
+        "from their time to the end of the call's k-th round; not built.",
         "**Full grid (a29fedc; the hand-written ring priced from rounds driven as it drives them, "
         "`ring_probe.py --ring-rounds`): median 0.5% over 132 all-reduce rows, worst +18.2%, 10 "
         "over 8% (fde2f0f: 0.4%, 31.1%, 5).** The machine: a replica's compute step took 1.24 "
@@ -782,6 +836,15 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
+        "**Full grid (b2e6688, 4 and 8 hosts spread over the 2 cores: the `allreduce` note): "
+        "median 0.9% over 12 rows, worst −4.4% (a29fedc: 0.9% and −5.5%).** 50 Mbit/s "
+        "−1.0…+0.4%; 200 Mbit/s −4.4…+0.4%, every row but one measured a little slower than "
+        "predicted, as before. The 8 replicas at 200 Mbit/s took 122.9 ms a step emulated and "
+        "76.0 ms with real compute (predicted 120.0 and 72.6; a29fedc 124.2 and 77.5): with "
+        "real compute the 8 replicas' processes share the 2 cores 4 to a core, as the core-"
+        "sharing model has them share the machine. Noticed, not explained: a replica's compute "
+        "step as the run times it (`compute_time_s`) took 3.12 ms there against 1.96 in a29fedc, "
+        "while the step as a whole took less.",
         "**Full grid (a29fedc: the `allreduce` note): median 0.9% over 12 rows, worst −5.5% "
         "(fde2f0f: 0.8% and −4.1%).** 50 Mbit/s −0.9…+0.3%; 200 Mbit/s −5.5…−0.9%, every row "
         "measured a little slower than predicted, as before. The 8 replicas at 200 Mbit/s took "
@@ -888,6 +951,8 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
+        "**Full grid (b2e6688, the 4 hosts' torchrun agents spread over the 2 cores): 4 hosts "
+        "at 200 Mbit/s, −2.5%** (a29fedc −2.3%; 112.1 ms a step measured, 109.3 predicted).",
         "**Full grid (a29fedc): 4 hosts at 200 Mbit/s, −2.3%** (fde2f0f −2.2%; 112.4 ms a "
         "step measured, 109.8 predicted).",
         "**Full grid (fde2f0f): 4 hosts at 200 Mbit/s, −2.2%** (8bb52da −5.8%, e899f2f −2.8%; "
@@ -909,6 +974,11 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
+        "**Full grid (b2e6688: the `allreduce` note; a server and 2, 4 or 8 workers are 3, 5 "
+        "or 9 hosts, which do not divide evenly among 2 cores and share them as before): "
+        "seconds per update, 2, 4 and 8 workers, 50 Mbit/s −0.8%, −0.0%, −0.2%; 200 Mbit/s "
+        "−5.7%, −0.1%, +0.0% (a29fedc: −1.0%, −0.1%, −0.2%; −5.7%, −0.1%, −0.3%).** The push "
+        "window's notice with 2 workers at 200 Mbit/s again: 68.6 ms an update, 64.7 predicted.",
         "**Full grid (a29fedc: the `allreduce` note): seconds per update, 2, 4 and 8 workers, "
         "50 Mbit/s −1.0%, −0.1%, −0.2%; 200 Mbit/s −5.7%, −0.1%, −0.3% (fde2f0f: −0.6%, "
         "−0.1%, −0.1%; −5.0%, −0.1%, +0.2%).** The push window's notice with 2 workers at 200 "
@@ -1173,6 +1243,12 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
+        "**Full grid (b2e6688: the `allreduce` note; the rings' 4 and 8 workers spread over "
+        "the 2 cores, the parameter server's 5 and 9 hosts sharing them): median 0.4%, worst "
+        "−4.1% (a29fedc: 0.4%, −5.3%).** Ring rows +0.0%, +0.1%, −0.5%; PS rows 4 workers at 50 "
+        "Mbit/s 1× −0.0%, 2× −0.2%, 4× +0.4%, 8× +1.2%; at 200 Mbit/s +0.2%, −4.1%, +0.5%, "
+        "+0.3%; 8 workers +0.1%, −0.4%, −3.8%, +0.5%. The two rows near −4% are again rounds at "
+        "the links' rate measured slower than the rate (82.8 and 82.6 ms against 79.4).",
         "**Full grid (a29fedc: the `allreduce` note): median 0.4%, worst −5.3% (fde2f0f: "
         "0.2%, −2.4%).** Ring rows +0.0%, −0.8%, −0.6%; PS rows 4 workers at 50 Mbit/s 1× "
         "−0.1%, 2× −0.5%, 4× +0.4%, 8× +1.2%; at 200 Mbit/s −0.2%, −5.0%, +0.4%, +0.3%; 8 "
@@ -1345,6 +1421,10 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
+        "**Full grid (b2e6688: the `allreduce` note): sync per step −0.3%, −1.2%, −1.6%; async "
+        "per update −5.6%, −0.5%, −1.2% for 2, 4 and 8 workers (a29fedc: −0.6%, −1.5%, −1.4%; "
+        "−5.7%, −0.8%, −1.2%).** The 2-worker async run, 68.6 ms an update against 64.7, is the "
+        "`async` note's notice.",
         "**Full grid (a29fedc: the `allreduce` note): sync per step −0.6%, −1.5%, −1.4%; async "
         "per update −5.7%, −0.8%, −1.2% for 2, 4 and 8 workers (fde2f0f: +0.0%, −1.3%, −1.2%; "
         "−5.6%, −0.4%, −0.1%).** The 2-worker async run, 68.5 ms an update against 64.6, is the "
