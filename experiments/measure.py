@@ -21,6 +21,7 @@ from pathlib import Path
 
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
+from real.testbed.config import DEFAULT_HOST_CORES
 
 from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
                       warmup_updates)
@@ -50,7 +51,7 @@ machine's). ``experiments/run.py --congestion-control`` sets it for a whole run.
 SCHEDULING = "batch"
 """Every test bed's CPU scheduling policy (``TestbedConfig.scheduling``);
 ``experiments/run.py --scheduling`` sets it for a whole run."""
-HOST_CORES = "spread"
+HOST_CORES = DEFAULT_HOST_CORES
 """How every test bed places its hosts on the machine's cores (``TestbedConfig.host_cores``);
 ``experiments/run.py --host-cores`` sets it for a whole run."""
 

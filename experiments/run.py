@@ -260,7 +260,7 @@ def parse_args(argv=None):
                              "thread preempts no other, as on separate machines)")
     parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default=DEFAULT_HOST_CORES,
                         help="spread (default): every test bed gives each host a core of its own "
-                             "when there is one per host, else host i core i mod cores when the "
+                             "when there is one per host, else host i on core i mod cores when the "
                              "hosts divide evenly among the cores; own: a core each or none; "
                              "shared: every host on every core")
     args = parser.parse_args(argv)

@@ -209,6 +209,8 @@ def test_hosts_get_a_core_each_or_an_even_share_of_the_cores(monkeypatch):
         assert Testbed(TestbedConfig(hosts=4, host_cores=policy)).host_cpus() is None
     # a multiple of the cores: spread round the cores by rank, own leaves them shared
     assert Testbed(TestbedConfig(hosts=6)).host_cpus() == [2, 5, 7, 2, 5, 7]
+    # an MPI job's launcher picks each rank's core from this list (hydra_launcher.sh)
+    assert Testbed(TestbedConfig(hosts=6)).host_env(4)["TESTBED_HOST_CPUS"] == "2,5,7,2,5,7"
     assert Testbed(TestbedConfig(hosts=6, host_cores="own")).host_cpus() is None
     assert Testbed(TestbedConfig(hosts=2, host_cores="shared")).host_cpus() is None
     assert Testbed(TestbedConfig(hosts=2)).host_env(1)["TESTBED_HOST_CPUS"] == "2,5"

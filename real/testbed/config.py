@@ -47,7 +47,8 @@ hosts' threads between the cores as it pleases, differently from one test bed to
 hosts at 1000 Mbit/s a 64 kB ring all-reduce took 0.41 to 0.78 ms on six beds, 0.38 to 0.42 ms
 on three pinned ones (``docs/testbed.md``). Where the hosts outnumber the cores but divide
 evenly among them (4 or 8 hosts on 2 cores), ``spread`` runs host i on core i mod cores: every
-core carries as many hosts, and hosts next in rank (neighbours in a ring) never share one. Left
+core carries as many hosts, and hosts next in rank (neighbours in a ring) never share one
+(given 2 cores or more). Left
 to the kernel, the placement changed from one launch to the next and the calls with it: on one
 4-host bed at 1000 Mbit/s six launches of the ring's 64 kB all-reduce took 1.60 to 3.25 ms,
 spread 0.90 to 0.93 ms (``docs/testbed.md``). Otherwise the hosts share every core (as
@@ -121,8 +122,8 @@ class TestbedConfig:
     """``own``: host i's processes run on the i-th core this process may use, when there is a
     core for every host (else as ``shared``); ``spread``: as ``own``, and where there are more
     hosts than cores and they divide evenly among them, host i runs on core i mod cores (every
-    core carries as many hosts, and neighbours in rank never share one); ``shared``: every host
-    on every core."""
+    core carries as many hosts, and with 2 cores or more neighbours in rank never share one);
+    ``shared``: every host on every core."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= 64:
