@@ -68,7 +68,15 @@ NOTES: dict[str, list[str]] = {
         "in `allreduce.json`) and by up to 61% where spreading sped the calls up. The "
         "machine: a replica's compute step took 1.23 ms on 2 hosts at 50 Mbit/s (a29fedc 1.24); "
         "the grid took 58.1 min. The quick grid, with 4 hosts spread too: median 0.4% over 35 "
-        "rows, worst 5.7%, all within 8%.",
+        "rows, worst 5.7%, all within 8%. The all-reduce experiment again right after, "
+        "calibration included (`sudo python experiments/run.py --out <folder> allreduce`, not "
+        "committed): median 0.5%, worst +36.3% (the same naive row), 4 over 8%, 124 within "
+        "5%. The measured times moved by 0.3% at the median but 8 rows by more than 8%, all on "
+        "8 hosts at 1000 Mbit/s or 4 at 1000: the ring's 64 kB on 8 hosts 4.47 → 5.54 ms "
+        "(−0.7% → −10.9%) and its 256 kB 4.64 → 5.92 (+1.4% → −9.7%), while the probes around "
+        "them moved less; Gloo's 256 kB on 4 hosts +4.2% → +8.2%. Spread, the 4-host calls "
+        "repeat (the ring's and Gloo's 64 kB 0.98 and 1.03 ms, +0.3% both); 8 hosts on 2 cores "
+        "still do not, quite.",
         "**The one miss: the naive ring's 64 kB call on 4 hosts at 1000 Mbit/s, +38.2% (1.343 ms "
         "predicted, 0.972 measured; +14.0% in a29fedc, 1.251 measured).** Its 3 rounds of 64 kB, "
         "192 kB a link, straddle the shaper's bucket (118.8 kB of payload at 1000 Mbit/s). The "
