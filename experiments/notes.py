@@ -73,8 +73,9 @@ NOTES: dict[str, list[str]] = {
         "committed): median 0.5%, worst +36.3% (the same naive row), 4 over 8%, 124 within "
         "5%. The measured times moved by 0.3% at the median but 8 rows by more than 8%, all on "
         "8 hosts at 1000 Mbit/s or 4 at 1000: the ring's 64 kB on 8 hosts 4.47 → 5.54 ms "
-        "(−0.7% → −10.9%) and its 256 kB 4.64 → 5.92 (+1.4% → −9.7%), while the probes around "
-        "them moved less; Gloo's 256 kB on 4 hosts +4.2% → +8.2%. Spread, the 4-host calls "
+        "(−0.7% → −10.9%) and its 256 kB 4.64 → 5.92 (+1.4% → −9.7%), while the ring-driven "
+        "rounds of the probes around them moved by about half as much (8 KiB: the first round "
+        "0.61 → 0.67 ms, a later one 0.29 → 0.32); Gloo's 256 kB on 4 hosts +4.2% → +8.2%. Spread, the 4-host calls "
         "repeat (the ring's and Gloo's 64 kB 0.98 and 1.03 ms, +0.3% both); 8 hosts on 2 cores "
         "still do not, quite.",
         "**The one miss: the naive ring's 64 kB call on 4 hosts at 1000 Mbit/s, +38.2% (1.343 ms "
