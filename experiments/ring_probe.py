@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file  # noqa: E402
-from dsgd_sim.units import format_bytes, parse_size  # noqa: E402
+from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from real.allreduce import MAX_BUFFER_BYTES  # noqa: E402
 from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
@@ -68,6 +68,7 @@ ENGINE_MAX_BYTES = 64 << 10
 SIZE_GRID = (64, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20)
 MIN_CHAIN_ROUNDS = 4  # so that a chain's later rounds average over at least three
 MAX_ROUNDS = MAX_REPEATS = 1000  # the end of every round of every chain is kept in memory
+MAX_IDLE_S = 10.0  # --idle: a bucket refills in milliseconds; seconds a chain is a typo
 
 
 def chain_rounds(world_size: int) -> int:
@@ -143,19 +144,33 @@ def time_addition(arrived: torch.Tensor, total: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
+def _after_idle(chain, idle_s: float):
+    """``chain``, each run after ``idle_s`` seconds of sleep."""
+    def idle_then_chain(comm, buffers, rounds):
+        time.sleep(idle_s)
+        return chain(comm, buffers, rounds)
+    return idle_then_chain
+
+
 SMALL_BYTES = 256 << 10  # rounds this small take milliseconds, and wake-ups make them noisy:
 SMALL_FACTOR = 9         # they get this many times the chains (for about the price of one large one)
 COLUMNS = ("first", "next", "reduce")  # per chain: first round, mean later round, reduction
 
 
-def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None) -> list[dict]:
+def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
+          idle_s: float = 0.0) -> list[dict]:
     """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
     to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
     what arrived last (``reduce_s``), after one warm-up chain per size; every chain's own
     figures too, and the slowest rank's time to the end of each round (``ends_chains_s``).
     Sizes interleave across repeats, so a burst of other load spreads over all of them.
-    ``chain(comm, buffers, rounds)`` runs one chain (default: ``chain_marks``, from Python)."""
-    chain = chain or chain_marks
+    ``chain(comm, buffers, rounds)`` runs one chain (default: ``chain_marks``, from Python).
+    With ``idle_s``, every rank first sleeps that long before each chain, so that a shaped
+    link's bucket refills and every chain starts on a full one (by default a chain starts on
+    whatever the one before it left)."""
+    chain = chain_marks if chain is None else chain
+    if idle_s:
+        chain = _after_idle(chain, idle_s)
     buffers = {n: (torch.ones(max(1, n // 4)), torch.empty(max(1, n // 4))) for n in sizes}
     totals = {n: torch.zeros(max(1, n // 4)) for n in sizes}
     for n in sizes:
@@ -209,6 +224,10 @@ def parse_args(argv=None):
     parser.add_argument("--engine-max", default=f"{ENGINE_MAX_BYTES}B",
                         help="with --engine-rounds or --ring-rounds, the largest size timed that "
                              "way too (default: %(default)s)")
+    parser.add_argument("--idle", default="0s",
+                        help="sleep this long before every chain, so that a shaped link's bucket "
+                             "refills (e.g. 3ms; default: %(default)s, a chain starts on what the "
+                             "one before it left)")
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
@@ -216,11 +235,14 @@ def parse_args(argv=None):
         check_output_file("--json", args.json)
         args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
         args.engine_max_bytes = parse_size(args.engine_max)
+        args.idle_s = parse_time(args.idle)
     except ValueError as error:
         parser.error(str(error))
     if args.engine_rounds and args.backend in ("mpi", "nccl"):  # before building anything
         parser.error(f"--engine-rounds: C++ rounds run on torch.distributed with Gloo, not "
                      f"--backend {args.backend}")
+    if not 0 <= args.idle_s <= MAX_IDLE_S:
+        parser.error(f"--idle: {args.idle!r} is not a time from 0 to {MAX_IDLE_S:g} s")
     if args.engine_max_bytes <= 0:
         parser.error(f"--engine-max: {args.engine_max!r} is not a positive size")
     bad = [n for n in args.size_bytes if n <= 0 or n % 4]
@@ -249,25 +271,28 @@ def main(argv=None) -> None:
         rounds = args.rounds or chain_rounds(comm.world_size)
         record = {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
                   "backend": comm.backend, "rounds": rounds, "repeats": args.repeats,
+                  "idle_s": args.idle_s,
                   "threads_per_rank": torch.get_num_threads()}
         if args.engine_rounds:
             try:
                 engine_rounds.check_comm(comm)
             except engine_rounds.EngineRoundsError as error:
                 parser.error(str(error))
-        record["results"] = probe(comm, args.size_bytes, rounds, args.repeats)
+        record["results"] = probe(comm, args.size_bytes, rounds, args.repeats,
+                                  idle_s=args.idle_s)
         tables = [("", record["results"])]
         ring_sizes = [n for n in args.size_bytes if n <= args.engine_max_bytes]
         if args.ring_rounds and ring_sizes:
             record["ring_results"] = probe(comm, ring_sizes, rounds, args.repeats,
-                                           chain=ring_chain_marks)
+                                           chain=ring_chain_marks, idle_s=args.idle_s)
             tables.append(("ring ", record["ring_results"]))
         engine_sizes = [n for n in args.size_bytes
                         if engine_rounds.MIN_BYTES <= n <= args.engine_max_bytes]
         if args.engine_rounds and engine_sizes:
             record["engine_results"] = probe(
                 comm, engine_sizes, rounds, args.repeats,
-                chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG))
+                chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG),
+                idle_s=args.idle_s)
             tables.append(("C++ ", record["engine_results"]))
         if comm.rank == 0:
             for driver, rows in tables:

@@ -299,6 +299,33 @@ def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
     RoundCosts.from_rows(table["results"])  # what the calibration hands the simulator
 
 
+class _OneRank:
+    """What ``ring_probe.probe`` asks of a communicator, for one rank alone."""
+
+    def all_reduce(self, tensor, op):
+        pass
+
+
+def test_probe_with_idle_sleeps_that_long_before_every_chain(monkeypatch):
+    from experiments import ring_probe
+    events = []
+    monkeypatch.setattr(ring_probe.time, "sleep", lambda s: events.append(("sleep", s)))
+
+    def chain(comm, buffers, rounds):
+        events.append(("chain", buffers[0].numel()))
+        return [0.001 * (k + 1) for k in range(rounds)], buffers[1]
+
+    rows = ring_probe.probe(_OneRank(), [64, 1024], 3, 1, chain=chain, idle_s=0.003)
+    # a warm-up chain per size, then 9 chains a size (small sizes get 9x), each after its sleep
+    assert len(events) == 2 * (2 + 2 * 9)
+    assert events[0::2] == [("sleep", 0.003)] * (2 + 2 * 9)
+    assert [e[0] for e in events[1::2]] == ["chain"] * (2 + 2 * 9)
+    assert [r["next_s"] for r in rows] == [pytest.approx(0.001)] * 2
+    events.clear()
+    ring_probe.probe(_OneRank(), [64], 3, 1, chain=chain)  # no idle: no sleep
+    assert all(e[0] == "chain" for e in events)
+
+
 def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     out = tmp_path / "rounds.json"
     run = run_script(["experiments/ring_probe.py", "--sizes", "64B", "--repeats", "1",
@@ -317,6 +344,8 @@ def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     (["--timeout", "1e300s"], "'1e300s'"),
     (["--engine-max", "0B"], "'0B'"),
     (["--engine-max", "big"], "'big'"),
+    (["--idle", "-1ms"], "'-1ms'"),
+    (["--idle", "1h"], "'1h'"),
 ])
 def test_probe_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -131,11 +131,14 @@ class Testbed:
         cores in order, one per host, when there are enough; under ``spread`` with more hosts
         than cores, a multiple of them, host i on the (i mod cores)-th; None: every host on
         every core."""
-        cores = sorted(os.sched_getaffinity(0))
-        hosts, policy = self.config.hosts, self.config.host_cores
-        if policy == "shared" or (hosts > len(cores) and (policy == "own" or hosts % len(cores))):
+        cores, hosts = sorted(os.sched_getaffinity(0)), self.config.hosts
+        if self.config.host_cores == "shared":
             return None
-        return [cores[i % len(cores)] for i in range(hosts)]
+        if hosts <= len(cores):
+            return cores[:hosts]
+        if self.config.host_cores == "spread" and hosts % len(cores) == 0:
+            return [cores[i % len(cores)] for i in range(hosts)]
+        return None
 
     @property
     def threads_per_host(self) -> int:
