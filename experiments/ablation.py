@@ -1,4 +1,4 @@
-"""The all-reduce model eight ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model nine ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
 
@@ -8,17 +8,19 @@ All predictions come from the same run's calibration (network only); only the mo
   on the row's own test bed before and after its rows, where ``allreduce.json`` holds those
   tables; else the calibration's), composed by the simulator, plus the additions the probe timed
   for the hand-written rings, each call in the benchmark's stream of calls (the model the
-  experiments use: ``predict_allreduce_stream_s``);
+  experiments use: ``predict_allreduce_stream_s``); where the probe timed its chains alone
+  (``--idle``), a call of k rounds of one size costs what its chains took to the end of their
+  k-th round (``experiments.model.priced_from_ends``);
 * ``rounds, Gloo's from Python``: the same, Gloo's own all-reduce priced from the
   Python-driven rounds too, not the C++-driven ones (``ring_probe.py --engine-rounds``);
 * ``rounds, the ring's from plain chains``: the same, the hand-written ring priced from the
   plain Python-driven rounds and the additions timed after them, not from the rounds driven as
   the ring drives them (``ring_probe.py --ring-rounds``), where the probe has those;
-* ``rounds, chains' ends``: the same, but a call of k rounds of one size priced from the time
-  the probe's chains on the row's own test bed took to the end of their k-th round (median over
-  the chains, ``ends_chains_s``) instead of a first round and k - 1 mean later ones: a call
-  shorter than the probe's chains draws on the shaper's bucket in its later rounds too, where
-  the chains' later rounds run with it drained (tried and not kept: the ``allreduce`` note);
+* ``rounds, chains' ends``: the same, every call of k rounds of one size priced from the
+  chains' ends even where the probe ran its chains back to back (each on the bucket the one
+  before it left);
+* ``rounds, first and mean later rounds``: the same, every call priced from a first round and
+  k - 1 mean later ones even where the probe timed its chains alone;
 * ``rounds, calls alone``: the same, each call priced as if it ran alone (a full bucket);
 * ``rounds, no additions``: the same rounds without the additions;
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
@@ -43,8 +45,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import bed_label  # noqa: E402
-from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs,  # noqa: E402
-                               predict_allreduce_s, predict_allreduce_stream_s)
+from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs, ends_of,  # noqa: E402
+                               predict_allreduce_s, predict_allreduce_stream_s, with_chain_ends)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -62,61 +64,32 @@ GROUPS = {
 
 
 MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain chains",
-          "rounds, chains' ends", "rounds, calls alone",
+          "rounds, chains' ends", "rounds, first and mean later rounds", "rounds, calls alone",
           "rounds, no additions", "shaper", "shaper, no start-up")
-
-
-@dataclasses.dataclass(frozen=True)
-class ChainEnds(RoundCosts):
-    """Round costs that price k rounds of one size from the probe's chains' time to the end of
-    their k-th round (``ends_s``: per size, the median over the chains for k = 1, 2, ...,
-    interpolated between sizes as ``RoundCosts`` does); any other round list as ``RoundCosts``."""
-
-    ends_s: tuple[tuple[float, ...], ...] = ()
-
-    def rounds_time_s(self, rounds) -> float:
-        if len(rounds) == 1 and self.ends_s:
-            count, size = rounds[0]
-            if 0 < count <= min(len(e) for e in self.ends_s):
-                return self._at(tuple(e[count - 1] for e in self.ends_s), size)
-        return super().rounds_time_s(rounds)
-
-
-def chain_ends(halves: list[list[dict]]) -> dict[int, list[float]]:
-    """Bytes -> per round k, the median over every chain of the probe rows in ``halves`` (a
-    bracket's two probes, or one) of the time to the end of round k (``ends_chains_s``)."""
-    chains: dict[int, list[list[float]]] = {}
-    for rows in halves:
-        for row in rows:
-            chains.setdefault(int(row["bytes"]), []).extend(row.get("ends_chains_s", []))
-    return {n: [statistics.median(c[k] for c in cs) for k in range(min(len(c) for c in cs))]
-            for n, cs in chains.items() if cs}
-
-
-def with_chain_ends(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
-    """``table`` priced by ``ChainEnds`` where ``ends`` covers every size of it; else as it is."""
-    if not all(int(n) in ends for n in table.sizes_bytes):
-        return table
-    return ChainEnds(table.sizes_bytes, table.first_s, table.next_s, table.reduce_s,
-                     ends_s=tuple(tuple(ends[int(n)]) for n in table.sizes_bytes))
 
 
 def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> NetworkInputs:
     """``net`` with its ``hosts``-host tables priced from the chains' ends of ``record`` (a
-    ``ring_probe.py`` record, or two bracketing one measurement): the Python-driven chains for
-    the hand-written rings, the C++-driven ones (the Python-driven above them) for Gloo's."""
-    def halves(prefix: str) -> list[list[dict]]:
-        if f"{prefix}before" in record:
-            return [record[f"{prefix}before"], record[f"{prefix}after"]]
-        return [record.get(f"{prefix}results") or []]
+    ``ring_probe.py`` record, or two bracketing one measurement) whether or not the probe timed
+    its chains alone: each driver's table from its own chains, the Python-driven ones above."""
+    def priced(costs: dict, driver: str) -> dict:
+        return ({**costs, hosts: with_chain_ends(costs[hosts], ends_of(record, driver))}
+                if hosts in costs else costs)
 
-    def priced(costs: dict, ends: dict) -> dict:
-        return {**costs, hosts: with_chain_ends(costs[hosts], ends)} if hosts in costs else costs
+    return dataclasses.replace(net, round_costs=priced(net.round_costs, ""),
+                               engine_round_costs=priced(net.engine_round_costs, "engine"),
+                               ring_round_costs=priced(net.ring_round_costs, "ring"))
 
-    python = chain_ends(halves(""))
-    engine = {**python, **chain_ends(halves("engine_"))}
-    return dataclasses.replace(net, round_costs=priced(net.round_costs, python),
-                               engine_round_costs=priced(net.engine_round_costs, engine))
+
+def without_chain_ends(net: NetworkInputs) -> NetworkInputs:
+    """``net`` with every table priced from a first and mean later rounds, as ``RoundCosts``."""
+    def plain(costs: dict) -> dict:
+        return {h: RoundCosts(t.sizes_bytes, t.first_s, t.next_s, t.reduce_s)
+                for h, t in costs.items()}
+
+    return dataclasses.replace(net, round_costs=plain(net.round_costs),
+                               engine_round_costs=plain(net.engine_round_costs),
+                               ring_round_costs=plain(net.ring_round_costs))
 
 
 def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
@@ -143,6 +116,8 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
             net = net.with_rounds(r["hosts"], tables[label])
             if model == "rounds, chains' ends":
                 net = with_own_chain_ends(net, r["hosts"], tables[label])
+        if model == "rounds, first and mean later rounds":
+            net = without_chain_ends(net)
         if model == "shaper, no start-up":
             net = dataclasses.replace(net, duplex_transfers=())
         if model == "rounds, Gloo's from Python":

@@ -116,7 +116,8 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
     ring all-reduce there (``chain_rounds``): per size, the first and the next round's seconds
     (slowest rank, median over chains), and what was run."""
     return _run(config, probe_command(sizes, repeats, "rounds.json", chain_rounds(config.hosts),
-                                      engine_max_bytes(config.bandwidth_bps)),
+                                      engine_max_bytes(config.bandwidth_bps),
+                                      idle_s=probe_idle_s(config)),
                 "rounds.json", timeout_s=900)
 
 
@@ -124,6 +125,7 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
 # link carries in this long: a Python-driven round pays the interpreter's wake-ups on top, 0.2-0.3
 # ms a round on 8 hosts sharing 2 cores, which a round this long carries within 2%
 ENGINE_ROUND_S = 0.016
+PROBE_WAKE_S = 1e-3  # probe_idle_s: the ranks' wake-ups from the idle, on top of the refill
 
 
 def engine_max_bytes(bandwidth_bps: float) -> int:
@@ -134,15 +136,33 @@ def engine_max_bytes(bandwidth_bps: float) -> int:
     return max(ENGINE_MAX_BYTES, int(bandwidth_bps * ENGINE_ROUND_S / 8))
 
 
+def probe_idle_s(config: TestbedConfig) -> float:
+    """How long the probe idles before each chain on ``config``'s test bed
+    (``ring_probe.py --idle``): twice the time the slowest link's bucket takes to refill, and a
+    millisecond for the ranks' wake-ups (1000 and 200 Mbit/s: 3 ms; 50 Mbit/s, a bucket of 10
+    frames: 5.8 ms). Every chain then starts on a full bucket, as a call alone does: the
+    benchmark's calls are priced from them, and what a stream of calls cannot borrow from the
+    bucket ``experiments.model.stream_call_s`` adds. Chains run back to back instead start on
+    what the chain before them left: on 4 hosts at 1000 Mbit/s the 64 KiB chains followed the 32
+    KiB ones, which had drained the bucket, and priced the naive ring's 64 kB call at 1.34 ms
+    where, between lighter calls, it took 0.97."""
+    refill_s = max(config.burst_for(config.rate_bps(rank)) * 8 / config.rate_bps(rank)
+                   for rank in range(config.hosts))
+    return 2 * refill_s + PROBE_WAKE_S
+
+
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
-                  engine_max: int = ENGINE_MAX_BYTES, ring: bool = False) -> str:
+                  engine_max: int = ENGINE_MAX_BYTES, ring: bool = False,
+                  idle_s: float = 0.0) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     driven from Python and (``--engine-rounds``, the sizes up to ``engine_max``) from C++ as
     Gloo's own ring drives them, and with ``ring`` (``--ring-rounds``, the same sizes) as
-    ``real/allreduce.py``'s ring drives them, writing ``{out}/json_name``."""
+    ``real/allreduce.py``'s ring drives them, each chain after ``idle_s`` (``--idle``), writing
+    ``{out}/json_name``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
             "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
-            *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B"]
+            *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
+            "--idle", f"{idle_s * 1e3:.3f}ms"]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 
@@ -304,7 +324,8 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     share its conditions. The probe still measures only rounds, never an all-reduce."""
     rounds = chain_rounds(bed_config.hosts)
     probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
-                            engine_max_bytes(bed_config.bandwidth_bps), ring)
+                            engine_max_bytes(bed_config.bandwidth_bps), ring,
+                            probe_idle_s(bed_config))
               for side in ("before", "after")]
     files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)

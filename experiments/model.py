@@ -133,7 +133,7 @@ class NetworkInputs:
                    duplex_transfers=tuple((int(t["bytes"]), float(t["median_s"]))
                                           for t in (record.get("duplex") or {}).get("transfers", [])),
                    tcp_latency_s=record.get("latency_s", 0.0),
-                   round_costs={int(h): RoundCosts.from_rows(t["results"])
+                   round_costs={int(h): plain_table(t)
                                 for h, t in (record.get("rounds") or {}).items()},
                    engine_round_costs={int(h): engine_table(t)
                                        for h, t in (record.get("rounds") or {}).items()
@@ -157,7 +157,7 @@ class NetworkInputs:
         if probe.get("ring_results"):
             ring[hosts] = ring_table(probe)
         return replace(self, round_costs={**self.round_costs,
-                                          hosts: RoundCosts.from_rows(probe["results"])},
+                                          hosts: plain_table(probe)},
                        engine_round_costs=engine, ring_round_costs=ring)
 
     def rounds_for(self, algorithm: str, hosts: int) -> RoundCosts | None:
@@ -253,11 +253,18 @@ class NetworkInputs:
                 "round_costs": {str(h): t.as_rows() for h, t in sorted(self.round_costs.items())}}
 
 
+def plain_table(probe: dict) -> RoundCosts:
+    """The Python-driven rounds of a ``ring_probe.py`` record (``results``), priced from its
+    chains' ends where its chains were timed alone (``priced_from_ends``)."""
+    return priced_from_ends(RoundCosts.from_rows(probe["results"]), probe)
+
+
 def engine_table(probe: dict) -> RoundCosts:
     """The rounds of Gloo's own ring from a ``ring_probe.py`` record: its C++-driven rounds
     (``engine_results``, the small sizes) and, above the largest of them, its Python-driven
     ones, where a round pays its bytes at the link's rate whichever way it is driven."""
-    return _driven_table(probe["engine_results"], probe["results"])
+    return priced_from_ends(_driven_table(probe["engine_results"], probe["results"]), probe,
+                            "engine")
 
 
 def ring_table(probe: dict) -> RoundCosts:
@@ -265,8 +272,8 @@ def ring_table(probe: dict) -> RoundCosts:
     rounds (``ring_results``, the small sizes), whose additions are inside the rounds (a
     ``reduce_s`` of 0), and, above the largest of them, the Python-driven ones with their
     additions, where a round pays its bytes at the link's rate whichever way it is driven."""
-    return _driven_table([{**r, "reduce_s": 0.0} for r in probe["ring_results"]],
-                         probe["results"])
+    return priced_from_ends(_driven_table([{**r, "reduce_s": 0.0} for r in probe["ring_results"]],
+                                          probe["results"]), probe, "ring")
 
 
 def _driven_table(driven: list[dict], plain: list[dict]) -> RoundCosts:
@@ -274,6 +281,72 @@ def _driven_table(driven: list[dict], plain: list[dict]) -> RoundCosts:
     Python-driven ones (``plain``)."""
     largest = max(float(r["bytes"]) for r in driven)
     return RoundCosts.from_rows(driven + [r for r in plain if float(r["bytes"]) > largest])
+
+
+@dataclass(frozen=True)
+class ChainEnds(RoundCosts):
+    """Round costs that price k rounds of one size from the probe's chains' time to the end of
+    their k-th round (``ends_s``: per size, the median over the chains for k = 1, 2, ...,
+    interpolated between sizes as ``RoundCosts`` does); any other round list (more rounds than
+    the chains ran, rounds of several sizes) as ``RoundCosts``, from a first and mean later
+    rounds."""
+
+    ends_s: tuple[tuple[float, ...], ...] = ()
+
+    def rounds_time_s(self, rounds) -> float:
+        if len(rounds) == 1 and self.ends_s:
+            count, size = rounds[0]
+            if 0 < count <= min(len(e) for e in self.ends_s):
+                return self._at(tuple(e[count - 1] for e in self.ends_s), size)
+        return super().rounds_time_s(rounds)
+
+
+def chain_ends(halves: list[list[dict]]) -> dict[int, list[float]]:
+    """Bytes -> per round k, the median over every chain of the probe rows in ``halves`` (a
+    bracket's two probes, or one) of the time to the end of round k (``ends_chains_s``)."""
+    chains: dict[int, list[list[float]]] = {}
+    for rows in halves:
+        for row in rows:
+            chains.setdefault(int(row["bytes"]), []).extend(row.get("ends_chains_s", []))
+    return {n: [statistics.median(c[k] for c in cs) for k in range(min(len(c) for c in cs))]
+            for n, cs in chains.items() if cs}
+
+
+def with_chain_ends(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
+    """``table`` priced by ``ChainEnds`` where ``ends`` covers every size of it; else as it is."""
+    if not all(int(n) in ends for n in table.sizes_bytes):
+        return table
+    return ChainEnds(table.sizes_bytes, table.first_s, table.next_s, table.reduce_s,
+                     ends_s=tuple(tuple(ends[int(n)]) for n in table.sizes_bytes))
+
+
+def probe_halves(probe: dict, driver: str = "") -> list[list[dict]]:
+    """The rows of one driver's chains (``""``: the Python-driven ones; ``"engine"``, ``"ring"``)
+    in a ``ring_probe.py`` record: both probes of a bracket (``measure.bracket``), else its own."""
+    prefix = f"{driver}_" if driver else ""
+    if f"{prefix}before" in probe:
+        return [probe[f"{prefix}before"], probe[f"{prefix}after"]]
+    return [probe.get(f"{prefix}results") or []]
+
+
+def ends_of(probe: dict, driver: str = "") -> dict[int, list[float]]:
+    """``chain_ends`` of a probe record for a table of ``driver``'s rounds: that driver's chains
+    at its sizes, the Python-driven ones above (as ``_driven_table`` joins them)."""
+    ends = chain_ends(probe_halves(probe))
+    if driver:
+        ends.update(chain_ends(probe_halves(probe, driver)))
+    return ends
+
+
+def priced_from_ends(table: RoundCosts, probe: dict, driver: str = "") -> RoundCosts:
+    """``table`` (from ``probe``'s ``driver`` rounds) priced from the chains' ends where the probe
+    timed every chain alone (``idle_s``: each after an idle that refilled the shaper's bucket):
+    a call of k rounds of one size then costs what those chains took to the end of their k-th
+    round, started as a call alone is, on a full bucket; what a stream of calls cannot borrow
+    from the bucket ``stream_call_s`` adds. A probe that ran its chains back to back started
+    each on whatever the chain before it left, a first round and mean later ones are then the
+    price (a stored run from before the idle probes repredicts as it was)."""
+    return with_chain_ends(table, ends_of(probe, driver)) if probe.get("idle_s") else table
 
 
 def interpolate_excess(table: list[tuple[int, float]], size_bytes: float) -> float:

@@ -480,18 +480,22 @@ def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_witho
     assert result["rounds, no additions"][1] == pytest.approx(abs(0.362 + 0.367 - 0.73) / 0.73)
 
 
+def _ends_probe(scale: float) -> list[dict]:
+    """3-round chains at two sizes: the later rounds of a chain slower than its second."""
+    return [{"bytes": n, "first_s": t, "next_s": 2 * t, "reduce_s": 0.0,
+             "ends_chains_s": [[scale * t, scale * 2.2 * t, scale * 4.2 * t]] * 3}
+            for n, t in ((32_000, 1e-3), (64_000, 2e-3))]
+
+
 def test_ablation_chains_ends_prices_k_rounds_from_the_chains_time_to_their_kth_round():
-    from experiments.ablation import ChainEnds, chain_ends, with_chain_ends, with_own_chain_ends
-    # two probes bracketing a run, 3-round chains at two sizes: the later rounds of a chain
-    # slower than its second (the bucket drained)
-    def probe(scale):
-        return [{"bytes": n, "first_s": t, "next_s": 2 * t, "reduce_s": 0.0,
-                 "ends_chains_s": [[scale * t, scale * 2.2 * t, scale * 4.2 * t]] * 3}
-                for n, t in ((32_000, 1e-3), (64_000, 2e-3))]
-    record = {"results": probe(1.0), "before": probe(1.0), "after": probe(1.2)}
+    from experiments.ablation import with_own_chain_ends
+    from experiments.model import ChainEnds, chain_ends, with_chain_ends
+    # two probes bracketing a run, chains run back to back (no idle)
+    record = {"results": _ends_probe(1.0), "before": _ends_probe(1.0), "after": _ends_probe(1.2)}
     ends = chain_ends([record["before"], record["after"]])
     assert ends[64_000] == pytest.approx([2.2e-3, 4.84e-3, 9.24e-3])  # median of 6 chains
     net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(4, record)
+    assert not isinstance(net.round_costs[4], ChainEnds)  # chains back to back: first and next
     priced = with_own_chain_ends(net, 4, record).round_costs[4]
     assert isinstance(priced, ChainEnds)
     # 3 rounds of 48 kB (the naive ring on 4 hosts): halfway between the sizes' third-round ends
@@ -502,6 +506,37 @@ def test_ablation_chains_ends_prices_k_rounds_from_the_chains_time_to_their_kth_
         assert priced.rounds_time_s(rounds) == net.round_costs[4].rounds_time_s(rounds)
     # a size the chains did not time: the table as it is
     assert with_chain_ends(net.round_costs[4], {32_000: [1e-3]}) is net.round_costs[4]
+
+
+def test_chains_timed_alone_price_every_table_from_their_ends_and_the_ablation_can_undo_it():
+    from experiments.ablation import without_chain_ends
+    from experiments.model import ChainEnds, engine_table, plain_table, ring_table
+    # a probe that idled before every chain (each on a full bucket), all three drivers; the
+    # C++- and ring-driven chains of the small size twice as fast as the Python-driven ones
+    small = [{**row, "ends_chains_s": [[e / 2 for e in c] for c in row["ends_chains_s"]]}
+             for row in _ends_probe(1.0)[:1]]
+    record = {"idle_s": 0.003, "results": _ends_probe(1.0), "before": _ends_probe(1.0),
+              "after": _ends_probe(1.2), "engine_results": small, "engine_before": small,
+              "engine_after": small, "ring_results": small, "ring_before": small,
+              "ring_after": small}
+    net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(4, record)
+    for table in (net.round_costs[4], net.engine_round_costs[4], net.ring_round_costs[4],
+                  plain_table(record), engine_table(record), ring_table(record)):
+        assert isinstance(table, ChainEnds)
+    assert net.round_costs[4].rounds_time_s([(3, 64_000)]) == pytest.approx(9.24e-3)
+    # Gloo's and the ring's tables: their own chains at 32 kB, the Python-driven ones above
+    for table in (net.engine_round_costs[4], net.ring_round_costs[4]):
+        assert table.rounds_time_s([(3, 32_000)]) == pytest.approx(2.1e-3)
+        assert table.rounds_time_s([(3, 64_000)]) == pytest.approx(9.24e-3)
+    # the calibration's tables of a probe that idled too
+    calibrated = NetworkInputs.from_calibration({**CALIBRATION, "rounds": {"4": record}})
+    assert calibrated.rounds_for("backend", 4) == net.engine_round_costs[4]
+    # the ablation's first-and-next pricing of the same tables
+    plain = without_chain_ends(net)
+    assert not any(isinstance(t, ChainEnds) for t in (plain.round_costs[4],
+                                                     plain.engine_round_costs[4],
+                                                     plain.ring_round_costs[4]))
+    assert plain.round_costs[4].rounds_time_s([(3, 64_000)]) == pytest.approx(2e-3 + 2 * 4e-3)
 
 
 def test_ablation_prices_a_call_in_the_rotation_the_benchmark_ran_even_where_a_group_keeps_less():

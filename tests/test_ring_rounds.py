@@ -114,6 +114,20 @@ def test_probe_chains_are_as_long_as_a_ring_all_reduce_on_as_many_hosts():
     words = probe_command([64, 1 << 20], 3, "r.json", chain_rounds(8)).split()
     assert words[words.index("--rounds") + 1] == "14"
     assert words[words.index("--sizes") + 1] == "64B,1048576B"
+    assert words[words.index("--idle") + 1] == "0.000ms"  # by default chains back to back
+
+
+def test_the_test_beds_probes_idle_until_the_slowest_bucket_has_refilled_twice():
+    from experiments.measure import PROBE_WAKE_S, probe_idle_s, testbed_config
+    # 1000 Mbit/s: a 125 kB bucket, 1 ms to refill; 50 Mbit/s: 10 frames, 2.4 ms
+    assert probe_idle_s(testbed_config(4, 1e9)) == pytest.approx(2e-3 + PROBE_WAKE_S)
+    assert probe_idle_s(testbed_config(2, 50e6)) == pytest.approx(2 * 15140 * 8 / 50e6
+                                                                   + PROBE_WAKE_S)
+    # one slower host: its bucket sets the idle
+    slow = testbed_config(4, 1e9, slow_host_bps=50e6)
+    assert probe_idle_s(slow) == pytest.approx(probe_idle_s(testbed_config(2, 50e6)))
+    words = probe_command([64], 3, "r.json", 6, idle_s=probe_idle_s(slow)).split()
+    assert words[words.index("--idle") + 1] == "5.845ms"
 
 
 def chains(first: list[float], later: list[float], size: int = 1 << 20) -> dict:
