@@ -54,6 +54,11 @@ SCHEDULING = "batch"
 HOST_CORES = DEFAULT_HOST_CORES
 """How every test bed places its hosts on the machine's cores (``TestbedConfig.host_cores``);
 ``experiments/run.py --host-cores`` sets it for a whole run."""
+PROBE_IDLE = False
+"""Whether every ring probe idles before each of its chains (``probe_idle_s``) rather than
+running them back to back; ``experiments/run.py --probe-idle`` sets it for a whole run. Off by
+default: on 8 hosts sharing 2 cores the chains after an idle ran 12-30% faster than the calls
+they priced (the ``allreduce`` note)."""
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
@@ -138,14 +143,13 @@ def engine_max_bytes(bandwidth_bps: float) -> int:
 
 def probe_idle_s(config: TestbedConfig) -> float:
     """How long the probe idles before each chain on ``config``'s test bed
-    (``ring_probe.py --idle``): twice the time the slowest link's bucket takes to refill, and a
-    millisecond for the ranks' wake-ups (1000 and 200 Mbit/s: 3 ms; 50 Mbit/s, a bucket of 10
-    frames: 5.8 ms). Every chain then starts on a full bucket, as a call alone does: the
-    benchmark's calls are priced from them, and what a stream of calls cannot borrow from the
-    bucket ``experiments.model.stream_call_s`` adds. Chains run back to back instead start on
-    what the chain before them left: on 4 hosts at 1000 Mbit/s the 64 KiB chains followed the 32
-    KiB ones, which had drained the bucket, and priced the naive ring's 64 kB call at 1.34 ms
-    where, between lighter calls, it took 0.97."""
+    (``ring_probe.py --idle``) in a run with ``PROBE_IDLE``, else 0 (chains back to back): twice
+    the time the slowest link's bucket takes to refill, and a millisecond for the ranks'
+    wake-ups (1000 and 200 Mbit/s: 3 ms; 50 Mbit/s, a bucket of 10 frames: 5.8 ms). Every chain
+    then starts on a full bucket, as a call alone does, and the calls are priced from the chains'
+    ends (``experiments.model.priced_from_ends``)."""
+    if not PROBE_IDLE:
+        return 0.0
     refill_s = max(config.burst_for(config.rate_bps(rank)) * 8 / config.rate_bps(rank)
                    for rank in range(config.hosts))
     return 2 * refill_s + PROBE_WAKE_S

@@ -182,8 +182,11 @@ def header_lines(meta: dict) -> list[str]:
             f"on test beds of {rounds} (`experiments/ring_probe.py`, in `calibration.json`), "
             "from which the sync steps and the rings of the other experiments are predicted; each "
             "all-reduce point times its own rounds on its own hosts, before and after its rows "
-            "(in `allreduce.json`). Each experiment below was predicted from the calibration "
-            "made in its own run."]
+            "(in `allreduce.json`)"
+            + ("; every probe idled before each of its chains (`--probe-idle`: twice its bed's "
+               "bucket refill and 1 ms), and a call of k rounds of one size is priced from the "
+               "chains' time to the end of their k-th round" if meta.get("probe_idle") else "")
+            + ". Each experiment below was predicted from the calibration made in its own run."]
 
 
 BAD_RESULTS = (AttributeError, KeyError, OSError, TypeError, ValueError)  # files not as written
@@ -263,6 +266,11 @@ def parse_args(argv=None):
                              "when there is one per host, else host i on core i mod cores when the "
                              "hosts divide evenly among the cores; own: a core each or none; "
                              "shared: every host on every core")
+    parser.add_argument("--probe-idle", action="store_true",
+                        help="every ring probe idles before each chain until its bed's buckets "
+                             "have refilled twice, so that each starts as a call alone does, and "
+                             "calls are priced from the chains' ends (default: chains back to "
+                             "back, each on what the one before it left)")
     args = parser.parse_args(argv)
     try:
         args.experiments = select(args.names, args.quick)
@@ -274,9 +282,9 @@ def parse_args(argv=None):
                      f"{', '.join(REPREDICTABLE)}")
     if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
                            or args.scheduling != "batch"
-                           or args.host_cores != DEFAULT_HOST_CORES):
+                           or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
-                     "--congestion-control, --scheduling or --host-cores")
+                     "--congestion-control, --scheduling, --host-cores or --probe-idle")
     return args
 
 
@@ -400,6 +408,7 @@ def measure_all(args) -> list[dict]:
     measure.CONGESTION_CONTROL = args.congestion_control
     measure.SCHEDULING = args.scheduling
     measure.HOST_CORES = args.host_cores
+    measure.PROBE_IDLE = args.probe_idle
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
@@ -413,10 +422,12 @@ def measure_all(args) -> list[dict]:
             + (f" --scheduling {args.scheduling}" if args.scheduling != "batch" else "")
             + (f" --host-cores {args.host_cores}" if args.host_cores != DEFAULT_HOST_CORES
                else "")
+            + (" --probe-idle" if args.probe_idle else "")
             + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
             "scheduling": args.scheduling, "host_cores": args.host_cores,
+            "probe_idle": args.probe_idle,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
             "wall_s": 0.0}

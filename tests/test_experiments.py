@@ -322,12 +322,22 @@ def test_every_experiment_test_bed_takes_the_runs_scheduling_policy(monkeypatch)
     assert measure.testbed_config(2, 50e6).host_cores == "shared"
 
 
+def test_probes_idle_before_their_chains_only_in_a_run_that_asks(monkeypatch):
+    from experiments import measure, run
+    assert measure.probe_idle_s(measure.testbed_config(4, 1e9)) == 0.0
+    assert not run.parse_args(["allreduce"]).probe_idle
+    assert run.parse_args(["--probe-idle", "allreduce"]).probe_idle
+    monkeypatch.setattr(measure, "PROBE_IDLE", True)
+    assert measure.probe_idle_s(measure.testbed_config(4, 1e9)) > 0
+
+
 def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(capsys):
     from experiments import run
     for argv, said in ((["--scheduling", "fifo", "multinode"], "'fifo'"),
                        (["--host-cores", "pinned", "multinode"], "'pinned'"),
                        (["--repredict", "--scheduling", "normal", "ps_vs_ring"], "--scheduling"),
-                       (["--repredict", "--host-cores", "shared", "ps_vs_ring"], "--host-cores")):
+                       (["--repredict", "--host-cores", "shared", "ps_vs_ring"], "--host-cores"),
+                       (["--repredict", "--probe-idle", "allreduce"], "--probe-idle")):
         with pytest.raises(SystemExit) as exit_:
             run.parse_args(argv)
         assert exit_.value.code == 2
@@ -351,6 +361,13 @@ def test_results_header_names_the_runs_scheduling_policy():
     # a run from before the policy (or the pinning) existed ran under the machine's, shared
     del meta["scheduling"], meta["host_cores"]
     assert "CPU scheduling: the machine's default)" in header_lines(meta)[0]
+
+
+def test_results_header_says_whether_the_probes_idled_before_their_chains():
+    from experiments.run import header_lines
+    meta = json.loads((REPO / "experiments/results/run.json").read_text())
+    assert "idled" not in header_lines(meta)[2]  # a run from before the flag: back to back
+    assert "`--probe-idle`" in header_lines({**meta, "probe_idle": True})[2]
 
 
 def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):

@@ -117,8 +117,10 @@ def test_probe_chains_are_as_long_as_a_ring_all_reduce_on_as_many_hosts():
     assert words[words.index("--idle") + 1] == "0.000ms"  # by default chains back to back
 
 
-def test_the_test_beds_probes_idle_until_the_slowest_bucket_has_refilled_twice():
+def test_the_test_beds_probes_idle_until_the_slowest_bucket_has_refilled_twice(monkeypatch):
+    from experiments import measure
     from experiments.measure import PROBE_WAKE_S, probe_idle_s, testbed_config
+    monkeypatch.setattr(measure, "PROBE_IDLE", True)  # experiments/run.py --probe-idle
     # 1000 Mbit/s: a 125 kB bucket, 1 ms to refill; 50 Mbit/s: 10 frames, 2.4 ms
     assert probe_idle_s(testbed_config(4, 1e9)) == pytest.approx(2e-3 + PROBE_WAKE_S)
     assert probe_idle_s(testbed_config(2, 50e6)) == pytest.approx(2 * 15140 * 8 / 50e6
