@@ -3,10 +3,12 @@ regenerating RESULTS.md keeps them). The first paragraph of each experiment (in 
 ``allreduce`` note, the first two) quotes the committed full grid (``experiments/results/full/``,
 ``python experiments/run.py --out experiments/results/full``, committed at b2e6688, 58.1 min:
 the same as a29fedc's with 4 and 8 hosts spread over the 2 cores, host i on core i mod 2,
-``--host-cores spread``); the next (in the ``allreduce`` note, the third) quotes a29fedc's (59.0
+``--host-cores spread``); in the ``allreduce`` note the third quotes the grid made at e992f5d
+(``experiments/results/full-idle/``: the same with every probe idling before its chains,
+``--probe-idle``); the next (in the ``allreduce`` note, the fourth) quotes a29fedc's (59.0
 min: the same as fde2f0f's with the hand-written ring priced from rounds driven as it drives
 them, ``ring_probe.py --ring-rounds``, and the hosts of 4- and 8-host beds left to the kernel);
-the next after that (in the ``allreduce`` note, the fifth: its fourth compares the two grids'
+the next after that (in the ``allreduce`` note, the sixth: its fifth compares the two grids'
 calls) quotes fde2f0f's (56.8 min, on a machine as fast at the hosts'
 own work as e899f2f's: Gloo's own all-reduce priced from rounds driven from C++ up to what a link
 carries in 16 ms (``experiments.measure.engine_max_bytes``), a stream of calls priced with the gap
@@ -116,9 +118,43 @@ NOTES: dict[str, list[str]] = {
         "time to the end of the third round (the ablation's `chains' ends`): on the first bed "
         "the naive call +9.1% but Gloo's 64 kB −9.5%; on the second the ring's, the naive ring's "
         "and Gloo's 64 kB calls −1.9%, −2.7% and −2.7%. The 256 kB rows, at the links' rate, did "
-        "not move. The lead for the next grid: probes whose chains start on a full bucket, and "
-        "calls priced from the chains' ends; not built, as one bed of two is not a model that "
-        "holds.",
+        "not move. That lead, built and run as a grid, did not hold: the next paragraph.",
+        "**Probes that idle before every chain, as a grid (e992f5d, where it was the default; "
+        "now `python experiments/run.py --probe-idle`; kept in `experiments/results/full-idle/`, "
+        "60.1 min): median 0.8% over 172 rows, worst −32.6%, 7 over 8% (b2e6688: 0.5%, +38.2%, "
+        "1); all-reduce median 0.7%, 7 over 8%. Not kept: the grid's probes run their chains "
+        "back to back again.** Every probe slept before each chain for twice its bed's bucket "
+        "refill and 1 ms (3 ms at 1000 and 200 Mbit/s, 5.8 ms at 50: "
+        "`experiments.measure.probe_idle_s`), and a call of k rounds of one size was priced from "
+        "the chains' median time to the end of their k-th round "
+        "(`experiments.model.priced_from_ends`). Two things went wrong. First, the naive ring's "
+        "64 kB call on 4 hosts at 1000 Mbit/s came out 0.92 ms alone (measured in the mix: 1.00), "
+        "but the stream model moved the rotation's whole wait onto it: 1.28 ms, +28.2%. The "
+        "rotation itself is right: 384 kB a link in 2.95 ms predicted, gaps included, against "
+        "2.85 measured, both at the links' rate. What differs is who waits. The ring's and "
+        "Gloo's calls alone took 0.76 and 0.91 ms, but in the mix 0.89 and 0.96: their rounds "
+        "run near the links' rate and barely beat it on a full bucket, so in the benchmark they "
+        "run as on a drained one (back-to-back chains priced them within 3% in b2e6688) and "
+        "leave the refill to the naive call. `stream_call_s` gives a call its time alone "
+        "whenever the bucket holds the difference, so there the ring's and Gloo's calls take "
+        "the tokens first (−14.8% and −5.6%). Second, on 8 hosts at 1000 Mbit/s the chains "
+        "after an idle ran faster than the calls they priced: the ring's 64 and 256 kB −32.6% "
+        "and −30.0%, Gloo's −12.4% and −14.6%, the naive ring's 64 kB −12.3%. A side check on a "
+        "fresh 8-host bed at 1000 Mbit/s, both kinds of probe bracketing one set of calls (the "
+        "command above with `--hosts 8`, the probes without `--rounds`, so 14-round chains): the "
+        "ring-driven 8 KiB chains took 5.29 ms to the end of their 14th round back to back and "
+        "4.50 ms after an idle, although 14 rounds of 8 KiB (115 kB at 21 kB/ms) leave the "
+        "bucket full either way. The idle changes what the 8 hosts' processes on 2 cores are "
+        "doing when a chain starts, not only the bucket. The calls fell between the two: the "
+        "ring's 64 kB 4.79 ms. Priced as the grid prices them, from the back-to-back chains, the "
+        "six calls (ring, naive, Gloo at 64 and 256 kB) came out +15.9%, +11.0%, +16.4%, +7.7%, "
+        "+0.9% and +2.8%; from the idle chains' ends, −6.0%, −2.4%, +3.9%, −16.6%, −1.8% and "
+        "−7.3%. So on 8 hosts sharing 2 cores neither probe holds a 64 or 256 kB call to 8% from "
+        "one bed to the next; b2e6688's were within 6.5%. Every sync row moved down by 0.5–3.2 "
+        "points (worst −5.3%), the other experiments by at most 1.3 points. "
+        "`python -m experiments.ablation --results experiments/results/full-idle` prices the idle "
+        "run both ways: from the chains' ends, worst 32.6%; from a first and mean later rounds "
+        "(`rounds, first and mean later rounds`), worst 27.6%.",
         "**Full grid (a29fedc; the hand-written ring priced from rounds driven as it drives them, "
         "`ring_probe.py --ring-rounds`): median 0.5% over 132 all-reduce rows, worst +18.2%, 10 "
         "over 8% (fde2f0f: 0.4%, 31.1%, 5).** The machine: a replica's compute step took 1.24 "
