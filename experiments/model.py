@@ -46,7 +46,11 @@ and the wake-ups of H ranks and the kernel work of H hosts' links on the machine
 The hand-written ring drives its rounds its own way (the next round's receive posted first,
 the addition and the forwarding send inside the round): where the probe also timed rounds driven
 so (``ring_probe.py --ring-rounds``), the ring is priced from those (``ring_table``), additions
-included. The bucket model stays for a host count without a table.
+included. The bucket model stays for a host count without a table. A table composes a call
+from a first round and mean later ones; from a probe that idled before every chain
+(``experiments/run.py --probe-idle``, each chain on a full bucket as a call alone), a call of
+k rounds of one size is instead what the chains took to the end of their k-th round
+(``priced_from_ends``), which did worse in a whole grid (the ``allreduce`` note).
 
 **Either way, a stream of calls pays the rate.** The benchmark (``real/allreduce.py``) makes its
 calls back to back, a barrier apart, the algorithms taking turns (``call_order``). A call alone

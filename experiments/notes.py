@@ -527,7 +527,7 @@ NOTES: dict[str, list[str]] = {
         "that gap, so it cannot calibrate it. Pricing Gloo's own rounds where ranks outnumber "
         "cores needs a probe whose rounds are driven from C++; not built.",
         "**The grid before (ace0eee), every host under `SCHED_BATCH`, each call priced as "
-        "the benchmark makes it (the fourth paragraph): median 0.8% over 132 all-reduce rows, worst 28.8%, 9 over "
+        "the benchmark makes it (the paragraph “Found: back-to-back calls pay the link's rate” below): median 0.8% over 132 all-reduce rows, worst 28.8%, 9 over "
         "8% (56ea042, every call priced alone: 0.7%, 36.8%, 13) — the target (3% / 8%) is "
         "met where the shaped links are the bottleneck and missed on 8 hosts and for some "
         "calls under half a millisecond.** The grid before's worst rows, the 2-host 64 kB "
