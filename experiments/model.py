@@ -349,8 +349,18 @@ def priced_from_ends(table: RoundCosts, probe: dict, driver: str = "") -> RoundC
     round, started as a call alone is, on a full bucket; what a stream of calls cannot borrow
     from the bucket ``stream_call_s`` adds. A probe that ran its chains back to back started
     each on whatever the chain before it left, a first round and mean later ones are then the
-    price (a stored run from before the idle probes repredicts as it was)."""
-    return with_chain_ends(table, ends_of(probe, driver)) if probe.get("idle_s") else table
+    price (a stored run from before the idle probes repredicts as it was). The stream
+    correction is the all-reduce experiment's; the sync and ring runs of the other experiments
+    (``experiments.sync_model``) take the tables as they are. ValueError where a probe that
+    idled lacks the chains' ends at a size of the table."""
+    if not probe.get("idle_s"):
+        return table
+    ends = ends_of(probe, driver)
+    missing = [int(n) for n in table.sizes_bytes if int(n) not in ends]
+    if missing:
+        raise ValueError(f"a probe that idled before its chains has no chains' ends "
+                         f"(ends_chains_s) at {', '.join(f'{n} B' for n in missing)}")
+    return with_chain_ends(table, ends)
 
 
 def interpolate_excess(table: list[tuple[int, float]], size_bytes: float) -> float:

@@ -526,34 +526,58 @@ def test_ablation_chains_ends_prices_k_rounds_from_the_chains_time_to_their_kth_
 
 
 def test_chains_timed_alone_price_every_table_from_their_ends_and_the_ablation_can_undo_it():
-    from experiments.ablation import without_chain_ends
+    from experiments.ablation import with_own_chain_ends, without_chain_ends
+    from experiments.measure import bracket
     from experiments.model import ChainEnds, engine_table, plain_table, ring_table
-    # a probe that idled before every chain (each on a full bucket), all three drivers; the
-    # C++- and ring-driven chains of the small size twice as fast as the Python-driven ones
-    small = [{**row, "ends_chains_s": [[e / 2 for e in c] for c in row["ends_chains_s"]]}
-             for row in _ends_probe(1.0)[:1]]
-    record = {"idle_s": 0.003, "results": _ends_probe(1.0), "before": _ends_probe(1.0),
-              "after": _ends_probe(1.2), "engine_results": small, "engine_before": small,
-              "engine_after": small, "ring_results": small, "ring_before": small,
-              "ring_after": small}
-    net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(4, record)
+
+    def probe(scale):  # ring_probe.py's rows, with each chain's figures, as bracket reads them
+        return [{**row, "first_chains_s": [row["first_s"]] * 3, "next_chains_s": [row["next_s"]] * 3,
+                 "reduce_chains_s": [0.0] * 3} for row in _ends_probe(scale)]
+
+    def faster(rows, by):  # the same chains at the small size, ``by`` times as fast
+        return [{**r, "ends_chains_s": [[e / by for e in c] for c in r["ends_chains_s"]]}
+                for r in rows[:1]]
+
+    # two probes that idled before every chain (each on a full bucket), all three drivers; the
+    # C++-driven chains of the small size twice as fast as the Python-driven ones, the
+    # ring-driven ones four times
+    def record(scale):
+        rows = probe(scale)
+        return {"idle_s": 0.003, "results": rows, "engine_results": faster(rows, 2),
+                "ring_results": faster(rows, 4)}
+    idle = bracket(record(1.0), record(1.2))
+    net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(4, idle)
     for table in (net.round_costs[4], net.engine_round_costs[4], net.ring_round_costs[4],
-                  plain_table(record), engine_table(record), ring_table(record)):
+                  plain_table(idle), engine_table(idle), ring_table(idle)):
         assert isinstance(table, ChainEnds)
     assert net.round_costs[4].rounds_time_s([(3, 64_000)]) == pytest.approx(9.24e-3)
-    # Gloo's and the ring's tables: their own chains at 32 kB, the Python-driven ones above
-    for table in (net.engine_round_costs[4], net.ring_round_costs[4]):
-        assert table.rounds_time_s([(3, 32_000)]) == pytest.approx(2.1e-3)
+    # Gloo's and the ring's tables: their own chains at 32 kB (the median over both probes),
+    # the Python-driven ones above
+    for table, by in ((net.engine_round_costs[4], 2), (net.ring_round_costs[4], 4)):
+        assert table.rounds_time_s([(3, 32_000)]) == pytest.approx(4.62e-3 / by)
         assert table.rounds_time_s([(3, 64_000)]) == pytest.approx(9.24e-3)
     # the calibration's tables of a probe that idled too
-    calibrated = NetworkInputs.from_calibration({**CALIBRATION, "rounds": {"4": record}})
-    assert calibrated.rounds_for("backend", 4) == net.engine_round_costs[4]
+    calibrated = NetworkInputs.from_calibration({**CALIBRATION, "rounds": {"4": record(1.0)}})
+    assert calibrated.rounds_for("backend", 4).rounds_time_s([(3, 32_000)]) == \
+        pytest.approx(4.2e-3 / 2)
     # the ablation's first-and-next pricing of the same tables
     plain = without_chain_ends(net)
     assert not any(isinstance(t, ChainEnds) for t in (plain.round_costs[4],
                                                      plain.engine_round_costs[4],
                                                      plain.ring_round_costs[4]))
     assert plain.round_costs[4].rounds_time_s([(3, 64_000)]) == pytest.approx(2e-3 + 2 * 4e-3)
+    # and its chains'-ends pricing of chains run back to back: every driver's table
+    back_to_back = {k: v for k, v in idle.items() if k != "idle_s"}
+    net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(4, back_to_back)
+    assert not isinstance(net.ring_round_costs[4], ChainEnds)
+    priced = with_own_chain_ends(net, 4, back_to_back)
+    assert priced.ring_round_costs[4].rounds_time_s([(3, 32_000)]) == pytest.approx(4.62e-3 / 4)
+    # a probe that idled but lost its chains' ends at a size: said, not priced the other way
+    lost = {**idle, "after": [{k: v for k, v in r.items() if k != "ends_chains_s"}
+                              for r in idle["after"]]}
+    lost["before"] = lost["after"]
+    with pytest.raises(ValueError, match="32000 B, 64000 B"):
+        plain_table(lost)
 
 
 def test_ablation_prices_a_call_in_the_rotation_the_benchmark_ran_even_where_a_group_keeps_less():
