@@ -57,8 +57,8 @@ HOST_CORES = DEFAULT_HOST_CORES
 PROBE_IDLE = False
 """Whether every ring probe idles before each of its chains (``probe_idle_s``) rather than
 running them back to back; ``experiments/run.py --probe-idle`` sets it for a whole run. Off by
-default: on 8 hosts sharing 2 cores the chains after an idle ran 12-30% faster than the calls
-they priced (the ``allreduce`` note)."""
+default: on 8 hosts sharing 2 cores the chains after an idle ran faster than the calls they
+priced, which came out 12-33% low (the ``allreduce`` note)."""
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
@@ -150,9 +150,8 @@ def probe_idle_s(config: TestbedConfig) -> float:
     ends (``experiments.model.priced_from_ends``)."""
     if not PROBE_IDLE:
         return 0.0
-    refill_s = max(config.burst_for(config.rate_bps(rank)) * 8 / config.rate_bps(rank)
-                   for rank in range(config.hosts))
-    return 2 * refill_s + PROBE_WAKE_S
+    slowest_s = max(config.refill_s(config.rate_bps(rank)) for rank in range(config.hosts))
+    return 2 * slowest_s + PROBE_WAKE_S
 
 
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
@@ -217,7 +216,7 @@ def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = D
     """``duplex_probe.py`` on both hosts: per size the median (over repeats) of the slower host's
     time, and the incremental payload rate (n2 - n1) / (t2 - t1) each way between the two
     largest sizes (the start-up is over by then; what remains of it cancels)."""
-    idle_s = 2 * config.burst_for(config.bandwidth_bps) * 8 / config.bandwidth_bps + 0.02
+    idle_s = 2 * config.refill_s(config.bandwidth_bps) + 0.02
     command = (f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'experiments/duplex_probe.py'))} "
                f"--peer host$((1 - {{rank}})) --sizes {','.join(map(str, sizes))} "
                f"--repeats {repeats} --idle {idle_s:.4f} --json {{out}}/duplex.json")

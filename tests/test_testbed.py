@@ -103,6 +103,13 @@ def test_shaper_time_counts_headers_of_every_frame_and_the_burst():
     assert TestbedConfig().payload_efficiency == pytest.approx(1448 / 1514)
 
 
+def test_a_bucket_refills_in_its_size_at_the_rate():
+    # 1000 Mbit/s: the 1 ms bucket (125 kB); 50 Mbit/s: 10 frames (15140 B), not 1 ms
+    assert TestbedConfig().refill_s(1e9) == pytest.approx(1e-3)
+    assert TestbedConfig().refill_s(50e6) == pytest.approx(15140 * 8 / 50e6)
+    assert TestbedConfig(burst_bytes=3028).refill_s(1e6) == pytest.approx(3028 * 8 / 1e6)
+
+
 def test_cli_rejects_a_bad_bandwidth_in_one_line_with_status_2():
     done = cli("run", "--bandwidth", "fast", "--", "true")
     out, err = done.communicate(timeout=30)

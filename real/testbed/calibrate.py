@@ -66,7 +66,7 @@ def measure(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s:
     server = bed.spawn(receiver, [sys.executable, str(PROBE), "server", "--port", str(PROBE_PORT)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rate_bps = path_rate_bps(bed.config, sender, receiver)
-    idle_s = 2 * bed.config.burst_for(rate_bps) * 8 / rate_bps + 0.02  # refill every bucket
+    idle_s = 2 * bed.config.refill_s(rate_bps) + 0.02  # refill every bucket
     client = bed.spawn(sender, [sys.executable, str(PROBE), "client", "--connect", bed.hosts[receiver].address,
                            "--port", str(PROBE_PORT), "--pings", str(pings), "--repeats", str(repeats),
                            "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}"])
@@ -127,7 +127,7 @@ def summarise(raw: dict, config: TestbedConfig, sender: int = 0, receiver: int =
 def measure_gloo(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s: float) -> dict:
     """Run ``gloo_probe.py`` on both hosts of ``bed``; rank 0's raw JSON."""
     rate_bps = path_rate_bps(bed.config, 0, 1)
-    idle_s = 2 * bed.config.burst_for(rate_bps) * 8 / rate_bps + 0.02
+    idle_s = 2 * bed.config.refill_s(rate_bps) + 0.02
     command = shlex.join([sys.executable, str(GLOO_PROBE), "--pings", str(pings), "--repeats", str(repeats),
                           "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}"])
     result = bed.run(command + " --json {out}/gloo.json", timeout_s=timeout_s)

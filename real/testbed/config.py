@@ -191,6 +191,11 @@ class TestbedConfig:
             return self.burst_bytes
         return max(MIN_BURST_FRAMES * self.frame_bytes, int(rate_bps * SHAPER_TIMER_SLACK_S / 8))
 
+    def refill_s(self, rate_bps: float) -> float:
+        """Seconds the bucket of a link of ``rate_bps`` takes to refill from empty: the wait
+        after which a transfer starts on a full one (probes idle a multiple of it)."""
+        return self.burst_for(rate_bps) * 8 / rate_bps
+
     @property
     def gso_max_segs(self) -> int:
         """The most frames a batch (GSO buffer) on any link of this bed may hold: as many whole
