@@ -33,6 +33,10 @@ except ImportError as error:  # pragma: no cover - depends on the environment
                     "(or ./install.sh mpi)") from error
 
 WATCHDOG_POLL_S = 0.1  # how often the watchdog looks at the clock
+# After writing its message the watchdog waits this long before MPI_Abort: the abort makes
+# mpiexec kill every rank and its own output forwarders, and a line still in a forwarder's
+# pipe is then lost (seen once under Hydra: the job ended with an empty stderr).
+ABORT_GRACE_S = 0.5
 
 _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int8: MPI.INT8_T,
               torch.int16: MPI.INT16_T, torch.int32: MPI.INT32_T, torch.int64: MPI.INT64_T,
@@ -71,6 +75,7 @@ class Watchdog:
             if expired:
                 sys.stderr.write(f"{expired[0]}; aborting the MPI job\n")
                 sys.stderr.flush()
+                time.sleep(ABORT_GRACE_S)
                 MPI.COMM_WORLD.Abort(1)
 
 
