@@ -1,4 +1,4 @@
-"""The all-reduce model nine ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model ten ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
 
@@ -21,7 +21,11 @@ All predictions come from the same run's calibration (network only); only the mo
   before it left);
 * ``rounds, first and mean later rounds``: the same, every call priced from a first round and
   k - 1 mean later ones even where the probe timed its chains alone;
-* ``rounds, calls alone``: the same, each call priced as if it ran alone (a full bucket);
+* ``rounds, no full-bucket walk``: the same, no call priced below its chains run back to back
+  (no ``experiments.model.full_bucket_saving_s``: the rounds those chains paid at the rate stay
+  paid even where a call starts on a full bucket);
+* ``rounds, calls alone``: the same, each call priced as if it ran alone, on a full bucket
+  (``predict_call_alone_s``), not in the stream;
 * ``rounds, no additions``: the same rounds without the additions;
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
   duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;
@@ -45,8 +49,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import bed_label  # noqa: E402
-from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs, ends_of,  # noqa: E402
-                               predict_allreduce_s, predict_allreduce_stream_s, with_chain_ends)
+from experiments.model import (REDUCES_BETWEEN_ROUNDS, ChainEnds, ChainRounds,  # noqa: E402
+                               NetworkInputs, ends_of, predict_allreduce_stream_s,
+                               predict_call_alone_s, with_chain_ends)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -64,8 +69,9 @@ GROUPS = {
 
 
 MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain chains",
-          "rounds, chains' ends", "rounds, first and mean later rounds", "rounds, calls alone",
-          "rounds, no additions", "shaper", "shaper, no start-up")
+          "rounds, chains' ends", "rounds, first and mean later rounds",
+          "rounds, no full-bucket walk", "rounds, calls alone", "rounds, no additions", "shaper",
+          "shaper, no start-up")
 
 
 def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> NetworkInputs:
@@ -82,10 +88,22 @@ def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> Network
 
 
 def without_chain_ends(net: NetworkInputs) -> NetworkInputs:
-    """``net`` with every table priced from a first and mean later rounds, as ``RoundCosts``."""
+    """``net`` with every table priced from a first and mean later rounds, as ``RoundCosts``
+    (a table from chains run back to back keeps its rounds for the full-bucket walk)."""
+    return _as_plain(net, ChainEnds)
+
+
+def without_full_bucket_walk(net: NetworkInputs) -> NetworkInputs:
+    """``net`` with no table from chains run back to back keeping its rounds' durations, so
+    that no call is priced below those chains (``full_bucket_saving_s`` of 0)."""
+    return _as_plain(net, ChainRounds)
+
+
+def _as_plain(net: NetworkInputs, kind: type) -> NetworkInputs:
+    """``net`` with its tables of ``kind`` as plain ``RoundCosts`` (the others as they are)."""
     def plain(costs: dict) -> dict:
         return {h: RoundCosts(t.sizes_bytes, t.first_s, t.next_s, t.reduce_s)
-                for h, t in costs.items()}
+                if isinstance(t, kind) else t for h, t in costs.items()}
 
     return dataclasses.replace(net, round_costs=plain(net.round_costs),
                                engine_round_costs=plain(net.engine_round_costs),
@@ -118,6 +136,8 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
                 net = with_own_chain_ends(net, r["hosts"], tables[label])
         if model == "rounds, first and mean later rounds":
             net = without_chain_ends(net)
+        if model == "rounds, no full-bucket walk":
+            net = without_full_bucket_walk(net)
         if model == "shaper, no start-up":
             net = dataclasses.replace(net, duplex_transfers=())
         if model == "rounds, Gloo's from Python":
@@ -129,7 +149,7 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
                 h: dataclasses.replace(t, reduce_s=()) for h, t in net.round_costs.items()})
         rounds = model.startswith("rounds")
         if model == "rounds, calls alone":
-            predicted = predict_allreduce_s(r["algorithm"], r["hosts"], r["bytes"], net)
+            predicted = predict_call_alone_s(r["algorithm"], r["hosts"], r["bytes"], net)
         else:
             turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
             predicted = predict_allreduce_stream_s(turn, r["hosts"], r["bytes"], net,

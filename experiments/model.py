@@ -83,6 +83,15 @@ SEGMENTS_PER_ACK = 2  # Linux delayed ACK: one ACK for every second full segment
 # which the test bed now prevents: docs/testbed.md)
 BED_BOUND_SHARE = 0.9
 
+# A round of chains run back to back counts as paced by the shaper (it waited for tokens) where it
+# took at least this share of its bytes' time at the payload rate (the rest: timing noise; paced
+# 64 KiB rounds on 4 hosts at 1000 Mbit/s took 1.02-1.06 times it) ...
+PACED_SHARE = 0.9
+# ... and that time is at least this many latency-bound rounds (the table's later round at its
+# smallest size): below, a round's wait for tokens cannot be told from its latency (8 KiB rounds
+# on 8 hosts at 200 Mbit/s: 0.35 ms at the rate, 0.26-0.30 ms latency-bound)
+PACED_OVER_LATENCY = 2.0
+
 # the most rotations of the benchmark's calls run through the bucket to let it settle: each
 # rotation drains it by the same bytes until the calls wait for it, so a stream still draining
 # after this many lacks under a thousandth of the bucket a rotation, a wait no longer than that
@@ -305,6 +314,66 @@ class ChainEnds(RoundCosts):
         return super().rounds_time_s(rounds)
 
 
+@dataclass(frozen=True)
+class ChainRounds(RoundCosts):
+    """Round costs from chains run back to back, priced as ``RoundCosts`` (a first and mean later
+    rounds), that also keep each round's own median duration per size (``rounds_s``: the
+    chains' ends, differenced) for ``full_bucket_saving_s``: which rounds the chains paid at
+    the rate."""
+
+    rounds_s: tuple[tuple[float, ...], ...] = ()
+
+    def round_s(self, index: int, size_bytes: float) -> float:
+        """Seconds of round ``index`` (0: the first) at ``size_bytes``, interpolated between
+        sizes as ``RoundCosts`` does; past the chains' length, a mean later round."""
+        if not self.rounds_s or index >= min(len(r) for r in self.rounds_s):
+            return self.first_round_s(size_bytes) if index == 0 else self.next_round_s(size_bytes)
+        return self._at(tuple(r[index] for r in self.rounds_s), size_bytes)
+
+
+def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
+    """``table`` as ``ChainRounds`` with the rounds' durations from ``ends`` (``chain_ends``)
+    where they cover every size of it; else as it is."""
+    if not all(int(n) in ends for n in table.sizes_bytes):
+        return table
+    rounds = tuple(tuple(e[:1] + [b - a for a, b in zip(e, e[1:])])
+                   for e in (ends[int(n)] for n in table.sizes_bytes))
+    return ChainRounds(table.sizes_bytes, table.first_s, table.next_s, table.reduce_s,
+                       rounds_s=rounds)
+
+
+def full_bucket_saving_s(table: RoundCosts | None, messages_bytes: list[float],
+                         payload_bps: float, bucket_bytes: float) -> float:
+    """Seconds a call of rounds of ``messages_bytes`` (each rank's message per round, in order)
+    takes less than ``table`` prices it when it starts on a full bucket, for a table from
+    chains run back to back (``ChainRounds``; any other table: 0). Those chains start on what
+    the pause before them refilled, and the sizes' chains follow one another, so a round they
+    paid at the rate (paced: at least ``PACED_SHARE`` of its bytes' time at ``payload_bps``,
+    where that time is at least ``PACED_OVER_LATENCY`` latency-bound rounds) may be one the
+    call gets through on the bucket's tokens. Walks the call's rounds from a full bucket
+    (``bucket_bytes``): the first round as the chains ran it (it, too, started on tokens); a
+    later paced round that the tokens cover costs a latency-bound round (the table's later
+    round at its smallest size), the difference saved; a paced round they do not cover waits
+    for its tokens and leaves the bucket empty; any other round costs what the chains took, the
+    bucket refilling at the rate meanwhile. ``stream_call_s`` then adds back what a stream of
+    calls cannot borrow from the bucket."""
+    if not isinstance(table, ChainRounds) or not messages_bytes:
+        return 0.0
+    rate_Bps, latency_round_s = payload_bps / 8.0, table.next_s[0]
+    tokens, saving = bucket_bytes, 0.0
+    for index, size in enumerate(messages_bytes):
+        took_s, wire_s = table.round_s(index, size), size / rate_Bps
+        paced = wire_s >= PACED_OVER_LATENCY * latency_round_s and took_s >= PACED_SHARE * wire_s
+        if paced and index and tokens >= size:
+            saving += max(0.0, took_s - latency_round_s)
+            tokens = min(bucket_bytes, tokens - size + latency_round_s * rate_Bps)
+        elif paced and tokens < size:
+            tokens = 0.0
+        else:
+            tokens = min(bucket_bytes, max(0.0, tokens + took_s * rate_Bps - size))
+    return saving
+
+
 def chain_ends(halves: list[list[dict]]) -> dict[int, list[float]]:
     """Bytes -> per round k, the median over every chain of the probe rows in ``halves`` (a
     bracket's two probes, or one) of the time to the end of round k (``ends_chains_s``)."""
@@ -354,7 +423,7 @@ def priced_from_ends(table: RoundCosts, probe: dict, driver: str = "") -> RoundC
     (``experiments.sync_model``) take the tables as they are. ValueError where a probe that
     idled lacks the chains' ends at a size of the table."""
     if not probe.get("idle_s"):
-        return table
+        return with_chain_rounds(table, ends_of(probe, driver))
     ends = ends_of(probe, driver)
     missing = [int(n) for n in table.sizes_bytes if int(n) not in ends]
     if missing:
@@ -427,6 +496,18 @@ def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkIn
     return network_s + net.fixed_call_s
 
 
+def predict_call_alone_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs,
+                         measured_rounds: bool = True) -> float:
+    """Seconds for one all-reduce started on a full bucket, as a call alone starts:
+    ``predict_allreduce_s`` less what a full bucket saves on the rounds that the probe's chains,
+    run back to back, paid at the rate (``full_bucket_saving_s``; nothing for tables from chains
+    timed alone, which started on a full bucket themselves)."""
+    table = net.rounds_for(algorithm, hosts) if measured_rounds else None
+    return (predict_allreduce_s(algorithm, hosts, n_bytes, net, measured_rounds)
+            - full_bucket_saving_s(table, allreduce_messages(algorithm, hosts, n_bytes),
+                                   net.duplex_payload_bps, net.bucket_payload_bytes))
+
+
 def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
                   payload_bps: float, bucket_bytes: float) -> list[float]:
     """Seconds per call of each algorithm in the benchmark's steady stream of calls: algorithm
@@ -471,9 +552,9 @@ def predict_allreduce_stream_s(algorithms: list[str], hosts: int, n_bytes: int, 
                                measured_rounds: bool = True) -> dict[str, float]:
     """Seconds per call of each of ``algorithms`` as ``real/allreduce.py`` times them at one
     size: taking turns (in the order given, as ``--algorithms``), a barrier before each call.
-    Each call alone costs ``predict_allreduce_s``; ``stream_call_s`` adds what the shaper's
+    Each call alone costs ``predict_call_alone_s``; ``stream_call_s`` adds what the shaper's
     bucket cannot lend a stream of them (the gap between calls: ``NetworkInputs.call_gap_s``)."""
-    alone = [predict_allreduce_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
+    alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
     return dict(zip(algorithms, stream_call_s(alone, sent, net.call_gap_s,
                                               net.duplex_payload_bps, net.bucket_payload_bytes)))

@@ -525,6 +525,71 @@ def test_ablation_chains_ends_prices_k_rounds_from_the_chains_time_to_their_kth_
     assert with_chain_ends(net.round_costs[4], {32_000: [1e-3]}) is net.round_costs[4]
 
 
+def _back_to_back_64k():
+    """A table from chains run back to back at 1000 Mbit/s: latency-bound 0.1 ms rounds at 64 B;
+    at 64 KiB a first round on the tokens the pause before the chain refilled, then rounds at
+    the rate (65536 B at 950 Mbit/s of payload: 0.552 ms)."""
+    from dsgd_sim.collectives import RoundCosts
+    from experiments.model import with_chain_rounds
+    table = RoundCosts((64, 65536), (1e-4, 2e-4), (1e-4, 5.5e-4))
+    return with_chain_rounds(table, {64: [1e-4, 2e-4, 3e-4], 65536: [2e-4, 7.5e-4, 13e-4]})
+
+
+def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_rate():
+    from dsgd_sim.collectives import RoundCosts
+    from experiments.model import ChainRounds, full_bucket_saving_s, with_chain_rounds
+    table, payload_bps, bucket = _back_to_back_64k(), 950e6, 118_779
+    assert isinstance(table, ChainRounds)
+    assert table.round_s(1, 65536) == pytest.approx(5.5e-4)
+    assert table.round_s(1, 64) == pytest.approx(1e-4)
+    assert table.round_s(7, 65536) == table.next_round_s(65536)  # past the chains: a later round
+    # the naive ring's 3 rounds of 64 KiB on 4 hosts: the first as the chains ran it (118.8 kB
+    # of tokens less 65.5 kB, plus 0.2 ms of refill: 77.0 kB left), the second on the tokens at
+    # a latency-bound 0.1 ms (0.45 ms saved; 23.3 kB left), the third waits for its tokens
+    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, bucket) == pytest.approx(0.45e-3)
+    # half a bucket covers no later round: nothing saved
+    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, 60_000) == 0.0
+    # latency-bound rounds (8 kB is 0.07 ms at the rate, less than two 0.1 ms rounds): nothing
+    assert full_bucket_saving_s(table, [8192] * 6, payload_bps, bucket) == 0.0
+    # tables without the rounds' durations, or from chains timed alone: nothing
+    plain = RoundCosts(table.sizes_bytes, table.first_s, table.next_s)
+    assert full_bucket_saving_s(plain, [65536] * 3, payload_bps, bucket) == 0.0
+    assert full_bucket_saving_s(None, [65536] * 3, payload_bps, bucket) == 0.0
+    # ends missing at a size of the table: kept as it is
+    assert with_chain_rounds(plain, {64: [1e-4]}) is plain
+
+
+def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_chains_drained_one():
+    from experiments.ablation import without_full_bucket_walk
+    from experiments.model import predict_call_alone_s
+    rounds = [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4, "reduce_s": 0.0,
+               "ends_chains_s": [[1e-4 * (k + 1) for k in range(6)]] * 3},
+              {"bytes": 65536, "first_s": 2e-4, "next_s": 5.5e-4, "reduce_s": 0.0,
+               "ends_chains_s": [[2e-4 + 5.5e-4 * k for k in range(6)]] * 3}]
+    fast = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 125_000,
+            "duplex": {"goodput_bps": 950e6}}
+    net = NetworkInputs.from_calibration(fast).with_rounds(4, {"results": rounds})
+    drained = predict_allreduce_s("naive", 4, 65536, net)
+    assert drained == pytest.approx(2e-4 + 2 * 5.5e-4)  # as the chains ran: a drained bucket
+    alone = predict_call_alone_s("naive", 4, 65536, net)
+    assert alone == pytest.approx(drained - 4.5e-4)
+    # a stream of naive calls, a 0.25 ms barrier apart, pays its bytes at the rate, walk or not
+    rate_Bps, sent = net.duplex_payload_bps / 8, 3 * 65536
+    plain = without_full_bucket_walk(net)  # the ablation's model: priced as the chains ran
+    assert predict_call_alone_s("naive", 4, 65536, plain) == pytest.approx(drained)
+    for inputs in (net, plain):
+        assert predict_allreduce_stream_s(["naive"], 4, 65536, inputs)["naive"] == \
+            pytest.approx((sent - net.call_gap_s * rate_Bps) / rate_Bps)
+    # a 2 ms gap refills the whole bucket: each call starts on a full one, as alone
+    gloo = {**CALIBRATION["gloo"], "stream_gap_s": {"median": 2e-3}}
+    gapped = NetworkInputs.from_calibration({**fast, "gloo": gloo}).with_rounds(
+        4, {"results": rounds})
+    assert predict_allreduce_stream_s(["naive"], 4, 65536, gapped)["naive"] == \
+        pytest.approx(alone)
+    assert predict_allreduce_stream_s(["naive"], 4, 65536, without_full_bucket_walk(gapped))[
+        "naive"] == pytest.approx(drained)
+
+
 def test_chains_timed_alone_price_every_table_from_their_ends_and_the_ablation_can_undo_it():
     from experiments.ablation import with_own_chain_ends, without_chain_ends
     from experiments.measure import bracket
