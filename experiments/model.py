@@ -94,7 +94,7 @@ BED_BOUND_SHARE = 0.9
 
 # A round of chains run back to back counts as paced by the shaper (it waited for tokens) where it
 # took at least this share of its bytes' time at the payload rate (the rest: timing noise; paced
-# 64 KiB rounds on 4 hosts at 1000 Mbit/s took 1.02-1.06 times it) ...
+# 64 KiB rounds on 4 hosts at 1000 Mbit/s took 1.00-1.07 times it) ...
 PACED_SHARE = 0.9
 # ... and that time is at least this many latency-bound rounds (the table's later round at its
 # smallest size): below, a round's wait for tokens cannot be told from its latency (8 KiB rounds
@@ -427,7 +427,8 @@ def priced_from_ends(table: RoundCosts, probe: dict, driver: str = "") -> RoundC
     round, started as a call alone is, on a full bucket; what a stream of calls cannot borrow
     from the bucket ``stream_call_s`` adds. A probe that ran its chains back to back started
     each on whatever the chain before it left, a first round and mean later ones are then the
-    price (a stored run from before the idle probes repredicts as it was). The stream
+    price (a stored run from before the idle probes repredicts as it was), as ``ChainRounds``,
+    which keeps each round's duration for ``full_bucket_saving_s``. The stream
     correction is the all-reduce experiment's; the sync and ring runs of the other experiments
     (``experiments.sync_model``) take the tables as they are. ValueError where a probe that
     idled lacks the chains' ends at a size of the table."""
