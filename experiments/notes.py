@@ -1,14 +1,18 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
-regenerating RESULTS.md keeps them). The first paragraph of each experiment (in the
-``allreduce`` note, the first two) quotes the committed full grid (``experiments/results/full/``,
-``python experiments/run.py --out experiments/results/full``, committed at b2e6688, 58.1 min:
-the same as a29fedc's with 4 and 8 hosts spread over the 2 cores, host i on core i mod 2,
-``--host-cores spread``); in the ``allreduce`` note the third quotes the grid made at e992f5d
-(``experiments/results/full-idle/``: the same with every probe idling before its chains,
-``--probe-idle``); the next (in the ``allreduce`` note, the fourth) quotes a29fedc's (59.0
+regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the
+committed full grid (``experiments/results/full/``, ``python experiments/run.py --out
+experiments/results/full``, made at 3684d90, 57.3 min: the same measurements as b2e6688's,
+each all-reduce call priced on a full bucket, ``experiments.model.predict_call_alone_s``); in
+the ``allreduce`` note the second tells that change and quotes b2e6688's measurements
+repredicted and the grid made at c44492a (not committed). The second paragraph of the other
+notes (in the ``allreduce`` note, the third and fourth) quotes the grid committed at b2e6688
+(58.1 min: the same as a29fedc's with 4 and 8 hosts spread over the 2 cores, host i on core i
+mod 2, ``--host-cores spread``); in the ``allreduce`` note the fifth quotes the grid made at
+e992f5d (``experiments/results/full-idle/``: the same with every probe idling before its
+chains, ``--probe-idle``); the next (in the ``allreduce`` note, the sixth) quotes a29fedc's (59.0
 min: the same as fde2f0f's with the hand-written ring priced from rounds driven as it drives
 them, ``ring_probe.py --ring-rounds``, and the hosts of 4- and 8-host beds left to the kernel);
-the next after that (in the ``allreduce`` note, the sixth: its fifth compares the two grids'
+the next after that (in the ``allreduce`` note, the eighth: its seventh compares the two grids'
 calls) quotes fde2f0f's (56.8 min, on a machine as fast at the hosts'
 own work as e899f2f's: Gloo's own all-reduce priced from rounds driven from C++ up to what a link
 carries in 16 ms (``experiments.measure.engine_max_bytes``), a stream of calls priced with the gap
@@ -44,6 +48,32 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
+        "**Full grid (made at 3684d90, the first with each call priced on a full bucket: the "
+        "next paragraph): median 0.4% over 132 all-reduce rows, worst +16.9%, 3 over 8%, 126 "
+        "within 5% (b2e6688: 0.5%, +38.2%, 1 over 8%).** The naive ring's 64 kB call on 4 hosts "
+        "at 1000 Mbit/s, over 8% in every grid before, is −6.9% (0.922 ms predicted, 0.989 "
+        "measured; 1.338 as the probe's chains ran, +35.2%: without the walk this grid has 4 "
+        "rows over 8%, and no other row moves by more than 1.1 points). The three over 8%, all "
+        "at 1000 Mbit/s: "
+        "Gloo's 64 kB call on 2 hosts, +16.9%: the rotation of the three 64 kB calls there "
+        "outruns the bucket and the model gives each 0.429 ms, but Gloo's took 0.367 (0.432 and "
+        "0.434 in the two grids before) while the ring's and the naive ring's took 0.440 and "
+        "0.450, as before (−2.6%, −4.6%): the rotation is right to 2%, which call waits for the "
+        "tokens moves from grid to grid. The naive ring's 64 kB on 8 hosts, +8.7% (3.890 ms "
+        "predicted, 3.579 measured, 3.561 in b2e6688): its probe's latency-bound round (the "
+        "mean later 64 B round, 0.28 ms, raised by a slow last round; b2e6688 0.26) makes two "
+        "of them longer than a 64 KiB round's bytes at the rate (0.55 ms), so no round counts "
+        "as paced and the walk saves nothing, where in b2e6688 it saved 0.29 ms (+4.3% → "
+        "−3.7%); taken as the median later 64 B round (0.25 ms), or with 1.5 latency-bound "
+        "rounds for 2, it would come out +1.6%. Not changed: found on this grid, so this grid "
+        "could not test it. The ring's 256 kB on 4 hosts, +8.2% (+5.7% and +6.7% in the two "
+        "grids before): the three 256 kB calls, 1.5 MB a link, measured 12.0 ms and the gaps "
+        "(12.3 ms with the calibration's 0.11 ms each), 5% less than the calibrated duplex rate "
+        "(950 Mbit/s) needs for them (12.9 ms), and the "
+        "ring's call, the shortest, shows it most (the naive ring's +3.6%, Gloo's +5.0%). Every "
+        "50 Mbit/s row is within 2.5%, every 200 Mbit/s row within 3.0%, every row of ≥ 1 MB "
+        "within 4.8% (median 0.3%). Against b2e6688 the measured times moved by 0.2% at the "
+        "median, by 17.5% at most (`repeatability` in `allreduce.json`).",
         "**A call alone starts on a full bucket; the probe's chains do not (ff74a9f).** The "
         "naive ring's 64 kB call on 4 hosts at 1000 Mbit/s had missed in every full grid "
         "(+13.4% to +38.2%, −22.8% on the slower machine of 8bb52da; the paragraphs below). The probe runs its chains back to back, its "
@@ -160,7 +190,7 @@ NOTES: dict[str, list[str]] = {
         "and Gloo's 64 kB calls −1.9%, −2.7% and −2.7%. The 256 kB rows, at the links' rate, did "
         "not move. That lead, built and run as a grid, did not hold: the next paragraph. What "
         "held is a walk of the call's rounds from a full bucket over the back-to-back chains' "
-        "own rounds (the first paragraph).",
+        "own rounds (the second paragraph).",
         "**Probes that idle before every chain, as a grid (e992f5d, where it was the default; "
         "now `python experiments/run.py --probe-idle`; kept in `experiments/results/full-idle/`, "
         "60.1 min): median 0.8% over 172 rows, worst −32.6%, 7 over 8% (b2e6688: 0.5%, +38.2%, "
@@ -383,7 +413,7 @@ NOTES: dict[str, list[str]] = {
         "bed of a run, its calibration included, now does (with more hosts than cores they share "
         "every core, as before: several hosts pinned to one core would share the machine less "
         "evenly than the kernel does; since b2e6688, 4 and 8 hosts are spread over the 2 cores "
-        "by rank after all, the first paragraph of this note). On the all-reduce experiment's 2-host point at 1000 Mbit/s "
+        "by rank after all, the third paragraph of this note). On the all-reduce experiment's 2-host point at 1000 Mbit/s "
         "(`experiments.measure.measure_allreduce` with 64 kB, 256 kB and 1 MB from a short script "
         "not kept, as `sudo python experiments/run.py allreduce` measures it with and without "
         "`--host-cores shared`, predicted by "
@@ -913,7 +943,8 @@ NOTES: dict[str, list[str]] = {
         "ranks over loopback, medians of 40 in four runs of `torchrun --nproc-per-node 2 "
         "real/allreduce.py --sizes 64KB --iters 40 --threads 1`: ring 0.8–3.1 ms, naive ring "
         "0.36–0.51 ms, Gloo 0.58–1.56 ms); its cause, found since: the scheduler tick (the "
-        "second paragraph; under `chrt -b 0 torchrun …` the ring took 0.43–0.62 ms). Small "
+        "paragraph \"Found: the slow calls were a scheduler tick\"; under `chrt -b 0 torchrun …` "
+        "the ring took 0.43–0.62 ms). Small "
         "calls are run with 5× "
         "the iterations and small probe rounds with 9× the chains, because their medians moved "
         "between runs (a 16 KiB first round at 200 Mbit/s took 0.33 ms in one run, 2.75 ms in "
@@ -941,6 +972,14 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
+        "**Full grid (made at 3684d90: the `allreduce` note): median 0.8% over 12 rows, worst "
+        "−4.3% (b2e6688: 0.9% and −4.4%).** 50 Mbit/s −1.1…+0.3%; 200 Mbit/s −4.3…+0.2%; the "
+        "8 replicas at 200 Mbit/s with real compute 75.4 ms a step, 72.1 predicted (b2e6688 "
+        "76.0 and 72.6). The sync model is unchanged: its all-reduce follows the compute, so it "
+        "too starts on a full bucket, but the simulator composes it from the table as the "
+        "chains ran; at 50 and 200 Mbit/s and 0.8 MB of gradients a bucket is at most 1 ms of "
+        "a 40–330 ms step, and every row is already measured a little slower than predicted, "
+        "so the walk could only move them away.",
         "**Full grid (b2e6688, 4 and 8 hosts spread over the 2 cores: the `allreduce` note): "
         "median 0.9% over 12 rows, worst −4.4% (a29fedc: 0.9% and −5.5%).** 50 Mbit/s "
         "−1.0…+0.4%; 200 Mbit/s −4.4…+0.4%, every row but one measured a little slower than "
@@ -1056,6 +1095,8 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
+        "**Full grid (made at 3684d90): 4 hosts at 200 Mbit/s, −1.5%** (b2e6688 −2.5%; 110.9 ms "
+        "a step measured, 109.3 predicted).",
         "**Full grid (b2e6688, the 4 hosts' torchrun agents spread over the 2 cores): 4 hosts "
         "at 200 Mbit/s, −2.5%** (a29fedc −2.3%; 112.1 ms a step measured, 109.3 predicted).",
         "**Full grid (a29fedc): 4 hosts at 200 Mbit/s, −2.3%** (fde2f0f −2.2%; 112.4 ms a "
@@ -1079,6 +1120,10 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
+        "**Full grid (made at 3684d90): seconds per update, 2, 4 and 8 workers, 50 Mbit/s "
+        "−0.4%, −0.1%, −0.2%; 200 Mbit/s −4.9%, +0.1%, +0.1% (b2e6688: −0.8%, −0.0%, −0.2%; "
+        "−5.7%, −0.1%, +0.0%).** The push window's notice with 2 workers at 200 Mbit/s: 68.0 ms "
+        "an update, 64.7 predicted.",
         "**Full grid (b2e6688: the `allreduce` note; a server and 2, 4 or 8 workers are 3, 5 "
         "or 9 hosts, which do not divide evenly among 2 cores and share them as before): "
         "seconds per update, 2, 4 and 8 workers, 50 Mbit/s −0.8%, −0.0%, −0.2%; 200 Mbit/s "
@@ -1348,6 +1393,11 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
+        "**Full grid (made at 3684d90): median 0.2%, worst −2.4% (b2e6688: 0.4%, −4.1%).** "
+        "Ring rows +0.1%, +0.2%, −0.1% (the rings' calls priced by the stream model, each on a "
+        "full bucket now: at 0.8 MB a call, the walk moves them by under 0.1 point); the two "
+        "rows that were near −4% are −2.4% (4 workers at 200 Mbit/s, 2×) and −1.8% (8 workers, "
+        "4×).",
         "**Full grid (b2e6688: the `allreduce` note; the rings' 4 and 8 workers spread over "
         "the 2 cores, the parameter server's 5 and 9 hosts sharing them): median 0.4%, worst "
         "−4.1% (a29fedc: 0.4%, −5.3%).** Ring rows +0.0%, +0.1%, −0.5%; PS rows 4 workers at 50 "
@@ -1526,6 +1576,10 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
+        "**Full grid (made at 3684d90): sync per step +0.1%, −0.8%, −1.2%; async per update "
+        "−5.0%, −0.3%, −0.4% for 2, 4 and 8 workers (b2e6688: −0.3%, −1.2%, −1.6%; −5.6%, −0.5%, "
+        "−1.2%).** The 2-worker async run, 68.1 ms an update against 64.7, is the `async` "
+        "note's notice.",
         "**Full grid (b2e6688: the `allreduce` note): sync per step −0.3%, −1.2%, −1.6%; async "
         "per update −5.6%, −0.5%, −1.2% for 2, 4 and 8 workers (a29fedc: −0.6%, −1.5%, −1.4%; "
         "−5.7%, −0.8%, −1.2%).** The 2-worker async run, 68.6 ms an update against 64.7, is the "
