@@ -335,7 +335,7 @@ class ChainRounds(RoundCosts):
     def round_s(self, index: int, size_bytes: float) -> float:
         """Seconds of round ``index`` (0: the first) at ``size_bytes``, interpolated between
         sizes as ``RoundCosts`` does; past the chains' length, a mean later round."""
-        if not self.rounds_s or index >= min(len(r) for r in self.rounds_s):
+        if index >= min(len(r) for r in self.rounds_s):
             return self.first_round_s(size_bytes) if index == 0 else self.next_round_s(size_bytes)
         return self._at(tuple(r[index] for r in self.rounds_s), size_bytes)
 
@@ -374,7 +374,7 @@ def full_bucket_saving_s(table: RoundCosts | None, messages_bytes: list[float],
         took_s, wire_s = table.round_s(index, size), size / rate_Bps
         paced = wire_s >= PACED_OVER_LATENCY * latency_round_s and took_s >= PACED_SHARE * wire_s
         if paced and index and tokens >= size:
-            saving += max(0.0, took_s - latency_round_s)
+            saving += took_s - latency_round_s  # > 0: paced rounds take over 1.8 of them
             tokens = min(bucket_bytes, tokens - size + latency_round_s * rate_Bps)
         elif paced and tokens < size:
             tokens = 0.0

@@ -4,7 +4,7 @@ committed full grid (``experiments/results/full/``, ``python experiments/run.py 
 experiments/results/full``, made at 3684d90, 57.3 min: the same measurements as b2e6688's,
 each all-reduce call priced on a full bucket, ``experiments.model.predict_call_alone_s``); in
 the ``allreduce`` note the second tells that change and quotes b2e6688's measurements
-repredicted and the grid made at c44492a (not committed). The second paragraph of the other
+repredicted and the grid made at c44492a (``experiments/results/full-c44492a/``). The second paragraph of the other
 notes (in the ``allreduce`` note, the third and fourth) quotes the grid committed at b2e6688
 (58.1 min: the same as a29fedc's with 4 and 8 hosts spread over the 2 cores, host i on core i
 mod 2, ``--host-cores spread``); in the ``allreduce`` note the fifth quotes the grid made at
@@ -53,7 +53,8 @@ NOTES: dict[str, list[str]] = {
         "within 5% (b2e6688: 0.5%, +38.2%, 1 over 8%).** The naive ring's 64 kB call on 4 hosts "
         "at 1000 Mbit/s, over 8% in every grid before, is −6.9% (0.922 ms predicted, 0.989 "
         "measured; 1.338 as the probe's chains ran, +35.2%: without the walk this grid has 4 "
-        "rows over 8%, and no other row moves by more than 1.1 points). The three over 8%, all "
+        "rows over 8%, and no other row moves by more than 1.1 points; the same command with "
+        "`m.PACED_OVER_LATENCY = float('inf')`, no round paced, and `ps_vs_ring` too). The three over 8%, all "
         "at 1000 Mbit/s: "
         "Gloo's 64 kB call on 2 hosts, +16.9%: the rotation of the three 64 kB calls there "
         "outruns the bucket and the model gives each 0.429 ms, but Gloo's took 0.367 (0.432 and "
@@ -65,8 +66,10 @@ NOTES: dict[str, list[str]] = {
         "of them longer than a 64 KiB round's bytes at the rate (0.55 ms), so no round counts "
         "as paced and the walk saves nothing, where in b2e6688 it saved 0.29 ms (+4.3% → "
         "−3.7%); taken as the median later 64 B round (0.25 ms), or with 1.5 latency-bound "
-        "rounds for 2, it would come out +1.6%. Not changed: found on this grid, so this grid "
-        "could not test it. The ring's 256 kB on 4 hosts, +8.2% (+5.7% and +6.7% in the two "
+        "rounds for 2, it would come out +1.6% (on a copy of this grid: `python -c \"import "
+        "experiments.model as m, experiments.run as r; m.PACED_OVER_LATENCY = 1.5; "
+        "r.main(['--repredict', 'allreduce', '--out', '<copy>'])\"`). Not changed: found on this "
+        "grid, so this grid could not test it. The ring's 256 kB on 4 hosts, +8.2% (+5.7% and +6.7% in the two "
         "grids before): the three 256 kB calls, 1.5 MB a link, measured 12.0 ms and the gaps "
         "(12.3 ms with the calibration's 0.11 ms each), 5% less than the calibrated duplex rate "
         "(950 Mbit/s) needs for them (12.9 ms), and the "
@@ -97,8 +100,10 @@ NOTES: dict[str, list[str]] = {
         "by 0.5 points: median 0.5% over the 172 rows, worst 7.1%, none over 8% (`python "
         "experiments/run.py --repredict allreduce ps_vs_ring --out <a copy of b2e6688's "
         "experiments/results/full>`). Tested on a grid whose measurements it had not seen (made "
-        "at c44492a while the model was written, its results first read after ff74a9f; not "
-        "committed): the naive row +34.9% → −1.4% (0.970 ms predicted, 0.984 measured); over "
+        "at c44492a while the model was written, its results first read after ff74a9f; kept in "
+        "`experiments/results/full-c44492a/`, predicted by today's model: `python "
+        "experiments/run.py --repredict allreduce ps_vs_ring --out "
+        "experiments/results/full-c44492a`): the naive row +34.9% → −1.4% (0.970 ms predicted, 0.984 measured); over "
         "the 172 rows median 0.5%, worst −33.3%, 7 over 8%, 158 within 5% (sync median 1.3%, "
         "worst 4.8%; every other experiment within 5.6%). Of the 7: the 2-host 64 kB calls at "
         "50 Mbit/s (the ring −33.2%, Gloo −33.3%, the naive ring −11.5%: 15.9, 16.0 and 12.0 ms "
