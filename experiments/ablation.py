@@ -1,4 +1,4 @@
-"""The all-reduce model ten ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model eleven ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
 
@@ -24,6 +24,9 @@ All predictions come from the same run's calibration (network only); only the mo
 * ``rounds, no full-bucket walk``: the same, no call priced below its chains run back to back
   (no ``experiments.model.full_bucket_saving_s``: the rounds those chains paid at the rate stay
   paid even where a call starts on a full bucket);
+* ``rounds, the calibration's gap``: the same, every stream of calls with the gap between
+  two calls the calibration timed on 2 hosts, not the one its own test bed's probes timed
+  (``ring_probe.py --stream-gaps``), where they timed one;
 * ``rounds, calls alone``: the same, each call priced as if it ran alone, on a full bucket
   (``predict_call_alone_s``), not in the stream;
 * ``rounds, no additions``: the same rounds without the additions;
@@ -70,8 +73,8 @@ GROUPS = {
 
 MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain chains",
           "rounds, chains' ends", "rounds, first and mean later rounds",
-          "rounds, no full-bucket walk", "rounds, calls alone", "rounds, no additions", "shaper",
-          "shaper, no start-up")
+          "rounds, no full-bucket walk", "rounds, the calibration's gap", "rounds, calls alone",
+          "rounds, no additions", "shaper", "shaper, no start-up")
 
 
 def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> NetworkInputs:
@@ -131,7 +134,10 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
         net = nets[r["bandwidth_bps"]]
         label = bed_label(r["hosts"], r["bandwidth_bps"])
         if tables and label in tables:
+            gap_s = net.stream_gap_s
             net = net.with_rounds(r["hosts"], tables[label])
+            if model == "rounds, the calibration's gap":
+                net = dataclasses.replace(net, stream_gap_s=gap_s)
             if model == "rounds, chains' ends":
                 net = with_own_chain_ends(net, r["hosts"], tables[label])
         if model == "rounds, first and mean later rounds":

@@ -156,16 +156,18 @@ def probe_idle_s(config: TestbedConfig) -> float:
 
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
                   engine_max: int = ENGINE_MAX_BYTES, ring: bool = False,
-                  idle_s: float = 0.0) -> str:
+                  idle_s: float = 0.0, stream_gaps: int = 0) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     driven from Python and (``--engine-rounds``, the sizes up to ``engine_max``) from C++ as
     Gloo's own ring drives them, and with ``ring`` (``--ring-rounds``, the same sizes) as
-    ``real/allreduce.py``'s ring drives them, each chain after ``idle_s`` (``--idle``), writing
+    ``real/allreduce.py``'s ring drives them, each chain after ``idle_s`` (``--idle``), then
+    with ``stream_gaps`` a stream of that many 1-element calls (``--stream-gaps``), writing
     ``{out}/json_name``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
             "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
             *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
-            "--idle", f"{idle_s * 1e3:.3f}ms"]
+            "--idle", f"{idle_s * 1e3:.3f}ms",
+            *(["--stream-gaps", str(stream_gaps)] if stream_gaps else [])]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 
@@ -179,9 +181,14 @@ def bracket(before: dict, after: dict) -> dict:
     halves around the measurement, so that a burst of load during one half moves the median
     less than it moves that half's), for the Python-driven rounds (``results``) and the
     C++-driven ones and the ring-driven ones where both records have them (``engine_results``,
-    ``ring_results``); both records kept."""
+    ``ring_results``); both records kept. The gaps of a stream of calls (``stream_gap_s``)
+    where both records have them: both probes' together."""
     merged = {**before, "results": _bracket_rows(before["results"], after["results"]),
               "before": before["results"], "after": after["results"]}
+    if before.get("stream_gap_s") and after.get("stream_gap_s"):
+        merged["stream_gap_s"] = before["stream_gap_s"] + after["stream_gap_s"]
+    else:
+        merged.pop("stream_gap_s", None)
     for driver in DRIVERS:
         if f"{driver}_results" in before and f"{driver}_results" in after:
             merged[f"{driver}_results"] = _bracket_rows(before[f"{driver}_results"],
@@ -283,6 +290,7 @@ def run_collect(bed_config: TestbedConfig, command: str, json_name: str | tuple[
 SMALL_ALLREDUCE_BYTES = 1_000_000  # below this a call takes milliseconds and wake-ups move it
 SMALL_ITERS_FACTOR = 5             # ... so it gets this many times the iterations (cheap)
 BRACKET_REPEATS = 3                # ring-probe chains per size on each side of an all-reduce point
+BRACKET_STREAM_CALLS = 200         # ... and the 1-element calls of its stream (under 0.5 s)
 
 
 def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
@@ -291,8 +299,9 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
     all-reduce rows (median seconds per algorithm and size, slowest rank's time), and ``rounds``,
     the ring rounds timed by ``experiments/ring_probe.py`` on the same hosts just before the rows
     and again just after (``run_bracketed``), up to the largest round the point sends (a naive
-    ring's whole buffer). Sizes under ``SMALL_ALLREDUCE_BYTES`` run first, in their own call with
-    ``SMALL_ITERS_FACTOR`` times the iterations."""
+    ring's whole buffer), with the gaps a stream of calls leaves between them there. Sizes under
+    ``SMALL_ALLREDUCE_BYTES`` run first, in their own call with ``SMALL_ITERS_FACTOR`` times the
+    iterations."""
     groups = [("small", [s for s in config.sizes_bytes if s < SMALL_ALLREDUCE_BYTES],
                config.iters * SMALL_ITERS_FACTOR),
               ("large", [s for s in config.sizes_bytes if s >= SMALL_ALLREDUCE_BYTES], config.iters)]
@@ -306,19 +315,21 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
     files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), commands,
                                   tuple(f"{name}.json" for name, _, _ in groups), config.label,
                                   timeout_s, round_sizes_up_to(max(config.sizes_bytes), quick),
-                                  ring="ring" in config.algorithms)
+                                  ring="ring" in config.algorithms,
+                                  stream_gaps=BRACKET_STREAM_CALLS)
     return {"rounds": rounds,
             "results": [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]}
 
 
 def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tuple[str, ...],
                   label: str, timeout_s: float, round_sizes: list[int],
-                  ring: bool = False) -> tuple[dict, dict]:
+                  ring: bool = False, stream_gaps: int = 0) -> tuple[dict, dict]:
     """``commands`` one after the other on a fresh test bed, with ring rounds of ``round_sizes``
     timed by ``experiments/ring_probe.py`` on the same hosts just before them and again just
     after: the ``json_names`` files (as ``run_collect`` returns them) and the round table
     (``bracket``: per size the median over both probes' chains), for the point's prediction.
-    With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``).
+    With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``);
+    with ``stream_gaps``, each also times the gaps of a stream of that many calls.
 
     Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
     emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
@@ -328,7 +339,7 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     rounds = chain_rounds(bed_config.hosts)
     probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
                             engine_max_bytes(bed_config.bandwidth_bps), ring,
-                            probe_idle_s(bed_config))
+                            probe_idle_s(bed_config), stream_gaps)
               for side in ("before", "after")]
     files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)

@@ -58,10 +58,12 @@ gets its first bytes through the bucket free; in a stream the bucket holds only 
 since the last call took its tokens, so where a rotation of calls sends more than the link
 carries in that time, a call lasts until its bytes have passed at the rate. ``stream_call_s``
 runs the bucket through the rotation until it settles: each call as long as it takes alone or
-as its missing tokens take to refill, a gap before each: what the calibration measured between
-two 1-element calls of such a stream (``stream_gap_s``: the barrier and the loop's own work;
-0.35 ms on 2 hosts where the 1-element all_reduce alone took 0.26), or, in a calibration
-without it, the 1-element all_reduce.
+as its missing tokens take to refill, a gap before each: what the test bed's own probe measured
+between two 1-element calls of such a stream, from the end of the slowest rank's call to the
+next call's start (``stream_gap_s``: the barrier and the loop's own work; 0.09 ms on 2 hosts at
+1000 Mbit/s, 0.25-0.29 ms on 4, where the barrier takes two rounds), or where the probe has none
+the calibration's on 2 hosts (before the probes timed it, and before the gap was taken after
+the slowest rank's call: rank 0's), or, in a calibration without it, the 1-element all_reduce.
 On 2 hosts at 1000 Mbit/s (a 125 kB bucket) a 64 kB ring call alone takes 0.38 ms (the full
 grid's rounds); in a stream its 64 kB each way take 0.54 ms at the 950 Mbit/s duplex rate, of
 which the barrier refills 0.13 ms: 0.41 ms a call (measured: 0.44).
@@ -96,9 +98,10 @@ BED_BOUND_SHARE = 0.9
 # took at least this share of its bytes' time at the payload rate (the rest: timing noise; paced
 # 64 KiB rounds on 4 hosts at 1000 Mbit/s took 1.00-1.07 times it) ...
 PACED_SHARE = 0.9
-# ... and that time is at least this many latency-bound rounds (the table's later round at its
-# smallest size): below, a round's wait for tokens cannot be told from its latency (8 KiB rounds
-# on 8 hosts at 200 Mbit/s: 0.35 ms at the rate, 0.26-0.30 ms latency-bound)
+# ... and that time is at least this many latency-bound rounds (``ChainRounds.latency_round_s``:
+# the chains' median later round at their smallest size): below, a round's wait for tokens cannot be
+# told from its latency (8 KiB rounds on 8 hosts at 200 Mbit/s: 0.35 ms at the rate, 0.26-0.30 ms
+# latency-bound)
 PACED_OVER_LATENCY = 2.0
 
 # the most rotations of the benchmark's calls run through the bucket to let it settle: each
@@ -168,10 +171,14 @@ class NetworkInputs:
     def with_rounds(self, hosts: int, probe: dict | None) -> "NetworkInputs":
         """These inputs with ``probe`` (a ``ring_probe.py`` record) as the round costs on
         ``hosts`` hosts: its Python-driven rounds, and its C++-driven and ring-driven ones where
-        it has them. Without a probe (a run that timed no rounds of its own), these inputs
-        unchanged."""
+        it has them; and the gap a stream of calls leaves between two of them on those hosts
+        (``call_gap_s``) where it timed one (``stream_gap_s``: the median), else the
+        calibration's, timed on 2 hosts. Without a probe (a run that timed no rounds of its
+        own), these inputs unchanged."""
         if probe is None:
             return self
+        gap_s = (statistics.median(probe["stream_gap_s"]) if probe.get("stream_gap_s")
+                 else self.stream_gap_s)
         engine = {k: v for k, v in self.engine_round_costs.items() if k != hosts}
         if probe.get("engine_results"):
             engine[hosts] = engine_table(probe)
@@ -180,7 +187,7 @@ class NetworkInputs:
             ring[hosts] = ring_table(probe)
         return replace(self, round_costs={**self.round_costs,
                                           hosts: plain_table(probe)},
-                       engine_round_costs=engine, ring_round_costs=ring)
+                       engine_round_costs=engine, ring_round_costs=ring, stream_gap_s=gap_s)
 
     def rounds_for(self, algorithm: str, hosts: int) -> RoundCosts | None:
         """The measured rounds an algorithm's calls are composed of on ``hosts`` hosts: Gloo's own
@@ -339,6 +346,22 @@ class ChainRounds(RoundCosts):
             return self.first_round_s(size_bytes) if index == 0 else self.next_round_s(size_bytes)
         return self._at(tuple(r[index] for r in self.rounds_s), size_bytes)
 
+    def latency_round_s(self) -> float:
+        """A latency-bound round: the median of the chains' later rounds at the table's smallest
+        size (the mean, ``next_s[0]``, where the chains ran one round). A median, because one
+        slow round of a chain (the chains on 8 hosts at 1000 Mbit/s have one of about twice
+        the others near their end) raises the mean by a tenth."""
+        later = self.rounds_s[0][1:]
+        return statistics.median(later) if later else self.next_s[0]
+
+    def on_tokens_round_s(self, size_bytes: float) -> float:
+        """A later round of ``size_bytes`` whose bytes all go on the bucket's tokens: a
+        latency-bound round plus what the bytes added to the chains' first round, which started
+        on tokens too, over the first round at the smallest size (on 4 hosts at 1000 Mbit/s,
+        0.23 ms at 64 KiB against 0.17 at 64 B: a 64 KiB round on tokens 0.16 ms)."""
+        extra_s = self.first_round_s(size_bytes) - self.first_round_s(self.sizes_bytes[0])
+        return self.latency_round_s() + max(0.0, extra_s)
+
 
 def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
     """``table`` as ``ChainRounds`` with the rounds' durations from ``ends`` (``chain_ends``)
@@ -361,21 +384,22 @@ def full_bucket_saving_s(table: RoundCosts | None, messages_bytes: list[float],
     where that time is at least ``PACED_OVER_LATENCY`` latency-bound rounds) may be one the
     call gets through on the bucket's tokens. Walks the call's rounds from a full bucket
     (``bucket_bytes``): the first round as the chains ran it (it, too, started on tokens); a
-    later paced round that the tokens cover costs a latency-bound round (the table's later
-    round at its smallest size), the difference saved; a paced round they do not cover waits
+    later paced round that the tokens cover costs a round on tokens
+    (``ChainRounds.on_tokens_round_s``), the difference saved; a paced round they do not cover waits
     for its tokens and leaves the bucket empty; any other round costs what the chains took, the
     bucket refilling at the rate meanwhile. ``stream_call_s`` then adds back what a stream of
     calls cannot borrow from the bucket."""
     if not isinstance(table, ChainRounds) or not messages_bytes:
         return 0.0
-    rate_Bps, latency_round_s = payload_bps / 8.0, table.next_s[0]
+    rate_Bps, latency_round_s = payload_bps / 8.0, table.latency_round_s()
     tokens, saving = bucket_bytes, 0.0
     for index, size in enumerate(messages_bytes):
         took_s, wire_s = table.round_s(index, size), size / rate_Bps
         paced = wire_s >= PACED_OVER_LATENCY * latency_round_s and took_s >= PACED_SHARE * wire_s
         if paced and index and tokens >= size:
-            saving += took_s - latency_round_s  # > 0: paced rounds take over 1.8 of them
-            tokens = min(bucket_bytes, tokens - size + latency_round_s * rate_Bps)
+            on_tokens_s = table.on_tokens_round_s(size)
+            saving += max(0.0, took_s - on_tokens_s)
+            tokens = min(bucket_bytes, tokens - size + on_tokens_s * rate_Bps)
         elif paced and tokens < size:
             tokens = 0.0
         else:

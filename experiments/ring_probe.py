@@ -24,7 +24,10 @@ its rounds (``ring_chain_marks``: the next receive posted before the current one
 the addition and the send inside the round, no send waited for until the chain's end), as
 ``ring_results``: the rounds that ring is priced from (``experiments.model.ring_table``). On 4
 emulated hosts at 1000 Mbit/s a 16 KiB round took 0.19-0.21 ms in the plain chains and
-0.23-0.25 ms driven as the ring drives it, its first round 0.29 against 0.45 ms.
+0.23-0.25 ms driven as the ring drives it, its first round 0.29 against 0.45 ms. With
+``--stream-gaps N`` it also times how long the links idle between two calls of the benchmark's
+stream (``real.allreduce.stream_gaps``), as ``stream_gap_s``: on 4 hosts at 1000 Mbit/s 0.25-0.29
+ms, on 2 hosts 0.09 ms (the barrier before each call takes more rounds on more hosts).
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on
@@ -47,7 +50,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file  # noqa: E402
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
-from real.allreduce import MAX_BUFFER_BYTES  # noqa: E402
+from real.allreduce import MAX_BUFFER_BYTES, stream_gaps  # noqa: E402
 from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
 
 TAG = 31
@@ -69,6 +72,7 @@ SIZE_GRID = (64, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 
 MIN_CHAIN_ROUNDS = 4  # so that a chain's later rounds average over at least three
 MAX_ROUNDS = MAX_REPEATS = 1000  # the end of every round of every chain is kept in memory
 MAX_IDLE_S = 10.0  # --idle: a bucket refills in milliseconds; seconds a chain is a typo
+MAX_STREAM_CALLS = 100_000  # --stream-gaps: a call takes about a millisecond on the test bed
 
 
 def chain_rounds(world_size: int) -> int:
@@ -228,6 +232,12 @@ def parse_args(argv=None):
                         help="sleep this long before every chain, so that a shaped link's bucket "
                              "refills (e.g. 3ms; default: %(default)s, a chain starts on what the "
                              "one before it left)")
+    parser.add_argument("--stream-gaps", type=int, default=0, metavar="N",
+                        help="also time a stream of N 1-element all-reduces made as "
+                             "real/allreduce.py makes its calls, after the chains: how long the "
+                             "links idle between two of its calls, from the end of the slowest "
+                             "rank's call to the next call's start ('stream_gap_s', one per "
+                             "pair of calls; default: none)")
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
@@ -251,6 +261,9 @@ def parse_args(argv=None):
     if args.size_bytes[-1] > MAX_BUFFER_BYTES:
         parser.error(f"--sizes: {args.size_bytes[-1]} bytes is more than this probe allocates "
                      f"({format_bytes(MAX_BUFFER_BYTES)} per buffer)")
+    if not (args.stream_gaps == 0 or 2 <= args.stream_gaps <= MAX_STREAM_CALLS):
+        parser.error(f"--stream-gaps must be 0 (none) or from 2 to {MAX_STREAM_CALLS} calls "
+                     f"(got {args.stream_gaps})")
     if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS) \
             or not 1 <= args.repeats <= MAX_REPEATS:
         parser.error(f"--rounds must be from 2 to {MAX_ROUNDS} and --repeats from 1 to "
@@ -294,11 +307,16 @@ def main(argv=None) -> None:
                 chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG),
                 idle_s=args.idle_s)
             tables.append(("C++ ", record["engine_results"]))
+        if args.stream_gaps:
+            record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)
         if comm.rank == 0:
             for driver, rows in tables:
                 for r in rows:
                     print(f"{driver}{r['bytes']:>10} B  first {r['first_s'] * 1e3:9.3f} ms  "
                           f"next {r['next_s'] * 1e3:9.3f} ms  reduce {r['reduce_s'] * 1e3:8.3f} ms")
+            if record.get("stream_gap_s"):
+                print(f"stream of {args.stream_gaps} calls: median gap "
+                      f"{statistics.median(record['stream_gap_s']) * 1e3:.3f} ms")
             if args.json:
                 Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
 

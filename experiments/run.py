@@ -312,6 +312,7 @@ def main(argv=None) -> int:
     if args.repredict:
         return repredict(args.names, args.out)
     from real.testbed import TestbedError, unavailable_reason
+    from real.testbed.bed import signals_raise
     reason = unavailable_reason()
     if reason:
         print(f"experiments/run.py: the test bed is unavailable: {reason}", file=sys.stderr)
@@ -327,13 +328,15 @@ def main(argv=None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
-        measure_all(args)
+        with signals_raise():  # kill (SIGTERM) or a closed terminal tears the bed down as Ctrl-C does
+            measure_all(args)
     except TestbedError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # the test bed in use has been torn down on the way out
-        print(f"experiments/run.py: interrupted; the experiments finished before it are in "
-              f"{RESULTS}", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # the test bed in use has been torn down on the way out
+        how = f" ({exc})" if str(exc) else ""
+        print(f"experiments/run.py: interrupted{how}; the experiments finished before it are "
+              f"in {RESULTS}", file=sys.stderr)
         return 130
     meta = json.loads((RESULTS / "run.json").read_text())
     meta["wall_s"] = time.monotonic() - started

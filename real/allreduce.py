@@ -319,6 +319,21 @@ def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int,
     return {name: statistics.median(times[i].tolist()) for i, name in enumerate(names)}
 
 
+def stream_gaps(comm, count: int, warmup: int = 3) -> list[float]:
+    """Seconds the links idle between two calls of a stream of ``count`` 1-element all-reduces
+    made as ``time_size`` makes the benchmark's (the buffer refilled, a barrier, the call), as
+    the benchmark times them: from the end of the slowest rank's call to the start of the next
+    (this rank's start to start, less the slowest rank's call). On 4 emulated hosts at 1000
+    Mbit/s the slowest rank's call ends 0.05-0.15 ms after rank 0's, so the gap after rank 0's
+    own call is that much longer than the one the links get."""
+    spans: list = []
+    time_size(comm, {"backend": backend_all_reduce}, torch.ones(1), count, warmup, spans)
+    slowest = torch.tensor([seconds for _, _, seconds in spans], dtype=torch.float64)
+    comm.all_reduce(slowest, op="max")
+    return [b_start - a_start - a_slowest for (_, a_start, _), (_, b_start, _), a_slowest
+            in zip(spans, spans[1:], slowest.tolist())]
+
+
 def write_trace(path: str, comm, spans: list[tuple[str, int, float, float]]) -> None:
     """Gather every rank's (algorithm, bytes, start, seconds) spans; rank 0 writes the trace.
     Each rank's clock starts after a common barrier, so the tracks line up to within it."""

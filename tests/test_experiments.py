@@ -304,6 +304,34 @@ def test_runner_interrupted_says_so_in_one_line_and_exits_130(monkeypatch, tmp_p
     assert err.count("\n") == 1 and "interrupted" in err and str(tmp_path) in err
 
 
+def test_runner_killed_unwinds_as_when_interrupted_so_its_test_bed_comes_down(
+        monkeypatch, tmp_path, capsys):
+    import os
+    import signal
+    import time
+    import real.testbed
+    from experiments import run
+    unwound = []
+
+    def killed(args):  # `kill` of the runner while a test bed is up
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            unwound.append(True)  # where the test bed's `with` tears it down
+
+    monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(run, "measure_all", killed)
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    before = signal.getsignal(signal.SIGTERM)
+    assert run.main(["--out", str(tmp_path), "multinode"]) == 130
+    assert unwound == [True]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted (SIGTERM)" in err
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler goes with the run
+
+
 def test_every_experiment_test_bed_takes_the_runs_congestion_control(monkeypatch):
     from experiments import measure
     assert measure.testbed_config(3, 50e6).congestion_control == "reno"
@@ -543,10 +571,14 @@ def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_ra
     assert table.round_s(1, 65536) == pytest.approx(5.5e-4)
     assert table.round_s(1, 64) == pytest.approx(1e-4)
     assert table.round_s(7, 65536) == table.next_round_s(65536)  # past the chains: a later round
+    # a round on tokens: a latency-bound 0.1 ms round plus the 0.1 ms that 64 KiB added to the
+    # chains' first round over 64 B
+    assert table.on_tokens_round_s(65536) == pytest.approx(2e-4)
+    assert table.on_tokens_round_s(64) == pytest.approx(1e-4)
     # the naive ring's 3 rounds of 64 KiB on 4 hosts: the first as the chains ran it (118.8 kB
-    # of tokens less 65.5 kB, plus 0.2 ms of refill: 77.0 kB left), the second on the tokens at
-    # a latency-bound 0.1 ms (0.45 ms saved; 23.3 kB left), the third waits for its tokens
-    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, bucket) == pytest.approx(0.45e-3)
+    # of tokens less 65.5 kB, plus 0.2 ms of refill: 77.0 kB left), the second on the tokens in
+    # 0.2 ms (0.35 ms saved; 35.2 kB left), the third waits for its tokens
+    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, bucket) == pytest.approx(0.35e-3)
     # half a bucket covers no later round: nothing saved
     assert full_bucket_saving_s(table, [65536] * 3, payload_bps, 60_000) == 0.0
     # latency-bound rounds (8 kB is 0.07 ms at the rate, less than two 0.1 ms rounds): nothing
@@ -557,6 +589,25 @@ def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_ra
     assert full_bucket_saving_s(None, [65536] * 3, payload_bps, bucket) == 0.0
     # ends missing at a size of the table: kept as it is
     assert with_chain_rounds(plain, {64: [1e-4]}) is plain
+
+
+def test_a_slow_latency_bound_round_does_not_hide_the_rounds_the_chains_paid_at_the_rate():
+    from dsgd_sim.collectives import RoundCosts
+    from experiments.model import full_bucket_saving_s, with_chain_rounds
+    # 64 KiB rounds at 950 Mbit/s take 0.552 ms: paced where a latency-bound round is at most
+    # half that. Later 64 B rounds of 0.25 ms but one of 0.55 ms: their mean (0.325 ms) would
+    # call no round paced; their median (0.25 ms) is the latency-bound round
+    ends_64 = [1e-4 + k * 2.5e-4 for k in range(4)] + [1e-4 + 3 * 2.5e-4 + 5.5e-4]
+    table = with_chain_rounds(RoundCosts((64, 65536), (1e-4, 2e-4), (3.25e-4, 5.5e-4)),
+                              {64: ends_64, 65536: [2e-4 + k * 5.5e-4 for k in range(5)]})
+    assert table.latency_round_s() == pytest.approx(2.5e-4)
+    # the second 64 KiB round, on the tokens, costs 0.25 ms plus the 0.1 ms that 64 KiB added to
+    # the first round, instead of 0.55
+    assert full_bucket_saving_s(table, [65536] * 3, 950e6, 118_779) == pytest.approx(2e-4)
+    # chains of one round: the mean later round as the table has it
+    one = with_chain_rounds(RoundCosts((64, 65536), (1e-4, 2e-4), (3e-4, 5.5e-4)),
+                            {64: [1e-4], 65536: [2e-4]})
+    assert one.latency_round_s() == 3e-4
 
 
 def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_chains_drained_one():
@@ -572,7 +623,7 @@ def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_ch
     drained = predict_allreduce_s("naive", 4, 65536, net)
     assert drained == pytest.approx(2e-4 + 2 * 5.5e-4)  # as the chains ran: a drained bucket
     alone = predict_call_alone_s("naive", 4, 65536, net)
-    assert alone == pytest.approx(drained - 4.5e-4)
+    assert alone == pytest.approx(drained - 3.5e-4)
     # a stream of naive calls, a 0.25 ms barrier apart, pays its bytes at the rate, walk or not
     rate_Bps, sent = net.duplex_payload_bps / 8, 3 * 65536
     plain = without_full_bucket_walk(net)  # the ablation's model: priced as the chains ran

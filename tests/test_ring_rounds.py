@@ -148,6 +148,12 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
     row = bracket({"results": [{**chains([1.0], [2.0]), "reduce_chains_s": [0.1, 0.3]}]},
                   {"results": [{**chains([1.0], [2.0]), "reduce_chains_s": [0.2, 0.9]}]})["results"][0]
     assert row["reduce_s"] == pytest.approx(0.25)
+    # the gaps of the stream of calls each probe timed: both probes' together, where both have them
+    gaps = bracket({"results": before, "stream_gap_s": [1e-4, 2e-4]},
+                   {"results": before, "stream_gap_s": [3e-4]})
+    assert gaps["stream_gap_s"] == [1e-4, 2e-4, 3e-4]
+    assert "stream_gap_s" not in bracket({"results": before, "stream_gap_s": [1e-4]},
+                                         {"results": before})
     with pytest.raises(ValueError):  # a probe that lost a size cannot be paired
         bracket({"results": before}, {"results": []})
     with pytest.raises(ValueError, match="different sizes"):
@@ -170,6 +176,35 @@ def test_allreduce_rows_are_predicted_from_the_points_own_rounds_not_the_calibra
     assert rows[0]["predicted_s"] == pytest.approx(0.170 + 5 * 2 * 0.180)  # 6 rounds of 1 MiB
     assert rows[0]["measured_s"] == 2.0
     assert net.round_costs[4] == RoundCosts.from_rows(ROWS)  # the calibration's own is unchanged
+
+
+def test_a_stream_of_calls_is_priced_with_the_gap_timed_on_its_own_hosts():
+    net = NetworkInputs.from_calibration(
+        {**CALIBRATION, "burst_bytes": 62_500,
+         "gloo": {**CALIBRATION["gloo"], "stream_gap_s": {"median": 1e-4}}})
+    assert net.call_gap_s == 1e-4  # the calibration's, timed on 2 hosts
+    assert net.with_rounds(4, {"results": ROWS}).call_gap_s == 1e-4  # a probe without a stream
+    bed = net.with_rounds(4, {"results": ROWS, "stream_gap_s": [3e-4, 5e-4, 4e-4]})
+    assert bed.call_gap_s == pytest.approx(4e-4) and net.call_gap_s == 1e-4
+    # 1 MiB calls on 4 hosts at 50 Mbit/s whose rounds alone take a millisecond outrun the
+    # bucket: each lasts until its bytes have passed at the rate, less what the gap refilled
+    fast = [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4},
+            {"bytes": 1 << 20, "first_s": 1e-3, "next_s": 1e-3}]
+    rate_Bps = net.duplex_payload_bps / 8
+    short = predict_allreduce_stream_s(["ring"], 4, 1 << 20, net.with_rounds(4, {"results": fast}))
+    long = predict_allreduce_stream_s(["ring"], 4, 1 << 20,
+                                      net.with_rounds(4, {"results": fast,
+                                                          "stream_gap_s": [3e-4, 5e-4, 4e-4]}))
+    assert short["ring"] - long["ring"] == pytest.approx(3e-4)
+    assert long["ring"] == pytest.approx(1.5 * (1 << 20) / rate_Bps - 4e-4)
+    # the ablation's model with the calibration's gap undoes it, and only it
+    from experiments.ablation import errors
+    row = {"algorithm": "ring", "hosts": 4, "bytes": 1 << 20, "bandwidth_bps": 50e6,
+           "measured_s": long["ring"]}
+    tables = {"H=4 50Mbps": {"results": fast, "stream_gap_s": [3e-4, 5e-4, 4e-4]}}
+    assert errors([row], {50e6: net}, "rounds", tables) == [pytest.approx(0.0, abs=1e-12)]
+    assert errors([row], {50e6: net}, "rounds, the calibration's gap", tables) == [
+        pytest.approx(3e-4 / long["ring"])]
 
 
 def test_sync_rows_are_predicted_from_the_rounds_timed_around_their_run():
@@ -296,9 +331,13 @@ def test_repredict_allreduce_without_a_points_round_table_says_so_in_one_line(tm
 def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
     out = tmp_path / "rounds.json"
     run = run_script(["experiments/ring_probe.py", "--sizes", "64B,16KiB", "--repeats", "2",
-                      "--rounds", "3", "--json", str(out)], 2, timeout_s=120)
+                      "--rounds", "3", "--stream-gaps", "20", "--json", str(out)], 2,
+                     timeout_s=120)
     assert run.returncode == 0, run.stderr
     table = json.loads(out.read_text())
+    # a gap between each two of the stream's 20 calls: the barrier and the loop, never nothing
+    assert len(table["stream_gap_s"]) == 19 and statistics.median(table["stream_gap_s"]) > 0
+    assert "median gap" in run.stdout
     assert table["world_size"] == 2 and table["rounds"] == 3 and table["threads_per_rank"] >= 1
     assert [r["bytes"] for r in table["results"]] == [64, 16384]
     assert all(r["first_s"] > 0 and r["next_s"] > 0 for r in table["results"])
@@ -362,6 +401,8 @@ def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     (["--engine-max", "big"], "'big'"),
     (["--idle", "-1ms"], "'-1ms'"),
     (["--idle", "1h"], "'1h'"),
+    (["--stream-gaps", "1"], "got 1"),
+    (["--stream-gaps", "-5"], "got -5"),
 ])
 def test_probe_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:

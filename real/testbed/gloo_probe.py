@@ -61,16 +61,14 @@ def small_all_reduces(count: int) -> list[float]:
 
 
 def stream_gaps(count: int) -> list[float]:
-    """Seconds from one call's end to the next call's start (on rank 0) in a stream of 1-element
-    all-reduces made as the all-reduce benchmark makes its calls (``real.allreduce.time_size``:
-    the buffer refilled, a barrier, the call, through the project's communicator): how long a
-    stream of calls leaves the links idle between two of them."""
-    from real.allreduce import backend_all_reduce, time_size
+    """Seconds the links idle between two calls of a stream of 1-element all-reduces made as
+    the all-reduce benchmark makes its calls, through the project's communicator
+    (``real.allreduce.stream_gaps``: from the end of the slowest rank's call to the next
+    call's start)."""
+    from real.allreduce import stream_gaps as gaps
     from real.comm_torch import TorchCommunicator
-    comm = TorchCommunicator(None, "gloo", 30.0, check_sizes=False, is_world=True)
-    spans: list = []
-    time_size(comm, {"backend": backend_all_reduce}, torch.ones(1), count, WARMUP, spans)
-    return [b_start - (a_start + a_dur) for (_, a_start, a_dur), (_, b_start, _) in zip(spans, spans[1:])]
+    return gaps(TorchCommunicator(None, "gloo", 30.0, check_sizes=False, is_world=True), count,
+                WARMUP)
 
 
 def bulk(rank: int, n_bytes: int, repeats: int, idle_s: float) -> list[float]:
