@@ -328,7 +328,7 @@ def main(argv=None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
-        with signals_raise():  # kill (SIGTERM) or a closed terminal tears the bed down as Ctrl-C does
+        with signals_raise():  # kill (SIGTERM), a closed terminal: the bed comes down as on Ctrl-C
             measure_all(args)
     except TestbedError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
