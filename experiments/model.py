@@ -73,9 +73,10 @@ back to back, so a chain starts on what the pause before it refilled, and its la
 size near the bucket are paid at the rate. ``predict_call_alone_s`` takes off what a full bucket
 saves on those rounds (``full_bucket_saving_s``, a walk of the call's rounds from a full bucket
 over the chains' own round durations, kept in ``ChainRounds``), and the stream adds back what it
-cannot lend: the naive ring's 64 kB call on 4 hosts at 1000 Mbit/s, 3 rounds of 64 kB, is 1.34
-ms as the chains ran, 0.91 ms on a full bucket and 1.02 ms in the benchmark's rotation (b2e6688
-measured 0.97).
+cannot lend: the naive ring's 64 kB call on 4 hosts at 1000 Mbit/s, 3 rounds of 64 kB, was
+1.36 ms as one grid's chains ran and 0.97 ms on a full bucket, its second round on tokens (a
+latency-bound round plus what 64 KiB added to the chains' first round: 0.16 ms) where the chains
+paid 0.54 ms at the rate (measured in the benchmark's rotation: 0.97).
 """
 
 from __future__ import annotations

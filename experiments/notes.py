@@ -1,19 +1,24 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
 regenerating RESULTS.md keeps them). The first paragraph of each experiment quotes the
 committed full grid (``experiments/results/full/``, ``python experiments/run.py --out
-experiments/results/full``, made at 3684d90, 57.3 min: the same measurements as b2e6688's,
-each all-reduce call priced on a full bucket, ``experiments.model.predict_call_alone_s``); in
-the ``allreduce`` note the second tells that change and quotes b2e6688's measurements
-repredicted and the grid made at c44492a (``experiments/results/full-c44492a/``). The second paragraph of the other
-notes (in the ``allreduce`` note, the third and fourth) quotes the grid committed at b2e6688
-(58.1 min: the same as a29fedc's with 4 and 8 hosts spread over the 2 cores, host i on core i
-mod 2, ``--host-cores spread``); in the ``allreduce`` note the fifth quotes the grid made at
-e992f5d (``experiments/results/full-idle/``: the same with every probe idling before its
-chains, ``--probe-idle``); the next (in the ``allreduce`` note, the sixth) quotes a29fedc's (59.0
-min: the same as fde2f0f's with the hand-written ring priced from rounds driven as it drives
-them, ``ring_probe.py --ring-rounds``, and the hosts of 4- and 8-host beds left to the kernel);
-the next after that (in the ``allreduce`` note, the eighth: its seventh compares the two grids'
-calls) quotes fde2f0f's (56.8 min, on a machine as fast at the hosts'
+experiments/results/full``, made at 0409507, 58.4 min: the gap between two calls of the
+benchmark's stream timed on each all-reduce point's own test bed, ``ring_probe.py
+--stream-gaps``, and a paced round on a full bucket priced as a round on tokens); in the
+``allreduce`` note the second tells that change. The second paragraph of the other notes (in
+the ``allreduce`` note, the third) quotes the grid made at 3684d90 (57.3 min: the same
+measurements as b2e6688's, each all-reduce call priced on a full bucket,
+``experiments.model.predict_call_alone_s``, its figures as that commit's model gave them); in
+the ``allreduce`` note the fourth tells that change and quotes b2e6688's measurements
+repredicted and the grid made at c44492a (``experiments/results/full-c44492a/``). The third
+paragraph of the other notes (in the ``allreduce`` note, the fifth and sixth) quotes the grid
+committed at b2e6688 (58.1 min: the same as a29fedc's with 4 and 8 hosts spread over the 2
+cores, host i on core i mod 2, ``--host-cores spread``); in the ``allreduce`` note the seventh
+quotes the grid made at e992f5d (``experiments/results/full-idle/``: the same with every probe
+idling before its chains, ``--probe-idle``); the next (in the ``allreduce`` note, the eighth)
+quotes a29fedc's (59.0 min: the same as fde2f0f's with the hand-written ring priced from rounds
+driven as it drives them, ``ring_probe.py --ring-rounds``, and the hosts of 4- and 8-host beds
+left to the kernel); the next after that (in the ``allreduce`` note, the tenth: its ninth
+compares the two grids' calls) quotes fde2f0f's (56.8 min, on a machine as fast at the hosts'
 own work as e899f2f's: Gloo's own all-reduce priced from rounds driven from C++ up to what a link
 carries in 16 ms (``experiments.measure.engine_max_bytes``), a stream of calls priced with the gap
 the calibration measures between two of the benchmark's calls (``stream_gap_s``), each host on a
@@ -48,6 +53,64 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
+        "**Full grid (made at 0409507, the first with the gap between calls timed on each "
+        "point's own test bed and a paced round on a full bucket priced as a round on tokens: "
+        "the next paragraph): median 0.4% over 132 all-reduce rows, worst −6.5%, none over 8%, "
+        "127 within 5% (3684d90: 0.4%, +16.9%, 3 over 8%).** Every 50 Mbit/s row is within "
+        "2.0%, every 200 Mbit/s row within 4.5%; at 1000 Mbit/s the median is 1.4%. The worst "
+        "rows, all at 1000 Mbit/s: Gloo's 16 MB call on 8 hosts −6.5% (238 ms predicted, 255 "
+        "measured; the ring's and the naive ring's 16 MB there −1.6% and −1.8%), the ring's 1 "
+        "MB on 8 hosts +6.2% (16.1 against 15.1 ms), the 2-host 64 kB calls −4.4% to −5.8% "
+        "(0.416–0.441 ms predicted, 0.438–0.461 measured), the ring's 64 kB on 8 hosts −5.6% "
+        "and Gloo's 256 kB there +5.6%. The three rows over 8% in 3684d90: Gloo's 64 kB on 2 "
+        "hosts −5.0% (its 0.367 ms there did not come back: 0.438), the naive ring's 64 kB on "
+        "8 hosts −2.3%, the ring's 256 kB on 4 hosts +2.1% (2.960 ms predicted, 2.899 "
+        "measured). The naive ring's 64 kB on 4 hosts, over 8% in every grid before 3684d90, is "
+        "−1.2%. Against 3684d90 the measured times moved by 0.2% at the median and by 19.2% at "
+        "most (that Gloo row; `repeatability` in `allreduce.json`). What each change buys, on "
+        "this grid's measurements: with the calibration's 2-host gap for every bed (the "
+        "ablation's `rounds, the calibration's gap`) the ring's 256 kB on 4 hosts is +8.2% and "
+        "Gloo's +7.5%, one row over 8%, though Gloo's 64 kB on 2 hosts comes out −0.4% (the "
+        "calibration's gap, 0.101 ms, is shorter than the bed's, 0.111); with a paced round on "
+        "tokens costing a latency-bound round, as before, the naive ring's 64 kB on 4 hosts is "
+        "−5.1%; with the mean later 64 B round as the latency-bound one, the naive ring's 64 kB "
+        "on 8 hosts is +5.7%. No other row moves by 0.5 points under either of the last two "
+        "(on a copy of `experiments/results/full`: `python experiments/run.py --repredict "
+        "allreduce ps_vs_ring --out <copy>` after `experiments.model.ChainRounds."
+        "on_tokens_round_s = lambda self, size: self.latency_round_s()`, or `"
+        "experiments.model.ChainRounds.latency_round_s = lambda self: self.next_s[0]`).",
+        "**The gap between calls, timed on each test bed; a paced round on tokens (76470ef).** "
+        "The stream model refills the bucket during the gap before each call. That gap had been "
+        "timed once per rate, by the calibration, on 2 hosts and on rank 0, and priced every "
+        "bed. Timed on the beds themselves, from the end of the slowest rank's call (the call "
+        "the benchmark times) to the next call's start, it grows with the hosts: in this grid "
+        "0.11 ms on 2 hosts, 0.28–0.29 ms on 4 and 0.54–0.60 ms on 8, at every rate (the "
+        "barrier before each call takes ⌈log2 H⌉ rounds). The bracketing probes of each "
+        "all-reduce point now end with a stream of 200 1-element calls made as the benchmark "
+        "makes its calls (`ring_probe.py --stream-gaps`, `real.allreduce.stream_gaps`), and the "
+        "point is priced with its own bed's gap; the calibration's gap is now also taken from "
+        "the slowest rank's call, for stored runs whose probes timed none. It matters where a "
+        "rotation of calls outruns the bucket: the three 256 kB calls on 4 hosts at 1000 "
+        "Mbit/s, 5.7–8.2% over in three grids, each get 0.17 ms more of refill. With it the "
+        "naive ring's 64 kB call on 4 hosts there runs as it would alone, and on a development "
+        "bed its price on a full bucket was 6% under (0.912 ms against 0.970): the walk had "
+        "priced a paced round that the tokens cover as one latency-bound round (of 64 B), but "
+        "a 64 KiB round on tokens also pays for its bytes: what they added to the chains' first "
+        "round, which started on tokens too (0.23 ms at 64 KiB against 0.17 at 64 B on that "
+        "bed), so 0.16 ms a round (`ChainRounds.on_tokens_round_s`). And the latency-bound "
+        "round is now the chains' median later round at the smallest size, not their mean, "
+        "which one slow round near a chain's end raised on 8 hosts (3684d90's naive 64 kB on 8 "
+        "hosts: the next paragraph). These were made on development beds (4 and 2 hosts at 1000 "
+        "Mbit/s, 8 at 1000 and 200: `experiments.measure.measure_allreduce`, predicted from "
+        "3684d90's calibration) and checked on the stored grids, whose probes timed no stream "
+        "(the calibration's gap prices them): on b2e6688's measurements (`python "
+        "experiments/run.py --repredict allreduce ps_vs_ring --out <a copy of b2e6688's "
+        "experiments/results/full>`) the naive 64 kB rows on 4 and 8 hosts at 1000 Mbit/s go "
+        "+6.3% → −0.5% and −4.4% → −3.2%, worst 7.1%, none over 8%; on 3684d90's +8.7% → "
+        "+0.7% (8 hosts) and −6.9% → −3.8% (4 hosts), 2 rows over 8%; on c44492a's (kept in "
+        "`experiments/results/full-c44492a/`, predicted by today's model) the 4-host one −1.4% → "
+        "−3.4%, still 7 over 8%. No other stored row moves by 0.5 points. This grid is the "
+        "first whose measurements none of it had seen.",
         "**Full grid (made at 3684d90, the first with each call priced on a full bucket: the "
         "next paragraph): median 0.4% over 132 all-reduce rows, worst +16.9%, 3 over 8%, 126 "
         "within 5% (b2e6688: 0.5%, +38.2%, 1 over 8%).** The naive ring's 64 kB call on 4 hosts "
@@ -978,6 +1041,12 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
+        "**Full grid (made at 0409507: the `allreduce` note): median 1.1% over 12 rows, worst "
+        "−3.8% (3684d90: 0.8% and −4.3%).** 50 Mbit/s −1.2…+0.2%; 200 Mbit/s −3.8…−1.1%; the "
+        "8 replicas at 200 Mbit/s with real compute 75.2 ms a step, 72.4 predicted (3684d90 "
+        "75.4 and 72.1). The sync model is unchanged (its all-reduce is one call after the "
+        "compute, not a stream: no gap between calls prices it), and every row is again "
+        "measured a little slower than predicted.",
         "**Full grid (made at 3684d90: the `allreduce` note): median 0.8% over 12 rows, worst "
         "−4.3% (b2e6688: 0.9% and −4.4%).** 50 Mbit/s −1.1…+0.3%; 200 Mbit/s −4.3…+0.2%; the "
         "8 replicas at 200 Mbit/s with real compute 75.4 ms a step, 72.1 predicted (b2e6688 "
@@ -1101,6 +1170,8 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
+        "**Full grid (made at 0409507): 4 hosts at 200 Mbit/s, −2.6%** (3684d90 −1.5%; 112.2 "
+        "ms a step measured, 109.3 predicted).",
         "**Full grid (made at 3684d90): 4 hosts at 200 Mbit/s, −1.5%** (b2e6688 −2.5%; 110.9 ms "
         "a step measured, 109.3 predicted).",
         "**Full grid (b2e6688, the 4 hosts' torchrun agents spread over the 2 cores): 4 hosts "
@@ -1126,6 +1197,10 @@ NOTES: dict[str, list[str]] = {
         "where namespaces can be made.",
     ],
     "async": [
+        "**Full grid (made at 0409507): seconds per update, 2, 4 and 8 workers, 50 Mbit/s "
+        "−0.8%, −0.1%, −0.2%; 200 Mbit/s −5.9%, −0.0%, +0.1% (3684d90: −0.4%, −0.1%, −0.2%; "
+        "−4.9%, +0.1%, +0.1%).** The push window's notice with 2 workers at 200 Mbit/s: 68.7 "
+        "ms an update, 64.7 predicted.",
         "**Full grid (made at 3684d90): seconds per update, 2, 4 and 8 workers, 50 Mbit/s "
         "−0.4%, −0.1%, −0.2%; 200 Mbit/s −4.9%, +0.1%, +0.1% (b2e6688: −0.8%, −0.0%, −0.2%; "
         "−5.7%, −0.1%, +0.0%).** The push window's notice with 2 workers at 200 Mbit/s: 68.0 ms "
@@ -1399,6 +1474,11 @@ NOTES: dict[str, list[str]] = {
         "faster server link bought nothing (the `ps_vs_ring` note).",
     ],
     "ps_vs_ring": [
+        "**Full grid (made at 0409507): median 0.5%, worst −4.2% (3684d90: 0.2%, −2.4%).** "
+        "Ring rows +0.0%, +0.1%, −0.6% (their probes time no stream: the calibration's gap "
+        "prices them, and at 0.8 MB a call it moves them by under 0.1 point); the worst row is "
+        "4 workers at 200 Mbit/s with a server link 2× theirs, −4.2% (79.3 ms predicted, 82.8 "
+        "measured; 3684d90 −2.4%).",
         "**Full grid (made at 3684d90): median 0.2%, worst −2.4% (b2e6688: 0.4%, −4.1%).** "
         "Ring rows +0.1%, +0.2%, −0.1% (the rings' calls priced by the stream model, each on a "
         "full bucket now: at 0.8 MB a call, the walk moves them by under 0.1 point); the two "
@@ -1582,6 +1662,10 @@ NOTES: dict[str, list[str]] = {
         "do.",
     ],
     "async_vs_sync": [
+        "**Full grid (made at 0409507): sync per step −0.7%, −1.2%, −1.4%; async per update "
+        "−5.5%, −0.8%, −0.4% for 2, 4 and 8 workers (3684d90: +0.1%, −0.8%, −1.2%; −5.0%, "
+        "−0.3%, −0.4%).** The 2-worker async run, 68.5 ms an update against 64.7, is the "
+        "`async` note's notice.",
         "**Full grid (made at 3684d90): sync per step +0.1%, −0.8%, −1.2%; async per update "
         "−5.0%, −0.3%, −0.4% for 2, 4 and 8 workers (b2e6688: −0.3%, −1.2%, −1.6%; −5.6%, −0.5%, "
         "−1.2%).** The 2-worker async run, 68.1 ms an update against 64.7, is the `async` "
