@@ -60,10 +60,11 @@ carries in that time, a call lasts until its bytes have passed at the rate. ``st
 runs the bucket through the rotation until it settles: each call as long as it takes alone or
 as its missing tokens take to refill, a gap before each: what the test bed's own probe measured
 between two 1-element calls of such a stream, from the end of the slowest rank's call to the
-next call's start (``stream_gap_s``: the barrier and the loop's own work; 0.09 ms on 2 hosts at
-1000 Mbit/s, 0.25-0.29 ms on 4, where the barrier takes two rounds), or where the probe has none
-the calibration's on 2 hosts (before the probes timed it, and before the gap was taken after
-the slowest rank's call: rank 0's), or, in a calibration without it, the 1-element all_reduce.
+next call's start (``stream_gap_s``: the barrier and the loop's own work; in one full grid
+0.11 ms on 2 hosts, 0.28-0.29 on 4, 0.54-0.60 on 8, the barrier's ⌈log2 H⌉ rounds), or where
+the probe has none the calibration's on 2 hosts (a stored run from before the probes timed it,
+and before the gap was taken after the slowest rank's call, has rank 0's), or, in a
+calibration without it, the 1-element all_reduce.
 On 2 hosts at 1000 Mbit/s (a 125 kB bucket) a 64 kB ring call alone takes 0.38 ms (the full
 grid's rounds); in a stream its 64 kB each way take 0.54 ms at the 950 Mbit/s duplex rate, of
 which the barrier refills 0.13 ms: 0.41 ms a call (measured: 0.44).

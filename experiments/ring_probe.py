@@ -26,8 +26,9 @@ the addition and the send inside the round, no send waited for until the chain's
 emulated hosts at 1000 Mbit/s a 16 KiB round took 0.19-0.21 ms in the plain chains and
 0.23-0.25 ms driven as the ring drives it, its first round 0.29 against 0.45 ms. With
 ``--stream-gaps N`` it also times how long the links idle between two calls of the benchmark's
-stream (``real.allreduce.stream_gaps``), as ``stream_gap_s``: on 4 hosts at 1000 Mbit/s 0.25-0.29
-ms, on 2 hosts 0.09 ms (the barrier before each call takes more rounds on more hosts).
+stream (``real.allreduce.stream_gaps``), as ``stream_gap_s``: in one full grid 0.11 ms on 2
+hosts, 0.28-0.29 ms on 4 and 0.54-0.60 ms on 8, at every rate (the barrier before each call
+takes ⌈log2 H⌉ rounds).
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on
