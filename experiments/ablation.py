@@ -1,6 +1,7 @@
 """The all-reduce model eleven ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
+    python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
 
 All predictions come from the same run's calibration (network only); only the model differs:
 
@@ -35,7 +36,8 @@ All predictions come from the same run's calibration (network only); only the mo
   each call in the stream of calls too (``measured_rounds=False``);
 * ``shaper, no start-up``: the same without the start-up table.
 
-Prints one line per row group: rows, then median and worst |error| of each model.
+Prints one line per row group: rows, then median and worst |error| of each model; with
+``--model``, each row's prediction under that model, its measurement and the error.
 """
 
 from __future__ import annotations
@@ -124,10 +126,17 @@ def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
 
 def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
            turns: dict | None = None) -> list[float]:
-    """|error| of each row under ``model``; ``tables``: point label -> its own ring-probe record.
-    A row's call takes turns with the algorithms of its test bed and size in ``turns``
-    (``turns_of`` all the run's rows: a group that keeps only some algorithms must not change
-    the rotation the benchmark ran; by default, ``turns_of(rows)``)."""
+    """|error| of each row under ``model`` (``predictions``, the same arguments)."""
+    return [abs(p - r["measured_s"]) / r["measured_s"]
+            for p, r in zip(predictions(rows, nets, model, tables, turns), rows)]
+
+
+def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
+                turns: dict | None = None) -> list[float]:
+    """Seconds each row is predicted under ``model``; ``tables``: point label -> its own
+    ring-probe record. A row's call takes turns with the algorithms of its test bed and size in
+    ``turns`` (``turns_of`` all the run's rows: a group that keeps only some algorithms must not
+    change the rotation the benchmark ran; by default, ``turns_of(rows)``)."""
     turns = turns_of(rows) if turns is None else turns
     out = []
     for r in rows:
@@ -160,7 +169,7 @@ def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
             turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
             predicted = predict_allreduce_stream_s(turn, r["hosts"], r["bytes"], net,
                                                    measured_rounds=rounds)[r["algorithm"]]
-        out.append(abs(predicted - r["measured_s"]) / r["measured_s"])
+        out.append(predicted)
     return out
 
 
@@ -181,11 +190,21 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=str(RESULTS),
                         help="folder with calibration.json and allreduce.json")
+    parser.add_argument("--model", choices=MODELS, metavar="MODEL",
+                        help="instead of the table, every row under this model: predicted, "
+                             "measured, error (one of: " + "; ".join(MODELS) + ")")
     args = parser.parse_args(argv)
     folder = Path(args.results)
     try:
         calibration = json.loads((folder / "calibration.json").read_text())
         allreduce = json.loads((folder / "allreduce.json").read_text())
+        if args.model:
+            nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
+            rows = allreduce["rows"]
+            for r, p in zip(rows, predictions(rows, nets, args.model, allreduce.get("rounds"))):
+                print(f"{r['config']}: predicted {p * 1e3:.3f} ms, measured "
+                      f"{r['measured_s'] * 1e3:.3f} ms, {p / r['measured_s'] - 1:+.1%}")
+            return 0
         table = ablation(calibration, allreduce["rows"], allreduce.get("rounds"))
     except (OSError, ValueError) as error:
         parser.error(f"cannot read the results in {folder}: {error}")

@@ -525,6 +525,21 @@ def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_witho
     assert result["rounds, no additions"][1] == pytest.approx(abs(0.362 + 0.367 - 0.73) / 0.73)
 
 
+def test_ablation_with_a_model_prints_each_rows_prediction_under_it(tmp_path, capsys):
+    from experiments.ablation import main
+    rounds = {"results": [{"bytes": 2_000_000, "first_s": 0.362, "next_s": 0.367, "reduce_s": 0.002},
+                          {"bytes": 4_000_000, "first_s": 0.722, "next_s": 0.731, "reduce_s": 0.004}]}
+    (tmp_path / "calibration.json").write_text(json.dumps([{**CALIBRATION, "rounds": {"2": rounds}}]))
+    rows = [{"config": "ring 4MB H=2 50Mbps", "algorithm": "ring", "hosts": 2, "bytes": 4_000_000,
+             "bandwidth_bps": 50e6, "measured_s": 0.73}]
+    (tmp_path / "allreduce.json").write_text(json.dumps({"rows": rows}))
+    for model, predicted_ms in (("rounds", 731.0), ("rounds, no additions", 729.0)):
+        assert main(["--results", str(tmp_path), "--model", model]) == 0
+        error = predicted_ms / 730.0 - 1
+        assert capsys.readouterr().out == (f"ring 4MB H=2 50Mbps: predicted {predicted_ms:.3f} ms, "
+                                           f"measured 730.000 ms, {error:+.1%}\n")
+
+
 def _ends_probe(scale: float) -> list[dict]:
     """3-round chains at two sizes: the later rounds of a chain slower than its second."""
     return [{"bytes": n, "first_s": t, "next_s": 2 * t, "reduce_s": 0.0,
