@@ -1,0 +1,175 @@
+"""How far one test bed's timings move from one launch of its processes to the next.
+
+    sudo python -m experiments.launch_spread --hosts 4 --bandwidth 1000Mbps --launches 6
+    sudo python -m experiments.launch_spread --hosts 2 --bandwidth 1000Mbps --benchmark 4B,64KB
+
+An experiment point predicts its benchmark (``real/allreduce.py``) from probes
+(``ring_probe.py``) launched before and after it on the same test bed: the same namespaces and
+shapers, but new processes. This runs the probe ``--launches`` times on one test bed, each
+launch its chains at ``--sizes`` (Python-driven, C++-driven as Gloo's own ring, and as the
+hand-written ring drives them) and a stream of 1-element calls (``--stream-gaps``); with
+``--benchmark SIZES``, each probe is followed by a launch of the benchmark at those sizes with
+a trace, from which the gaps its own stream of calls left are read as the probe reads its
+(``trace_gaps``). Prints, per launch, the median time of each driver's chains per size, the
+probe's median gap and, for the benchmark, each size's median call per algorithm and median
+gap; then each figure's range over the launches. ``--json FILE`` writes every launch's figures.
+Needs root (the test bed), as every experiment does.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type, check_output_file
+from dsgd_sim.units import format_bytes, parse_bandwidth, parse_count, parse_size
+from experiments.measure import rank_command, testbed_config
+from real.testbed import TestbedError, scratch_testbed
+
+DRIVERS = {"python": "results", "engine": "engine_results", "ring": "ring_results"}
+MAX_LAUNCHES = 50
+LAUNCH_TIMEOUT_S = 300.0
+
+
+def trace_gaps(events: list[dict]) -> dict[int, list[float]]:
+    """Bytes -> seconds between two calls of that size in a benchmark trace
+    (``real/allreduce.py --trace``: one track per rank, a span per timed call), as
+    ``real.allreduce.stream_gaps`` times a stream: rank 0's start to start, less the slowest
+    rank's call (the call the benchmark times). Calls are matched across ranks by their order."""
+    spans = [e for e in events if e.get("ph") == "X"]
+    tracks: dict[int, list[dict]] = {}
+    for span in sorted(spans, key=lambda e: e["ts"]):
+        tracks.setdefault(int(span["tid"]), []).append(span)
+    if 0 not in tracks or len({len(t) for t in tracks.values()}) != 1:
+        raise ValueError("the trace needs rank 0's track and as many calls on every rank's")
+    gaps: dict[int, list[float]] = {}
+    for k, (call, after) in enumerate(zip(tracks[0], tracks[0][1:])):
+        size = int(call["args"]["bytes"])
+        if int(after["args"]["bytes"]) != size:
+            continue  # the next size's first call follows its own untimed check
+        slowest_us = max(track[k]["dur"] for track in tracks.values())
+        gaps.setdefault(size, []).append((after["ts"] - call["ts"] - slowest_us) / 1e6)
+    return gaps
+
+
+def probe_figures(record: dict) -> dict:
+    """Median seconds of each driver's chains to their end, per size, and the median gap."""
+    figures = {}
+    for driver, key in DRIVERS.items():
+        for row in record.get(key) or []:
+            ends = [chain[-1] for chain in row["ends_chains_s"]]
+            figures[f"{driver} {format_bytes(int(row['bytes']))}"] = statistics.median(ends)
+    if record.get("stream_gap_s"):
+        figures["probe gap"] = statistics.median(record["stream_gap_s"])
+    return figures
+
+
+def benchmark_figures(record: dict, events: list[dict]) -> dict:
+    """Median seconds per call of each algorithm and size, and each size's median gap."""
+    figures = {f"{r['algorithm']} {format_bytes(r['bytes'])}": r["time_s"]
+               for r in record["results"]}
+    for size, gaps in sorted(trace_gaps(events).items()):
+        figures[f"benchmark gap {format_bytes(size)}"] = statistics.median(gaps)
+    return figures
+
+
+def launch_commands(args, folder: Path, launch: int) -> list[tuple[str, str]]:
+    """(what, command) of one launch: the probe, then the benchmark where asked for."""
+    probe = rank_command("experiments/ring_probe.py", [
+        "--sizes", ",".join(f"{n}B" for n in args.sizes), "--repeats", str(args.repeats),
+        "--engine-rounds", "--ring-rounds", "--stream-gaps", str(args.stream_gaps),
+        "--threads", "1", "--json", str(folder / f"probe{launch}.json")])
+    commands = [("probe", probe)]
+    if args.benchmark:
+        commands.append(("benchmark", rank_command("real/allreduce.py", [
+            "--sizes", ",".join(f"{n}B" for n in args.benchmark), "--iters", str(args.iters),
+            "--warmup", "1", "--threads", "1", "--seed", str(args.seed), "--timeout", "120s",
+            "--json", str(folder / f"bench{launch}.json"),
+            "--trace", str(folder / f"trace{launch}.json")])))
+    return commands
+
+
+def run_launches(args) -> list[dict]:
+    """Every launch's figures, all on one test bed."""
+    launches = []
+    with tempfile.TemporaryDirectory(prefix="launch-spread-") as tmp, \
+            scratch_testbed(testbed_config(args.hosts, args.bandwidth)) as bed:
+        folder = Path(tmp)
+        for launch in range(args.launches):
+            for what, command in launch_commands(args, folder, launch):
+                result = bed.run(command, timeout_s=LAUNCH_TIMEOUT_S, echo=False)
+                if not result.ok:
+                    lines = result.hosts[0].stderr().strip().splitlines() or ["(no output)"]
+                    raise TestbedError(f"launch {launch}: the {what} failed: {lines[-1]}")
+            figures = probe_figures(json.loads((folder / f"probe{launch}.json").read_text()))
+            if args.benchmark:
+                trace = json.loads((folder / f"trace{launch}.json").read_text())
+                figures.update(benchmark_figures(
+                    json.loads((folder / f"bench{launch}.json").read_text()),
+                    trace["traceEvents"]))
+            print(f"launch {launch}: " + ", ".join(f"{k} {v * 1e3:.3f} ms"
+                                                   for k, v in figures.items()), flush=True)
+            launches.append(figures)
+    return launches
+
+
+def print_ranges(launches: list[dict]) -> None:
+    for name in launches[0]:
+        values = [figures[name] * 1e3 for figures in launches]
+        print(f"{name}: {min(values):.3f} to {max(values):.3f} ms "
+              f"(median {statistics.median(values):.3f}, max/min {max(values) / min(values):.2f})")
+
+
+def parse_args(argv=None):
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=argparse_type(parse_count, "hosts"), default=2)
+    parser.add_argument("--bandwidth", type=argparse_type(parse_bandwidth, "bandwidth"),
+                        default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")
+    parser.add_argument("--launches", type=int, default=6, help="probe launches (default 6)")
+    parser.add_argument("--sizes", default="64B,16KB", help="the probe's chain sizes")
+    parser.add_argument("--repeats", type=int, default=5, help="chains per size and driver")
+    parser.add_argument("--stream-gaps", type=int, default=200,
+                        help="1-element calls of the probe's stream (default 200)")
+    parser.add_argument("--benchmark", metavar="SIZES",
+                        help="after each probe, the all-reduce benchmark at these sizes, traced")
+    parser.add_argument("--iters", type=int, default=45, help="the benchmark's timed iterations")
+    parser.add_argument("--seed", type=int, default=0, help="the benchmark's buffers' seed")
+    parser.add_argument("--json", help="write every launch's figures here")
+    args = parser.parse_args(argv)
+    try:
+        check_output_file("--json", args.json)
+        args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+        args.benchmark = [parse_size(s) for s in args.benchmark.split(",")] if args.benchmark else []
+    except ValueError as error:
+        parser.error(str(error))
+    if args.hosts < 2:
+        parser.error(f"--hosts must be at least 2, got {args.hosts}")
+    if not 2 <= args.launches <= MAX_LAUNCHES:
+        parser.error(f"--launches must be from 2 to {MAX_LAUNCHES}, got {args.launches}")
+    if args.repeats < 1 or args.iters < 1 or args.stream_gaps < 2 or args.seed < 0:
+        parser.error("--repeats and --iters must be at least 1, --stream-gaps at least 2, "
+                     "--seed at least 0")
+    if any(n < 4 or n % 4 for n in args.sizes + args.benchmark):
+        parser.error("--sizes and --benchmark take whole float32 buffers: multiples of 4 bytes")
+    return parser, args
+
+
+def main(argv=None) -> int:
+    parser, args = parse_args(argv)
+    try:
+        launches = run_launches(args)
+    except (TestbedError, OSError, ValueError, KeyError) as error:
+        print(f"launch_spread: {error}", file=sys.stderr)
+        return 1
+    print_ranges(launches)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "launches": launches}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

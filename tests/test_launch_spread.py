@@ -1,0 +1,79 @@
+"""experiments/launch_spread.py: gaps read from a benchmark trace, its CLI, and a run on a bed."""
+
+import json
+
+import pytest
+
+from experiments.launch_spread import main, probe_figures, trace_gaps
+from real.testbed import network
+
+REASON = network.unavailable_reason()
+needs_namespaces = pytest.mark.skipif(REASON is not None, reason=f"cannot make namespaces: {REASON}")
+
+
+def span(rank, start_us, dur_us, n_bytes):
+    return {"ph": "X", "tid": rank, "ts": start_us, "dur": dur_us, "args": {"bytes": n_bytes}}
+
+
+def test_trace_gaps_are_start_to_start_less_the_slowest_ranks_call():
+    events = [{"ph": "M", "name": "thread_name", "tid": 0},
+              # size 4: three calls; rank 1's second call is the slower one
+              span(0, 0, 100, 4), span(1, 5, 90, 4),
+              span(0, 200, 100, 4), span(1, 205, 150, 4),
+              span(0, 500, 100, 4), span(1, 505, 90, 4),
+              # size 64000: two calls, after the untimed check that separates the sizes
+              span(0, 2000, 400, 64000), span(1, 2010, 380, 64000),
+              span(0, 2500, 400, 64000), span(1, 2510, 380, 64000)]
+    gaps = trace_gaps(events)
+    assert gaps[4] == pytest.approx([100e-6, 150e-6])  # 200 - 100, 300 - 150
+    assert gaps[64000] == pytest.approx([100e-6])      # 500 - 400; no gap across the sizes
+    assert set(gaps) == {4, 64000}
+
+
+def test_trace_gaps_refuse_a_trace_whose_ranks_disagree():
+    with pytest.raises(ValueError, match="rank 0"):
+        trace_gaps([span(0, 0, 10, 4), span(0, 20, 10, 4), span(1, 0, 10, 4)])
+    with pytest.raises(ValueError, match="rank 0"):
+        trace_gaps([span(1, 0, 10, 4)])
+
+
+def test_probe_figures_are_medians_of_each_drivers_chain_ends_and_of_the_gaps():
+    record = {"results": [{"bytes": 64, "ends_chains_s": [[0.1, 0.2], [0.1, 0.4], [0.1, 0.3]]}],
+              "engine_results": [{"bytes": 64, "ends_chains_s": [[0.5], [0.7]]}],
+              "stream_gap_s": [1e-4, 3e-4, 2e-4]}
+    figures = probe_figures(record)
+    assert figures == pytest.approx({"python 64 B": 0.3, "engine 64 B": 0.6, "probe gap": 2e-4})
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--launches", "1"], "--launches"),
+    (["--hosts", "1"], "--hosts"),
+    (["--bandwidth", "fast"], "bandwidth"),
+    (["--sizes", "6B"], "multiples of 4"),
+    (["--benchmark", "64KB,x"], "x"),
+    (["--stream-gaps", "1"], "--stream-gaps"),
+])
+def test_bad_arguments_are_one_line_and_status_2(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err
+
+
+@needs_namespaces
+def test_two_launches_on_one_bed_report_the_probes_and_the_benchmarks_gaps(tmp_path, capsys):
+    out = tmp_path / "spread.json"
+    assert main(["--hosts", "2", "--bandwidth", "1000Mbps", "--launches", "2", "--sizes", "64B",
+                 "--repeats", "2", "--stream-gaps", "20", "--benchmark", "64KB", "--iters", "4",
+                 "--json", str(out)]) == 0
+    launches = json.loads(out.read_text())["launches"]
+    assert len(launches) == 2
+    for figures in launches:
+        assert {"python 64 B", "engine 64 B", "ring 64 B", "probe gap", "ring 64 KB",
+                "naive 64 KB", "backend 64 KB", "benchmark gap 64 KB"} <= set(figures)
+        # a 64 kB call at 1000 Mbit/s, and the gap before one, take well under 50 ms
+        assert 0.0 < figures["backend 64 KB"] < 0.05
+        assert 0.0 < figures["benchmark gap 64 KB"] < 0.05
+    printed = capsys.readouterr().out
+    assert "launch 0:" in printed and "launch 1:" in printed and "benchmark gap 64 KB:" in printed
