@@ -163,18 +163,12 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
     ``real/allreduce.py``'s ring drives them, each chain after ``idle_s`` (``--idle``), then
     with ``stream_gaps`` a stream of that many 1-element calls (``--stream-gaps``), writing
     ``{out}/json_name``."""
-    args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--threads", "1", "--timeout", "120s",
-            "--engine-rounds", *probe_args(repeats, rounds, engine_max, ring, idle_s, stream_gaps)]
-    return rank_command("experiments/ring_probe.py", args, json_name)
-
-
-def probe_args(repeats: int, rounds: int, engine_max: int, ring: bool, idle_s: float,
-               stream_gaps: int) -> list[str]:
-    """The probe's flags other than its sizes, as ``ring_probe.py`` and
-    ``allreduce_point.py`` both take them (``probe_command``)."""
-    return ["--rounds", str(rounds), "--repeats", str(repeats), "--engine-max", f"{engine_max}B",
-            "--idle", f"{idle_s * 1e3:.3f}ms", *(["--ring-rounds"] if ring else []),
+    args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
+            "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
+            *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
+            "--idle", f"{idle_s * 1e3:.3f}ms",
             *(["--stream-gaps", str(stream_gaps)] if stream_gaps else [])]
+    return rank_command("experiments/ring_probe.py", args, json_name)
 
 
 # the probe's other drivers of the same rounds: from C++ (--engine-rounds), as the ring (--ring-rounds)
@@ -301,41 +295,41 @@ BRACKET_STREAM_CALLS = 200         # ... and the 1-element calls of its stream (
 
 def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
                       quick: bool = False) -> dict:
-    """``real/allreduce.py``'s benchmark on ``config``'s test bed, calibrated there, all in one
-    launch of ``experiments/allreduce_point.py``: ``results``, the all-reduce rows (median
-    seconds per algorithm and size, slowest rank's time), and ``rounds``, the ring rounds timed
-    by the same processes just before the rows and again just after (``bracket``), up to the
-    largest round the point sends (a naive ring's whole buffer), with the gaps a stream of calls
-    leaves between them there. Sizes under ``SMALL_ALLREDUCE_BYTES`` run first, with
-    ``SMALL_ITERS_FACTOR`` times the iterations. One launch, because each launch of a bed's
-    processes runs in a state of its own, which a probe launched apart does not share
-    (``experiments/allreduce_point.py``)."""
-    bed = testbed_config(config.hosts, config.bandwidth_bps)
-    sizes = ([s for s in config.sizes_bytes if s < SMALL_ALLREDUCE_BYTES]
-             + [s for s in config.sizes_bytes if s >= SMALL_ALLREDUCE_BYTES])
-    iters = [config.iters * (SMALL_ITERS_FACTOR if s < SMALL_ALLREDUCE_BYTES else 1) for s in sizes]
-    round_sizes = round_sizes_up_to(max(config.sizes_bytes), quick)
-    args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--iters", ",".join(map(str, iters)),
-            "--warmup", str(config.warmup), "--algorithms", ",".join(config.algorithms),
-            "--probe-sizes", ",".join(f"{n}B" for n in round_sizes),
-            *probe_args(BRACKET_REPEATS, chain_rounds(config.hosts),
-                        engine_max_bytes(config.bandwidth_bps), "ring" in config.algorithms,
-                        probe_idle_s(bed), BRACKET_STREAM_CALLS),
-            "--threads", "1", "--timeout", "120s"]
-    point = run_collect(bed, rank_command("experiments/allreduce_point.py", args, "point.json"),
-                        "point.json", config.label, timeout_s)
-    return {"rounds": bracket(point["rounds_before"], point["rounds_after"]),
-            "results": point["results"]}
+    """``real/allreduce.py`` on ``config``'s test bed, calibrated there: ``results``, the
+    all-reduce rows (median seconds per algorithm and size, slowest rank's time), and ``rounds``,
+    the ring rounds timed by ``experiments/ring_probe.py`` on the same hosts just before the rows
+    and again just after (``run_bracketed``), up to the largest round the point sends (a naive
+    ring's whole buffer), with the gaps a stream of calls leaves between them there. Sizes under
+    ``SMALL_ALLREDUCE_BYTES`` run first, in their own call with ``SMALL_ITERS_FACTOR`` times the
+    iterations."""
+    groups = [("small", [s for s in config.sizes_bytes if s < SMALL_ALLREDUCE_BYTES],
+               config.iters * SMALL_ITERS_FACTOR),
+              ("large", [s for s in config.sizes_bytes if s >= SMALL_ALLREDUCE_BYTES], config.iters)]
+    groups = [g for g in groups if g[1]]
+    commands = []
+    for name, sizes, iters in groups:
+        args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
+                ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
+                "--timeout", "120s", "--threads", "1"]
+        commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
+    files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), commands,
+                                  tuple(f"{name}.json" for name, _, _ in groups), config.label,
+                                  timeout_s, round_sizes_up_to(max(config.sizes_bytes), quick),
+                                  ring="ring" in config.algorithms,
+                                  stream_gaps=BRACKET_STREAM_CALLS)
+    return {"rounds": rounds,
+            "results": [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]}
 
 
 def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tuple[str, ...],
                   label: str, timeout_s: float, round_sizes: list[int],
-                  ring: bool = False) -> tuple[dict, dict]:
+                  ring: bool = False, stream_gaps: int = 0) -> tuple[dict, dict]:
     """``commands`` one after the other on a fresh test bed, with ring rounds of ``round_sizes``
     timed by ``experiments/ring_probe.py`` on the same hosts just before them and again just
     after: the ``json_names`` files (as ``run_collect`` returns them) and the round table
     (``bracket``: per size the median over both probes' chains), for the point's prediction.
-    With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``).
+    With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``);
+    with ``stream_gaps``, each also times the gaps of a stream of that many calls.
 
     Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
     emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
@@ -345,7 +339,7 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     rounds = chain_rounds(bed_config.hosts)
     probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
                             engine_max_bytes(bed_config.bandwidth_bps), ring,
-                            probe_idle_s(bed_config))
+                            probe_idle_s(bed_config), stream_gaps)
               for side in ("before", "after")]
     files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)

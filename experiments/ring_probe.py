@@ -272,32 +272,6 @@ def parse_args(argv=None):
     return parser, args
 
 
-def probe_record(comm, args) -> dict:
-    """The probe's record on ``comm`` (2 ranks or more; with ``args.engine_rounds``, one that
-    ``engine_rounds.check_comm`` accepted): the chains of ``args.size_bytes`` driven from
-    Python, and as ``args`` asks, as the ring drives them and from C++, then the gaps of a
-    stream of calls. ``args`` as ``parse_args`` makes it (``rounds`` None: a ring's own)."""
-    rounds = args.rounds or chain_rounds(comm.world_size)
-    record = {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
-              "backend": comm.backend, "rounds": rounds, "repeats": args.repeats,
-              "idle_s": args.idle_s, "threads_per_rank": torch.get_num_threads()}
-    record["results"] = probe(comm, args.size_bytes, rounds, args.repeats, idle_s=args.idle_s)
-    ring_sizes = [n for n in args.size_bytes if n <= args.engine_max_bytes]
-    if args.ring_rounds and ring_sizes:
-        record["ring_results"] = probe(comm, ring_sizes, rounds, args.repeats,
-                                       chain=ring_chain_marks, idle_s=args.idle_s)
-    engine_sizes = [n for n in args.size_bytes
-                    if engine_rounds.MIN_BYTES <= n <= args.engine_max_bytes]
-    if args.engine_rounds and engine_sizes:
-        record["engine_results"] = probe(
-            comm, engine_sizes, rounds, args.repeats,
-            chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG),
-            idle_s=args.idle_s)
-    if args.stream_gaps:
-        record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)
-    return record
-
-
 def main(argv=None) -> None:
     parser, args = parse_args(argv)
     if args.engine_rounds:  # every rank builds (or finds) it before any waits for another
@@ -308,15 +282,34 @@ def main(argv=None) -> None:
     with open_comm(parser, args, check_sizes=False) as comm:
         if comm.world_size < 2:
             parser.error(f"a ring needs at least 2 ranks, got {comm.world_size}")
+        rounds = args.rounds or chain_rounds(comm.world_size)
+        record = {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
+                  "backend": comm.backend, "rounds": rounds, "repeats": args.repeats,
+                  "idle_s": args.idle_s,
+                  "threads_per_rank": torch.get_num_threads()}
         if args.engine_rounds:
             try:
                 engine_rounds.check_comm(comm)
             except engine_rounds.EngineRoundsError as error:
                 parser.error(str(error))
-        record = probe_record(comm, args)
-        tables = [(driver, record[key]) for driver, key in
-                  (("", "results"), ("ring ", "ring_results"), ("C++ ", "engine_results"))
-                  if key in record]
+        record["results"] = probe(comm, args.size_bytes, rounds, args.repeats,
+                                  idle_s=args.idle_s)
+        tables = [("", record["results"])]
+        ring_sizes = [n for n in args.size_bytes if n <= args.engine_max_bytes]
+        if args.ring_rounds and ring_sizes:
+            record["ring_results"] = probe(comm, ring_sizes, rounds, args.repeats,
+                                           chain=ring_chain_marks, idle_s=args.idle_s)
+            tables.append(("ring ", record["ring_results"]))
+        engine_sizes = [n for n in args.size_bytes
+                        if engine_rounds.MIN_BYTES <= n <= args.engine_max_bytes]
+        if args.engine_rounds and engine_sizes:
+            record["engine_results"] = probe(
+                comm, engine_sizes, rounds, args.repeats,
+                chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG),
+                idle_s=args.idle_s)
+            tables.append(("C++ ", record["engine_results"]))
+        if args.stream_gaps:
+            record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)
         if comm.rank == 0:
             for driver, rows in tables:
                 for r in rows:

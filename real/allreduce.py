@@ -334,30 +334,6 @@ def stream_gaps(comm, count: int, warmup: int = 3) -> list[float]:
             in zip(spans, spans[1:], slowest.tolist())]
 
 
-def benchmark(comm, runners, sizes_bytes: list[int], iters: list[int], warmup: int,
-              dtype: torch.dtype, seed: int) -> tuple[list[dict], list[tuple]]:
-    """Every algorithm of ``runners`` at each size in turn (``iters[i]`` timed iterations at
-    ``sizes_bytes[i]``, after ``warmup``), each first checked against the engine's own
-    all-reduce: the result rows (``result_row``) and this rank's timed calls as (algorithm,
-    bytes, start, seconds), their starts from a common barrier. The buffers' contents come from
-    ``seed`` and the rank."""
-    generator = torch.Generator().manual_seed(seed * 1000 + comm.rank)
-    rows, spans = [], []
-    comm.barrier()
-    t0 = time.perf_counter()
-    for size_bytes, size_iters in zip(sizes_bytes, iters, strict=True):
-        numel = size_bytes // torch.empty(0, dtype=dtype).element_size()
-        source = torch.randint(-100, 100, (numel,), generator=generator).to(dtype).to(comm.device)
-        check_against_backend(comm, runners, source)  # with the size check still on
-        comm.check_sizes = False  # time the algorithms, not our safety net
-        sized: list = []
-        medians = time_size(comm, runners, source, size_iters, warmup, sized, t0)
-        spans += [(name, size_bytes, start, dur) for name, start, dur in sized]
-        comm.check_sizes = True
-        rows += [result_row(name, size_bytes, comm.world_size, t) for name, t in medians.items()]
-    return rows, spans
-
-
 def write_trace(path: str, comm, spans: list[tuple[str, int, float, float]]) -> None:
     """Gather every rank's (algorithm, bytes, start, seconds) spans; rank 0 writes the trace.
     Each rank's clock starts after a common barrier, so the tracks line up to within it."""
@@ -400,8 +376,20 @@ def main(argv=None) -> None:
     with open_comm(parser, args) as comm:
         dtype = DTYPES[args.dtype]
         runners = {name: make_runner(name, args.segment_bytes) for name in args.algorithm_names}
-        rows, spans = benchmark(comm, runners, args.size_bytes, [args.iters] * len(args.size_bytes),
-                                args.warmup, dtype, args.seed)
+        generator = torch.Generator().manual_seed(args.seed * 1000 + comm.rank)
+        rows, spans = [], []
+        comm.barrier()
+        t0 = time.perf_counter()
+        for size_bytes in args.size_bytes:
+            numel = size_bytes // torch.empty(0, dtype=dtype).element_size()
+            source = torch.randint(-100, 100, (numel,), generator=generator).to(dtype).to(comm.device)
+            check_against_backend(comm, runners, source)  # with the size check still on
+            comm.check_sizes = False  # time the algorithms, not our safety net
+            sized: list = []
+            medians = time_size(comm, runners, source, args.iters, args.warmup, sized, t0)
+            spans += [(name, size_bytes, start, dur) for name, start, dur in sized]
+            comm.check_sizes = True
+            rows += [result_row(name, size_bytes, comm.world_size, t) for name, t in medians.items()]
         if comm.rank == 0:
             print(f"all_reduce, {comm.world_size} ranks, {comm.engine}/{comm.backend}, {args.dtype}, "
                   f"median of {args.iters} (after {args.warmup} warm-up), ring segment "
