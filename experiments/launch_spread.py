@@ -28,6 +28,7 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type, chec
 from dsgd_sim.units import format_bytes, parse_bandwidth, parse_count, parse_size
 from experiments.measure import rank_command, testbed_config
 from real.testbed import TestbedError, scratch_testbed
+from real.testbed.bed import signals_raise
 
 DRIVERS = {"python": "results", "engine": "engine_results", "ring": "ring_results"}
 MAX_LAUNCHES = 50
@@ -102,7 +103,9 @@ def run_launches(args) -> list[dict]:
             for what, command in launch_commands(args, folder, launch):
                 result = bed.run(command, timeout_s=LAUNCH_TIMEOUT_S, echo=False)
                 if not result.ok:
-                    lines = result.hosts[0].stderr().strip().splitlines() or ["(no output)"]
+                    failed = next((h for h in result.hosts if h.returncode and not h.stopped),
+                                  result.hosts[0])
+                    lines = failed.stderr().strip().splitlines() or ["(no output)"]
                     raise TestbedError(f"launch {launch}: the {what} failed: {lines[-1]}")
             figures = probe_figures(json.loads((folder / f"probe{launch}.json").read_text()))
             if args.benchmark:
@@ -160,10 +163,14 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     parser, args = parse_args(argv)
     try:
-        launches = run_launches(args)
+        with signals_raise():  # kill (SIGTERM), a closed terminal: the bed comes down as on Ctrl-C
+            launches = run_launches(args)
     except (TestbedError, OSError, ValueError, KeyError) as error:
         print(f"launch_spread: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:  # the test bed has been torn down on the way out
+        print(f"launch_spread: interrupted{f' ({exc})' if str(exc) else ''}", file=sys.stderr)
+        return 130
     print_ranges(launches)
     if args.json:
         Path(args.json).write_text(json.dumps({

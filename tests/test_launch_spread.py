@@ -77,3 +77,39 @@ def test_two_launches_on_one_bed_report_the_probes_and_the_benchmarks_gaps(tmp_p
         assert 0.0 < figures["benchmark gap 64 KB"] < 0.05
     printed = capsys.readouterr().out
     assert "launch 0:" in printed and "launch 1:" in printed and "benchmark gap 64 KB:" in printed
+
+
+def test_killed_it_unwinds_as_when_interrupted_so_its_test_bed_comes_down(monkeypatch, capsys):
+    import os
+    import signal
+    import time
+    from experiments import launch_spread
+    unwound = []
+
+    def killed(args):  # `kill` while the test bed is up
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            unwound.append(True)  # where the test bed's `with` tears it down
+
+    monkeypatch.setattr(launch_spread, "run_launches", killed)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["--launches", "2"]) == 130
+    assert unwound == [True]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted (SIGTERM)" in err
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_failing_launch_is_one_line_and_status_1(monkeypatch, capsys):
+    from experiments import launch_spread
+    from real.testbed import TestbedError
+
+    def failing(args):
+        raise TestbedError("launch 0: the probe failed: no route to host")
+
+    monkeypatch.setattr(launch_spread, "run_launches", failing)
+    assert main(["--launches", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err == "launch_spread: launch 0: the probe failed: no route to host\n"
