@@ -5,7 +5,8 @@ experiments/results/full``, made at 0409507, 58.4 min: the gap between two calls
 benchmark's stream timed on each all-reduce point's own test bed, ``ring_probe.py
 --stream-gaps``, and a paced round on a full bucket priced as a round on tokens; the
 ``allreduce`` note's first paragraph ends with the same grid made again at 16421d0,
-``experiments/results/full-16421d0/``, and at 55be1d9, ``experiments/results/full-55be1d9/``); in the ``allreduce`` note the second tells that change. The second paragraph of the other notes (in
+``experiments/results/full-16421d0/``, at 55be1d9, ``experiments/results/full-55be1d9/``,
+and at f9564b6, ``experiments/results/full-f9564b6/``); in the ``allreduce`` note the second tells that change. The second paragraph of the other notes (in
 the ``allreduce`` note, the third) quotes the grid made at 3684d90 (57.3 min: the same
 measurements as b2e6688's, each all-reduce call priced on a full bucket,
 ``experiments.model.predict_call_alone_s``, its figures as that commit's model gave them); in
@@ -127,7 +128,13 @@ NOTES: dict[str, list[str]] = {
         "and repredicted, were dropped: each size priced from whichever probe ran faster (worst "
         "7.5%, 10.7% and 33.4% on 0409507, 16421d0 and c44492a, against 6.5%, 13.9% and "
         "33.3%), and from the probe before the rows alone (worst 7.5% and 10.7% on the first "
-        "two).",
+        "two). **A fourth time, at f9564b6** (`experiments/results/full-f9564b6/`, 58.9 min): "
+        "median 0.5%, worst −18.1%, 8 rows over 8%, 158 within 5%. Every miss is a 64 or 256 "
+        "kB call on 4 or 8 hosts: on 8 hosts at 1000 Mbit/s the calls ran slower than their "
+        "probes priced them (the ring's 64 kB 5.971 ms against 4.893, −18.1%; Gloo's 256 kB "
+        "−16.8%), at 200 Mbit/s faster (the ring's 64 kB 5.146 against 5.877, +14.2%), and the "
+        "ring's 64 kB on 4 hosts at 1000 Mbit/s +13.3%. Every other experiment is within 5.9% "
+        "(sync median 1.9%, worst 4.9%).",
         "**The gap between calls, timed on each test bed; a paced round on tokens (76470ef).** "
         "The stream model refills the bucket during the gap before each call. That gap had been "
         "timed once per rate, by the calibration, on 2 hosts and on rank 0, and priced every "
