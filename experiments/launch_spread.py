@@ -27,6 +27,7 @@ from pathlib import Path
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type, check_output_file
 from dsgd_sim.units import format_bytes, parse_bandwidth, parse_count, parse_size
 from experiments.measure import rank_command, testbed_config
+from experiments.model import chain_ends
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import signals_raise
 
@@ -60,9 +61,8 @@ def probe_figures(record: dict) -> dict:
     """Median seconds of each driver's chains to their end, per size, and the median gap."""
     figures = {}
     for driver, key in DRIVERS.items():
-        for row in record.get(key) or []:
-            ends = [chain[-1] for chain in row["ends_chains_s"]]
-            figures[f"{driver} {format_bytes(int(row['bytes']))}"] = statistics.median(ends)
+        for size, ends in chain_ends([record.get(key) or []]).items():
+            figures[f"{driver} {format_bytes(size)}"] = ends[-1]
     if record.get("stream_gap_s"):
         figures["probe gap"] = statistics.median(record["stream_gap_s"])
     return figures
