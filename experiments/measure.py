@@ -54,6 +54,9 @@ SCHEDULING = "batch"
 HOST_CORES = DEFAULT_HOST_CORES
 """How every test bed places its hosts on the machine's cores (``TestbedConfig.host_cores``);
 ``experiments/run.py --host-cores`` sets it for a whole run."""
+ADDRESS_LAYOUT = "fixed"
+"""Every test bed's processes' address layout (``TestbedConfig.address_layout``);
+``experiments/run.py --address-layout`` sets it for a whole run."""
 PROBE_IDLE = False
 """Whether every ring probe idles before each of its chains (``probe_idle_s``) rather than
 running them back to back; ``experiments/run.py --probe-idle`` sets it for a whole run. Off by
@@ -66,7 +69,7 @@ def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfi
     runs on (``settings``: any other ``TestbedConfig`` field, a faster server host for one)."""
     return TestbedConfig(hosts=hosts, bandwidth_bps=bandwidth_bps,
                          congestion_control=CONGESTION_CONTROL, scheduling=SCHEDULING,
-                         host_cores=HOST_CORES, **settings)
+                         host_cores=HOST_CORES, address_layout=ADDRESS_LAYOUT, **settings)
 
 
 # which hosts of an experiment point run a ring all-reduce (the async server runs none); the

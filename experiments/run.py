@@ -37,7 +37,7 @@ from experiments.report import plot_async, plot_sync, results_markdown  # noqa: 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_POLICIES,  # noqa: E402
-                                 SCHEDULING_POLICIES, parse_congestion_control)
+                                 ADDRESS_LAYOUTS, SCHEDULING_POLICIES, parse_congestion_control)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
@@ -170,6 +170,8 @@ def header_lines(meta: dict) -> list[str]:
         policy += ", each host on a core of its own where there is one per host"
     if cores == "spread":
         policy += " and host i on core i mod cores where the hosts divide evenly among them"
+    if meta.get("address_layout", "random") == "fixed":
+        policy += "; address-space randomization off"
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
             f"average {meta['load_average']}, TCP congestion control: {tcp}, CPU scheduling: "
             f"{policy}) in "
@@ -266,6 +268,10 @@ def parse_args(argv=None):
                              "when there is one per host, else host i on core i mod cores when the "
                              "hosts divide evenly among the cores; own: a core each or none; "
                              "shared: every host on every core")
+    parser.add_argument("--address-layout", choices=ADDRESS_LAYOUTS, default="fixed",
+                        help="fixed (default): every test bed's processes start with "
+                             "address-space randomization off, laid out alike from one launch to "
+                             "the next; random: the machine's default")
     parser.add_argument("--probe-idle", action="store_true",
                         help="every ring probe idles before each chain until its bed's buckets "
                              "have refilled twice, so that each starts as a call alone does, and "
@@ -282,9 +288,11 @@ def parse_args(argv=None):
                      f"{', '.join(REPREDICTABLE)}")
     if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
                            or args.scheduling != "batch"
-                           or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle):
+                           or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle
+                           or args.address_layout != "fixed"):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
-                     "--congestion-control, --scheduling, --host-cores or --probe-idle")
+                     "--congestion-control, --scheduling, --host-cores, --address-layout or "
+                     "--probe-idle")
     return args
 
 
@@ -411,6 +419,7 @@ def measure_all(args) -> list[dict]:
     measure.CONGESTION_CONTROL = args.congestion_control
     measure.SCHEDULING = args.scheduling
     measure.HOST_CORES = args.host_cores
+    measure.ADDRESS_LAYOUT = args.address_layout
     measure.PROBE_IDLE = args.probe_idle
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
@@ -425,12 +434,14 @@ def measure_all(args) -> list[dict]:
             + (f" --scheduling {args.scheduling}" if args.scheduling != "batch" else "")
             + (f" --host-cores {args.host_cores}" if args.host_cores != DEFAULT_HOST_CORES
                else "")
+            + (f" --address-layout {args.address_layout}" if args.address_layout != "fixed"
+               else "")
             + (" --probe-idle" if args.probe_idle else "")
             + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
             "scheduling": args.scheduling, "host_cores": args.host_cores,
-            "probe_idle": args.probe_idle,
+            "address_layout": args.address_layout, "probe_idle": args.probe_idle,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
             "wall_s": 0.0}

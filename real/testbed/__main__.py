@@ -13,8 +13,8 @@ from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
 from real.testbed.calibrate import calibrate
-from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_POLICIES, SCHEDULING_POLICIES,
-                                 TestbedConfig, parse_congestion_control)
+from real.testbed.config import (ADDRESS_LAYOUTS, DEFAULT_HOST_CORES, HOST_CORES_POLICIES,
+                                 SCHEDULING_POLICIES, TestbedConfig, parse_congestion_control)
 
 EXAMPLES = """examples:
   python -m real.testbed run --hosts 2 --bandwidth 100Mbps -- \\
@@ -52,6 +52,10 @@ def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> No
                              "per host, else host i on core i mod cores when the hosts divide "
                              "evenly among the cores; own: a core each or none; shared: every "
                              "host on every core")
+    parser.add_argument("--address-layout", choices=ADDRESS_LAYOUTS, default="fixed",
+                        help="fixed (default): every host's processes start with address-space "
+                             "randomization off, laid out alike from one launch to the next; "
+                             "random: the machine's default")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +99,8 @@ def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Te
                              slow_rank=args.slow_rank, burst_bytes=args.burst, queue_s=args.queue,
                              mtu_bytes=args.mtu, subnet=args.subnet, master_port=args.master_port,
                              congestion_control=args.congestion_control,
-                             scheduling=args.scheduling, host_cores=args.host_cores)
+                             scheduling=args.scheduling, host_cores=args.host_cores,
+                             address_layout=args.address_layout)
     except ValueError as exc:
         parser.error(str(exc))
 

@@ -161,7 +161,8 @@ class Testbed:
         pinned = self.host_cpus()
         process = launch.start(argv, self.host_env(rank, env), stdout, stderr,
                                scheduling=self.config.scheduling,
-                               cpus={pinned[rank]} if pinned else None)
+                               cpus={pinned[rank]} if pinned else None,
+                               address_layout=self.config.address_layout)
         self._processes.append(process)
         return process
 

@@ -70,6 +70,7 @@ MIN_BURST_FRAMES = 10
 SCHEDULING_POLICIES = ("batch", "normal")
 HOST_CORES_POLICIES = ("spread", "own", "shared")
 DEFAULT_HOST_CORES = "spread"
+ADDRESS_LAYOUTS = ("fixed", "random")
 
 
 def parse_congestion_control(text: str) -> str | None:
@@ -124,6 +125,10 @@ class TestbedConfig:
     hosts than cores and they divide evenly among them, host i runs on core i mod cores (every
     core carries as many hosts, and with 2 cores or more neighbours in rank never share one);
     ``shared``: every host on every core."""
+    address_layout: str = "fixed"
+    """``fixed``: every host's processes start with address-space randomization off
+    (``ADDR_NO_RANDOMIZE``, as ``setarch -R``), so that every launch lays out its code and data
+    as the one before it; ``random``: the machine's default, a fresh random layout per process."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= 64:
@@ -153,6 +158,9 @@ class TestbedConfig:
         if self.host_cores not in HOST_CORES_POLICIES:
             raise ValueError(f"host cores must be one of {', '.join(HOST_CORES_POLICIES)}, "
                              f"got {self.host_cores!r}")
+        if self.address_layout not in ADDRESS_LAYOUTS:
+            raise ValueError(f"address layout must be one of {', '.join(ADDRESS_LAYOUTS)}, "
+                             f"got {self.address_layout!r}")
         if not 1 <= self.master_port <= 65535:
             raise ValueError(f"master port must be 1..65535, got {self.master_port}")
         try:
@@ -227,4 +235,5 @@ class TestbedConfig:
             "payload_efficiency": self.payload_efficiency, "subnet": self.subnet,
             "master_port": self.master_port, "congestion_control": self.congestion_control,
             "scheduling": self.scheduling, "host_cores": self.host_cores,
+            "address_layout": self.address_layout,
         }

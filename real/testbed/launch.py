@@ -25,6 +25,8 @@ from pathlib import Path
 
 PLACEHOLDER = re.compile(r"\{(rank|hosts|addr|hostname|master|port|out)\}")
 PR_SET_PDEATHSIG = 1
+ADDR_NO_RANDOMIZE = 0x0040000  # <linux/personality.h>
+PERSONALITY_QUERY = 0xFFFFFFFF  # personality() with this returns the current one, changing nothing
 
 
 @dataclass
@@ -102,16 +104,29 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _fix_address_layout() -> None:
+    """In the child, before exec: turn address-space randomization off (``ADDR_NO_RANDOMIZE``,
+    as ``setarch -R`` does) for the program it execs and everything that starts."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = libc.personality(PERSONALITY_QUERY)
+    if current == -1 or libc.personality(current | ADDR_NO_RANDOMIZE) == -1:
+        raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE) failed")
+
+
 def start(argv: list[str], env: dict[str, str], stdout, stderr, scheduling: str = "normal",
-          cpus: set[int] | None = None) -> subprocess.Popen:
+          cpus: set[int] | None = None, address_layout: str = "random") -> subprocess.Popen:
     """Start ``argv`` (from ``host_argv``) in a new session; it dies if this process is killed.
     ``scheduling``: ``batch`` runs it, and everything it starts, under ``SCHED_BATCH`` (see
-    ``TestbedConfig.scheduling``). ``cpus``: the cores it, and everything it starts, may run on."""
+    ``TestbedConfig.scheduling``). ``cpus``: the cores it, and everything it starts, may run on.
+    ``address_layout``: ``fixed`` starts it, and everything it starts, with address-space
+    randomization off (``TestbedConfig.address_layout``)."""
     def setup() -> None:
         if scheduling == "batch":
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if address_layout == "fixed":
+            _fix_address_layout()
         _die_with_parent()
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             start_new_session=True, preexec_fn=setup)
