@@ -348,6 +348,9 @@ def test_every_experiment_test_bed_takes_the_runs_scheduling_policy(monkeypatch)
     assert measure.testbed_config(2, 50e6).host_cores == "spread"
     monkeypatch.setattr(measure, "HOST_CORES", "shared")
     assert measure.testbed_config(2, 50e6).host_cores == "shared"
+    assert measure.testbed_config(2, 50e6).address_layout == "fixed"
+    monkeypatch.setattr(measure, "ADDRESS_LAYOUT", "random")
+    assert measure.testbed_config(4, 1e9).address_layout == "random"
 
 
 def test_probes_idle_before_their_chains_only_in_a_run_that_asks(monkeypatch):
@@ -363,6 +366,9 @@ def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(caps
     from experiments import run
     for argv, said in ((["--scheduling", "fifo", "multinode"], "'fifo'"),
                        (["--host-cores", "pinned", "multinode"], "'pinned'"),
+                       (["--address-layout", "aslr", "multinode"], "'aslr'"),
+                       (["--repredict", "--address-layout", "random", "allreduce"],
+                        "--address-layout"),
                        (["--repredict", "--scheduling", "normal", "ps_vs_ring"], "--scheduling"),
                        (["--repredict", "--host-cores", "shared", "ps_vs_ring"], "--host-cores"),
                        (["--repredict", "--probe-idle", "allreduce"], "--probe-idle")):
@@ -386,6 +392,9 @@ def test_results_header_names_the_runs_scheduling_policy():
     assert ("(`SCHED_BATCH`), each host on a core of its own where there is one per host and "
             "host i on core i mod cores where the hosts divide evenly among them)") in \
         header_lines({**meta, "scheduling": "batch"})[0]
+    assert "; address-space randomization off)" not in header_lines(meta)[0]
+    assert "mod cores where the hosts divide evenly among them; address-space randomization " \
+        "off)" in header_lines({**meta, "address_layout": "fixed"})[0]
     # a run from before the policy (or the pinning) existed ran under the machine's, shared
     del meta["scheduling"], meta["host_cores"]
     assert "CPU scheduling: the machine's default)" in header_lines(meta)[0]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from real.testbed import Testbed, TestbedConfig, bed as bed_module, network
+from real.testbed import Testbed, TestbedConfig, bed as bed_module, launch, network
 from real.testbed.__main__ import build_parser, config_from
 from real.testbed.calibrate import calibrate, measure, shaper_time_s, summarise
 from real.testbed.config import parse_congestion_control
@@ -92,6 +92,8 @@ def test_config_rejects_bad_values_naming_them():
         TestbedConfig(scheduling="fifo")
     with pytest.raises(ValueError, match="'pinned'"):
         TestbedConfig(host_cores="pinned")
+    with pytest.raises(ValueError, match="address layout .* 'aslr'"):
+        TestbedConfig(address_layout="aslr")
     # the flag's "system" means the machine's default (None), any other name is kept
     assert (parse_congestion_control("system"), parse_congestion_control("cubic")) == (None, "cubic")
 
@@ -205,6 +207,33 @@ def test_every_host_runs_under_the_chosen_scheduling_policy_and_so_does_what_it_
     with Testbed(TestbedConfig(hosts=2, scheduling="normal"), tmp_path / "normal") as bed:
         result = bed.run(command, timeout_s=30)
     assert [h.stdout().strip() for h in result.hosts] == [f"{os.SCHED_OTHER}\n{os.SCHED_OTHER}"] * 2
+
+
+def _personality_of(command: str, **start_args) -> int:
+    """The personality flags of ``command`` (a shell line) started by ``launch.start``."""
+    process = launch.start(["sh", "-c", command], dict(os.environ), subprocess.PIPE,
+                           subprocess.DEVNULL, **start_args)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    return int(out.split()[-1], 16)
+
+
+def test_a_fixed_address_layout_turns_randomization_off_for_what_the_host_starts():
+    # the process launched, and a process it starts in turn (inherited across fork and exec)
+    nested = "sh -c 'cat /proc/self/personality'"
+    assert _personality_of(nested, address_layout="fixed") & launch.ADDR_NO_RANDOMIZE
+    own = int(Path("/proc/self/personality").read_text(), 16)
+    assert _personality_of(nested, address_layout="random") == own
+    # two launches lay a process out alike: the same address for its first heap object
+    where = "python -c 'print(hex(id(object())))'"
+    addresses = []
+    for _ in range(2):
+        process = launch.start(["sh", "-c", where], dict(os.environ), subprocess.PIPE,
+                               subprocess.DEVNULL, address_layout="fixed")
+        addresses.append(process.communicate(timeout=30)[0])
+    assert addresses[0] == addresses[1]
+    assert TestbedConfig().address_layout == "fixed"
+    assert TestbedConfig(address_layout="random").as_dict()["address_layout"] == "random"
 
 
 def test_hosts_get_a_core_each_or_an_even_share_of_the_cores(monkeypatch):
