@@ -16,9 +16,8 @@ from experiments.fidelity import by_experiment, fidelity_row, summarise
 from experiments.model import (NetworkInputs, allreduce_messages, interpolate_excess, predict_allreduce_s,
                                predict_allreduce_stream_s, shaped_rounds_time_s, stream_call_s)
 from experiments.report import results_markdown
-from real.testbed.network import unavailable_reason
+from tests.bed_helpers import needs_namespaces
 
-NAMESPACES_UNAVAILABLE = unavailable_reason()
 REPO = Path(__file__).resolve().parent.parent
 
 CALIBRATION = {"bandwidth_bps": 50e6, "goodput_bps": 47.8e6, "frame_bytes": 1514,
@@ -485,8 +484,7 @@ def test_multinode_experiment_is_four_hosts_through_torchrun_c10d():
         SyncRunConfig(hosts=4, bandwidth_bps=200e6, launcher="mpirun")
 
 
-@pytest.mark.skipif(NAMESPACES_UNAVAILABLE is not None,
-                    reason=f"cannot make namespaces: {NAMESPACES_UNAVAILABLE}")
+@needs_namespaces
 def test_four_host_sync_run_through_torchrun_c10d_rendezvous_completes_on_the_test_bed():
     from experiments.measure import measure_sync
     config = SyncRunConfig(hosts=4, bandwidth_bps=200e6, emulate_compute_s=0.02, steps=6,

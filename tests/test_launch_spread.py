@@ -5,10 +5,7 @@ import json
 import pytest
 
 from experiments.launch_spread import main, probe_figures, trace_gaps
-from real.testbed import network
-
-REASON = network.unavailable_reason()
-needs_namespaces = pytest.mark.skipif(REASON is not None, reason=f"cannot make namespaces: {REASON}")
+from tests.bed_helpers import needs_namespaces
 
 
 def span(rank, start_us, dur_us, n_bytes):

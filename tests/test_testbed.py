@@ -28,11 +28,10 @@ from real.testbed.calibrate import calibrate, measure, shaper_time_s, summarise
 from real.testbed.config import parse_congestion_control
 from real.testbed.launch import substitute
 from real.testbed.probe import main as probe_main
+from tests.bed_helpers import needs_namespaces
 from tests.dist_helpers import have_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
-REASON = network.unavailable_reason()
-needs_namespaces = pytest.mark.skipif(REASON is not None, reason=f"cannot make namespaces: {REASON}")
 RATE_TOLERANCE = 0.05
 
 
@@ -209,29 +208,25 @@ def test_every_host_runs_under_the_chosen_scheduling_policy_and_so_does_what_it_
     assert [h.stdout().strip() for h in result.hosts] == [f"{os.SCHED_OTHER}\n{os.SCHED_OTHER}"] * 2
 
 
-def _personality_of(command: str, **start_args) -> int:
-    """The personality flags of ``command`` (a shell line) started by ``launch.start``."""
+def _launched_output(command: str, **start_args) -> str:
+    """What ``command`` (a shell line) started by ``launch.start`` printed."""
     process = launch.start(["sh", "-c", command], dict(os.environ), subprocess.PIPE,
                            subprocess.DEVNULL, **start_args)
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 0
-    return int(out.split()[-1], 16)
+    return out.decode()
 
 
 def test_a_fixed_address_layout_turns_randomization_off_for_what_the_host_starts():
     # the process launched, and a process it starts in turn (inherited across fork and exec)
     nested = "sh -c 'cat /proc/self/personality'"
-    assert _personality_of(nested, address_layout="fixed") & launch.ADDR_NO_RANDOMIZE
+    assert int(_launched_output(nested, address_layout="fixed"), 16) & launch.ADDR_NO_RANDOMIZE
     own = int(Path("/proc/self/personality").read_text(), 16)
-    assert _personality_of(nested, address_layout="random") == own
+    assert int(_launched_output(nested, address_layout="random"), 16) == own
     # two launches lay a process out alike: the same address for its first heap object
     where = "python -c 'print(hex(id(object())))'"
-    addresses = []
-    for _ in range(2):
-        process = launch.start(["sh", "-c", where], dict(os.environ), subprocess.PIPE,
-                               subprocess.DEVNULL, address_layout="fixed")
-        addresses.append(process.communicate(timeout=30)[0])
-    assert addresses[0] == addresses[1]
+    first, second = (_launched_output(where, address_layout="fixed") for _ in range(2))
+    assert first == second
     assert TestbedConfig().address_layout == "fixed"
     assert TestbedConfig(address_layout="random").as_dict()["address_layout"] == "random"
 
