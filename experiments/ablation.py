@@ -1,4 +1,4 @@
-"""The all-reduce model eleven ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model twelve ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
@@ -28,6 +28,10 @@ All predictions come from the same run's calibration (network only); only the mo
 * ``rounds, the calibration's gap``: the same, every stream of calls with the gap between
   two calls the calibration timed on 2 hosts, not the one its own test bed's probes timed
   (``ring_probe.py --stream-gaps``), where they timed one;
+* ``rounds, calls counted at their length``: the same, each call in the stream leaving the
+  bucket what it started on plus its length at the rate less its bytes, not what the walk of its
+  rounds leaves (``experiments.model.bucket_left_after``: a call that waited for tokens in a
+  round leaves the bucket empty);
 * ``rounds, calls alone``: the same, each call priced as if it ran alone, on a full bucket
   (``predict_call_alone_s``), not in the stream;
 * ``rounds, no additions``: the same rounds without the additions;
@@ -55,8 +59,9 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import bed_label  # noqa: E402
 from experiments.model import (REDUCES_BETWEEN_ROUNDS, ChainEnds, ChainRounds,  # noqa: E402
-                               NetworkInputs, ends_of, predict_allreduce_stream_s,
-                               predict_call_alone_s, with_chain_ends)
+                               NetworkInputs, allreduce_messages, ends_of,
+                               predict_allreduce_stream_s, predict_call_alone_s, stream_call_s,
+                               with_chain_ends)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -75,7 +80,8 @@ GROUPS = {
 
 MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain chains",
           "rounds, chains' ends", "rounds, first and mean later rounds",
-          "rounds, no full-bucket walk", "rounds, the calibration's gap", "rounds, calls alone",
+          "rounds, no full-bucket walk", "rounds, the calibration's gap",
+          "rounds, calls counted at their length", "rounds, calls alone",
           "rounds, no additions", "shaper", "shaper, no start-up")
 
 
@@ -113,6 +119,16 @@ def _as_plain(net: NetworkInputs, kind: type) -> NetworkInputs:
     return dataclasses.replace(net, round_costs=plain(net.round_costs),
                                engine_round_costs=plain(net.engine_round_costs),
                                ring_round_costs=plain(net.ring_round_costs))
+
+
+def stream_counted_at_length_s(algorithms: list[str], hosts: int, n_bytes: int,
+                               net: NetworkInputs) -> dict[str, float]:
+    """``predict_allreduce_stream_s`` with every call leaving the bucket what it started on plus
+    its length at the rate less its bytes (``stream_call_s`` without ``left_after``)."""
+    alone = [predict_call_alone_s(a, hosts, n_bytes, net) for a in algorithms]
+    sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
+    return dict(zip(algorithms, stream_call_s(alone, sent, net.call_gap_s, net.duplex_payload_bps,
+                                              net.bucket_payload_bytes)))
 
 
 def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
@@ -165,6 +181,10 @@ def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = 
         rounds = model.startswith("rounds")
         if model == "rounds, calls alone":
             predicted = predict_call_alone_s(r["algorithm"], r["hosts"], r["bytes"], net)
+        elif model == "rounds, calls counted at their length":
+            turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
+            predicted = stream_counted_at_length_s(turn, r["hosts"], r["bytes"], net)[
+                r["algorithm"]]
         else:
             turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
             predicted = predict_allreduce_stream_s(turn, r["hosts"], r["bytes"], net,

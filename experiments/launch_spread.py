@@ -24,12 +24,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type, check_output_file
-from dsgd_sim.units import format_bytes, parse_bandwidth, parse_count, parse_size
-from experiments.measure import rank_command, testbed_config
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.units import format_bytes, parse_size
+from experiments.measure import add_bed_arguments, rank_command, testbed_config
 from experiments.model import chain_ends
 from real.testbed import TestbedError, scratch_testbed
-from real.testbed.bed import signals_raise
+from real.testbed.bed import run_reporting
 
 DRIVERS = {"python": "results", "engine": "engine_results", "ring": "ring_results"}
 MAX_LAUNCHES = 50
@@ -128,9 +128,7 @@ def print_ranges(launches: list[dict]) -> None:
 
 def parse_args(argv=None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=argparse_type(parse_count, "hosts"), default=2)
-    parser.add_argument("--bandwidth", type=argparse_type(parse_bandwidth, "bandwidth"),
-                        default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")
+    add_bed_arguments(parser, hosts=2)
     parser.add_argument("--launches", type=int, default=6, help="probe launches (default 6)")
     parser.add_argument("--sizes", default="64B,16KB", help="the probe's chain sizes")
     parser.add_argument("--repeats", type=int, default=5, help="chains per size and driver")
@@ -162,15 +160,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     parser, args = parse_args(argv)
-    try:
-        with signals_raise():  # kill (SIGTERM), a closed terminal: the bed comes down as on Ctrl-C
-            launches = run_launches(args)
-    except (TestbedError, OSError, ValueError, KeyError) as error:
-        print(f"launch_spread: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:  # the test bed has been torn down on the way out
-        print(f"launch_spread: interrupted{f' ({exc})' if str(exc) else ''}", file=sys.stderr)
-        return 130
+    status, launches = run_reporting("launch_spread", lambda: run_launches(args))
+    if status:
+        return status
     print_ranges(launches)
     if args.json:
         Path(args.json).write_text(json.dumps({

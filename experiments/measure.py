@@ -64,6 +64,16 @@ default: on 8 hosts sharing 2 cores the chains after an idle ran faster than the
 priced, which came out 12-33% low (the ``allreduce`` note)."""
 
 
+def add_bed_arguments(parser, hosts: int) -> None:
+    """``--hosts`` (default ``hosts``) and ``--bandwidth`` (default 1000 Mbit/s) of a tool that
+    builds its own test bed."""
+    from dsgd_sim.argparse_oneline import argparse_type
+    from dsgd_sim.units import parse_bandwidth, parse_count
+    parser.add_argument("--hosts", type=argparse_type(parse_count, "hosts"), default=hosts)
+    parser.add_argument("--bandwidth", type=argparse_type(parse_bandwidth, "bandwidth"),
+                        default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")
+
+
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
     """The test bed of ``hosts`` hosts at ``bandwidth_bps`` that every experiment and calibration
     runs on (``settings``: any other ``TestbedConfig`` field, a faster server host for one)."""

@@ -74,10 +74,22 @@ back to back, so a chain starts on what the pause before it refilled, and its la
 size near the bucket are paid at the rate. ``predict_call_alone_s`` takes off what a full bucket
 saves on those rounds (``full_bucket_saving_s``, a walk of the call's rounds from a full bucket
 over the chains' own round durations, kept in ``ChainRounds``), and the stream adds back what it
-cannot lend: the naive ring's 64 kB call on 4 hosts at 1000 Mbit/s, 3 rounds of 64 kB, was
-1.36 ms as one grid's chains ran and 0.97 ms on a full bucket, its second round on tokens (a
-latency-bound round plus what 64 KiB added to the chains' first round: 0.16 ms) where the chains
-paid 0.54 ms at the rate (measured in the benchmark's rotation: 0.97).
+cannot lend. A round the tokens cover costs a round on tokens: the first, what the chains' first
+round took at the sizes whose chains started on tokens whatever the chain before had left (those
+the pause before a chain refills, ``ChainRounds.first_on_tokens_s``); a later one, a
+latency-bound round plus what the bytes add to a first round (``on_tokens_round_s``). A chain
+of a larger size may itself have started short of tokens: on 4 hosts at 1000 Mbit/s the 64 KiB
+chains follow 32 KiB ones that drain the bucket, and the 0.2 ms pause refills 24 kB, so their
+first round took 0.29-0.33 ms against 0.14-0.15 at 32 KiB and below.
+
+**A call that waited for tokens leaves the bucket empty.** In the stream the bucket a call
+leaves is what the same walk ends with from the tokens the call started on
+(``bucket_left_after``): a round that found too few tokens waits for the rest and takes the
+bucket down to nothing, whatever the call's earlier rounds refilled. The naive ring's 64 kB call
+on 4 hosts at 1000 Mbit/s sends 192 kB, more than the bucket: in the rotation it follows a ring
+call, Gloo's, or both, and took 1.13-1.28, 0.95-1.13 and 0.90-0.95 ms there on four test beds
+(``python -m experiments.call_positions``), the first two as the tokens each start held allow
+(a ring call sends 96 kB and refills about as much).
 """
 
 from __future__ import annotations
@@ -264,6 +276,12 @@ class NetworkInputs:
         return self.call_overhead_s if self.stream_gap_s is None else self.stream_gap_s
 
     @property
+    def gap_refill_bytes(self) -> float:
+        """What the bucket refills in the pause before a call or a probe's chain (``call_gap_s``
+        at the duplex payload rate)."""
+        return self.call_gap_s * self.duplex_payload_bps / 8.0
+
+    @property
     def fixed_call_s(self) -> float:
         """What a call costs beyond its rounds: the 1-element all_reduce less its two rounds."""
         return max(0.0, self.call_overhead_s - 2 * self.latency_s)
@@ -356,13 +374,26 @@ class ChainRounds(RoundCosts):
         later = self.rounds_s[0][1:]
         return statistics.median(later) if later else self.next_s[0]
 
-    def on_tokens_round_s(self, size_bytes: float) -> float:
+    def first_on_tokens_s(self, size_bytes: float, refilled_bytes: float) -> float:
+        """A first round of ``size_bytes`` that starts with its bytes' tokens in the bucket: the
+        chains' first round at the smallest size plus what bytes add to it (the slope, at least
+        0, up to the largest size that ``refilled_bytes`` covers: the pause before a chain
+        refills that much, so a chain of such a size started on tokens whatever the one before
+        it left). On 4 hosts at 1000 Mbit/s the first rounds from 64 B to 32 KiB took
+        0.14-0.15 ms, those of 64 KiB, after 32 KiB chains that drained the bucket, 0.29-0.33."""
+        covered = [n for n in self.sizes_bytes if n <= refilled_bytes] or [self.sizes_bytes[0]]
+        base_s = self.first_round_s(covered[0])
+        if len(covered) < 2:
+            return base_s
+        slope = max(0.0, (self.first_round_s(covered[-1]) - base_s) / (covered[-1] - covered[0]))
+        return base_s + slope * max(0.0, size_bytes - covered[0])
+
+    def on_tokens_round_s(self, size_bytes: float, refilled_bytes: float) -> float:
         """A later round of ``size_bytes`` whose bytes all go on the bucket's tokens: a
-        latency-bound round plus what the bytes added to the chains' first round, which started
-        on tokens too, over the first round at the smallest size (on 4 hosts at 1000 Mbit/s,
-        0.23 ms at 64 KiB against 0.17 at 64 B: a 64 KiB round on tokens 0.16 ms)."""
-        extra_s = self.first_round_s(size_bytes) - self.first_round_s(self.sizes_bytes[0])
-        return self.latency_round_s() + max(0.0, extra_s)
+        latency-bound round plus what the bytes add to a first round on tokens
+        (``first_on_tokens_s``)."""
+        return self.latency_round_s() + (self.first_on_tokens_s(size_bytes, refilled_bytes)
+                                         - self.first_round_s(self.sizes_bytes[0]))
 
 
 def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
@@ -376,37 +407,49 @@ def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]]) -> RoundC
                        rounds_s=rounds)
 
 
-def full_bucket_saving_s(table: RoundCosts | None, messages_bytes: list[float],
-                         payload_bps: float, bucket_bytes: float) -> float:
-    """Seconds a call of rounds of ``messages_bytes`` (each rank's message per round, in order)
-    takes less than ``table`` prices it when it starts on a full bucket, for a table from
-    chains run back to back (``ChainRounds``; any other table: 0). Those chains start on what
-    the pause before them refilled, and the sizes' chains follow one another, so a round they
+def bucket_walk(table: RoundCosts | None, messages_bytes: list[float], tokens: float,
+                payload_bps: float, bucket_bytes: float,
+                refilled_bytes: float) -> tuple[float, float] | None:
+    """Walk a call's rounds of ``messages_bytes`` (each rank's message per round, in order)
+    through the shaper's bucket from ``tokens``, over a table from chains run back to back
+    (``ChainRounds``; any other table: None). Those chains start on what the pause before them
+    refilled (``refilled_bytes``), and the sizes' chains follow one another, so a round they
     paid at the rate (paced: at least ``PACED_SHARE`` of its bytes' time at ``payload_bps``,
     where that time is at least ``PACED_OVER_LATENCY`` latency-bound rounds) may be one the
-    call gets through on the bucket's tokens. Walks the call's rounds from a full bucket
-    (``bucket_bytes``): the first round as the chains ran it (it, too, started on tokens); a
-    later paced round that the tokens cover costs a round on tokens
-    (``ChainRounds.on_tokens_round_s``), the difference saved; a paced round they do not cover waits
-    for its tokens and leaves the bucket empty; any other round costs what the chains took, the
-    bucket refilling at the rate meanwhile. ``stream_call_s`` then adds back what a stream of
-    calls cannot borrow from the bucket."""
-    if not isinstance(table, ChainRounds) or not messages_bytes:
-        return 0.0
+    call gets through on the bucket's tokens. A round whose bytes the tokens cover, the first
+    or a paced one, costs a round on tokens (``ChainRounds.first_on_tokens_s``,
+    ``on_tokens_round_s``), less than the chains took by what it saves; a paced round they do
+    not cover waits for its tokens and leaves the bucket empty; any other round costs what the
+    chains took, the bucket refilling at the rate meanwhile (up to ``bucket_bytes``). Returns
+    (seconds saved against the chains, tokens left at the call's end)."""
+    if not isinstance(table, ChainRounds):
+        return None
     rate_Bps, latency_round_s = payload_bps / 8.0, table.latency_round_s()
-    tokens, saving = bucket_bytes, 0.0
+    saving = 0.0
     for index, size in enumerate(messages_bytes):
         took_s, wire_s = table.round_s(index, size), size / rate_Bps
         paced = wire_s >= PACED_OVER_LATENCY * latency_round_s and took_s >= PACED_SHARE * wire_s
-        if paced and index and tokens >= size:
-            on_tokens_s = table.on_tokens_round_s(size)
-            saving += max(0.0, took_s - on_tokens_s)
+        if tokens >= size and (paced or index == 0):
+            on_tokens_s = min(took_s, table.first_on_tokens_s(size, refilled_bytes) if index == 0
+                              else table.on_tokens_round_s(size, refilled_bytes))
+            saving += took_s - on_tokens_s
             tokens = min(bucket_bytes, tokens - size + on_tokens_s * rate_Bps)
-        elif paced and tokens < size:
+        elif paced:
             tokens = 0.0
         else:
             tokens = min(bucket_bytes, max(0.0, tokens + took_s * rate_Bps - size))
-    return saving
+    return saving, tokens
+
+
+def full_bucket_saving_s(table: RoundCosts | None, messages_bytes: list[float],
+                         payload_bps: float, bucket_bytes: float, refilled_bytes: float) -> float:
+    """Seconds a call of rounds of ``messages_bytes`` takes less than ``table`` prices it when it
+    starts on a full bucket (``bucket_walk`` from ``bucket_bytes`` of tokens; 0 for a table not
+    from chains run back to back). ``stream_call_s`` then adds back what a stream of calls
+    cannot borrow from the bucket."""
+    walked = bucket_walk(table, messages_bytes, bucket_bytes, payload_bps, bucket_bytes,
+                         refilled_bytes)
+    return 0.0 if walked is None else walked[0]
 
 
 def chain_ends(halves: list[list[dict]]) -> dict[int, list[float]]:
@@ -541,22 +584,33 @@ def predict_call_alone_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkI
     table = net.rounds_for(algorithm, hosts) if measured_rounds else None
     return (predict_allreduce_s(algorithm, hosts, n_bytes, net, measured_rounds)
             - full_bucket_saving_s(table, allreduce_messages(algorithm, hosts, n_bytes),
-                                   net.duplex_payload_bps, net.bucket_payload_bytes))
+                                   net.duplex_payload_bps, net.bucket_payload_bytes,
+                                   net.gap_refill_bytes))
 
 
 def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
-                  payload_bps: float, bucket_bytes: float) -> list[float]:
-    """Seconds per call of each algorithm in the benchmark's steady stream of calls: algorithm
-    ``a`` takes ``alone_s[a]`` when its host's bucket holds the tokens for the ``sent_bytes[a]``
-    it sends, else until the missing tokens have refilled at ``payload_bps``. The bucket
-    (``bucket_bytes``) refills during the ``gap_s`` before every call (the barrier) and during
-    the call, and starts full. An approximation: the bucket is capped at its size only at a
-    call's end; a real one drops what overflows while a call's rounds have not yet drawn it, so
-    after a long call that sends little the model may leave the next call more tokens than the
-    shaper would. The calls come in ``real.allreduce.call_order``: algorithm k first in
-    iteration k, so a rotation is as many iterations as algorithms. Per algorithm, the
-    median over a rotation once the bucket has settled (it holds as much after a rotation as
-    before; at most ``STREAM_MAX_ROTATIONS``)."""
+                  payload_bps: float, bucket_bytes: float,
+                  left_after: list | None = None) -> list[float]:
+    """Seconds per call of each algorithm in the benchmark's steady stream of calls: the median
+    over a settled rotation of ``stream_rotation_s``, the same arguments."""
+    return [statistics.median(s) for s in stream_rotation_s(alone_s, sent_bytes, gap_s,
+                                                             payload_bps, bucket_bytes, left_after)]
+
+
+def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
+                      payload_bps: float, bucket_bytes: float,
+                      left_after: list | None = None) -> list[list[float]]:
+    """Seconds of each algorithm's calls in one rotation of the benchmark's steady stream, in
+    the order it makes them: algorithm ``a`` takes ``alone_s[a]`` when its host's bucket holds
+    the tokens for the ``sent_bytes[a]`` it sends, else until the missing tokens have refilled
+    at ``payload_bps``. The bucket (``bucket_bytes``) refills during the ``gap_s`` before every
+    call (the barrier) and starts full. What a call leaves in it: ``left_after[a](tokens)``
+    where given (``bucket_walk``'s end, from the tokens the call started on), else the tokens
+    it started on plus the call's length at the rate less its bytes (an approximation: a call
+    that waited for tokens in a round leaves nothing, whatever its earlier rounds refilled). The
+    calls come in ``real.allreduce.call_order``: algorithm k first in iteration k, so a rotation
+    is as many iterations as algorithms. The rotation returned is the first after which the
+    bucket holds as much as before it (at most ``STREAM_MAX_ROTATIONS``)."""
     from real.allreduce import call_order  # here: the benchmark imports torch, the model need not
     if not len(alone_s) == len(sent_bytes) > 0:
         raise ValueError(f"need one call time per algorithm and its bytes, got {len(alone_s)} "
@@ -564,6 +618,7 @@ def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
     if not payload_bps > 0:
         raise ValueError(f"the payload rate must be positive, got {payload_bps} bit/s")
     n, rate_Bps = len(alone_s), payload_bps / 8.0
+    left_after = left_after or [None] * n
     order = call_order(n, n)  # one rotation: n iterations, each algorithm first once
 
     def rotation(tokens: float) -> tuple[float, list[list[float]]]:
@@ -571,7 +626,8 @@ def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
         for _, a in order:
             tokens = min(bucket_bytes, tokens + gap_s * rate_Bps)
             call_s = max(alone_s[a], (sent_bytes[a] - tokens) / rate_Bps)
-            tokens = min(bucket_bytes, max(0.0, tokens + call_s * rate_Bps - sent_bytes[a]))
+            tokens = (left_after[a](tokens) if left_after[a] is not None else
+                      min(bucket_bytes, max(0.0, tokens + call_s * rate_Bps - sent_bytes[a])))
             seconds[a].append(call_s)
         return tokens, seconds
 
@@ -581,16 +637,41 @@ def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
         tokens, seconds = rotation(tokens)
         if abs(tokens - before) <= 1e-9 * max(bucket_bytes, 1.0):
             break
-    return [statistics.median(s) for s in seconds]
+    return seconds
 
 
 def predict_allreduce_stream_s(algorithms: list[str], hosts: int, n_bytes: int, net: NetworkInputs,
                                measured_rounds: bool = True) -> dict[str, float]:
     """Seconds per call of each of ``algorithms`` as ``real/allreduce.py`` times them at one
-    size: taking turns (in the order given, as ``--algorithms``), a barrier before each call.
-    Each call alone costs ``predict_call_alone_s``; ``stream_call_s`` adds what the shaper's
-    bucket cannot lend a stream of them (the gap between calls: ``NetworkInputs.call_gap_s``)."""
+    size: taking turns (in the order given, as ``--algorithms``), a barrier before each call
+    (``predict_stream_rotation_s``, the median of each algorithm's calls)."""
+    rotation = predict_stream_rotation_s(algorithms, hosts, n_bytes, net, measured_rounds)
+    return {a: statistics.median(s) for a, s in zip(algorithms, rotation)}
+
+
+def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
+                              net: NetworkInputs, measured_rounds: bool = True) -> list[list[float]]:
+    """Seconds of each of ``algorithms``' calls in a settled rotation of ``real/allreduce.py``'s
+    stream at one size (``stream_rotation_s``): each call alone costs ``predict_call_alone_s``;
+    the stream adds what the shaper's bucket cannot lend (the gap between calls:
+    ``NetworkInputs.call_gap_s``), and a call leaves the bucket as ``bucket_walk`` walks its
+    rounds from the tokens it started on (``bucket_left_after``)."""
     alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
-    return dict(zip(algorithms, stream_call_s(alone, sent, net.call_gap_s,
-                                              net.duplex_payload_bps, net.bucket_payload_bytes)))
+    left = [bucket_left_after(net.rounds_for(a, hosts) if measured_rounds else None,
+                              allreduce_messages(a, hosts, n_bytes), net) for a in algorithms]
+    return stream_rotation_s(alone, sent, net.call_gap_s, net.duplex_payload_bps,
+                             net.bucket_payload_bytes, left)
+
+
+def bucket_left_after(table: RoundCosts | None, messages_bytes: list[float], net: NetworkInputs):
+    """tokens -> the tokens a call of rounds of ``messages_bytes`` leaves in the bucket when it
+    starts on that many (``bucket_walk``'s end); None for a table not from chains run back to
+    back (the stream then counts the call's length at the rate)."""
+    if not isinstance(table, ChainRounds):
+        return None
+
+    def left(tokens: float) -> float:
+        return bucket_walk(table, messages_bytes, tokens, net.duplex_payload_bps,
+                           net.bucket_payload_bytes, net.gap_refill_bytes)[1]
+    return left

@@ -593,24 +593,85 @@ def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_ra
     assert table.round_s(1, 65536) == pytest.approx(5.5e-4)
     assert table.round_s(1, 64) == pytest.approx(1e-4)
     assert table.round_s(7, 65536) == table.next_round_s(65536)  # past the chains: a later round
-    # a round on tokens: a latency-bound 0.1 ms round plus the 0.1 ms that 64 KiB added to the
-    # chains' first round over 64 B
-    assert table.on_tokens_round_s(65536) == pytest.approx(2e-4)
-    assert table.on_tokens_round_s(64) == pytest.approx(1e-4)
-    # the naive ring's 3 rounds of 64 KiB on 4 hosts: the first as the chains ran it (118.8 kB
-    # of tokens less 65.5 kB, plus 0.2 ms of refill: 77.0 kB left), the second on the tokens in
-    # 0.2 ms (0.35 ms saved; 35.2 kB left), the third waits for its tokens
-    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, bucket) == pytest.approx(0.35e-3)
+    # a pause that refills 70 kB: the 64 KiB chains started on tokens too, and their first round
+    # (0.1 ms over 64 B) is what the bytes add; a later round on tokens: a latency-bound 0.1 ms
+    # round plus that
+    assert table.first_on_tokens_s(65536, 70_000) == pytest.approx(2e-4)
+    assert table.on_tokens_round_s(65536, 70_000) == pytest.approx(2e-4)
+    assert table.on_tokens_round_s(64, 70_000) == pytest.approx(1e-4)
+    # the naive ring's 3 rounds of 64 KiB on 4 hosts: the first on tokens as the chains ran it
+    # (118.8 kB of tokens less 65.5 kB, plus 0.2 ms of refill: 77.0 kB left), the second on the
+    # tokens in 0.2 ms (0.35 ms saved; 35.2 kB left), the third waits for its tokens
+    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, bucket, 70_000) == \
+        pytest.approx(0.35e-3)
     # half a bucket covers no later round: nothing saved
-    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, 60_000) == 0.0
+    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, 60_000, 70_000) == 0.0
     # latency-bound rounds (8 kB is 0.07 ms at the rate, less than two 0.1 ms rounds): nothing
-    assert full_bucket_saving_s(table, [8192] * 6, payload_bps, bucket) == 0.0
+    assert full_bucket_saving_s(table, [8192] * 6, payload_bps, bucket, 70_000) == 0.0
     # tables without the rounds' durations, or from chains timed alone: nothing
     plain = RoundCosts(table.sizes_bytes, table.first_s, table.next_s)
-    assert full_bucket_saving_s(plain, [65536] * 3, payload_bps, bucket) == 0.0
-    assert full_bucket_saving_s(None, [65536] * 3, payload_bps, bucket) == 0.0
+    assert full_bucket_saving_s(plain, [65536] * 3, payload_bps, bucket, 70_000) == 0.0
+    assert full_bucket_saving_s(None, [65536] * 3, payload_bps, bucket, 70_000) == 0.0
     # ends missing at a size of the table: kept as it is
     assert with_chain_rounds(plain, {64: [1e-4]}) is plain
+
+
+def test_a_first_round_on_tokens_is_priced_from_chains_that_started_on_tokens():
+    from dsgd_sim.collectives import RoundCosts
+    from experiments.model import full_bucket_saving_s, with_chain_rounds
+    # 4 hosts at 1000 Mbit/s: first rounds of 0.14-0.15 ms up to 32 KiB; the 64 KiB chains
+    # followed 32 KiB ones that drained the bucket, and their first round took 0.32 ms
+    sizes, firsts = (64, 8192, 32768, 65536), (1.4e-4, 1.4e-4, 1.5e-4, 3.2e-4)
+    table = with_chain_rounds(RoundCosts(sizes, firsts, (1e-4, 1e-4, 1.5e-4, 5.5e-4)),
+                              {n: [f + k * r for k in range(3)] for n, f, r in
+                               zip(sizes, firsts, (1e-4, 1e-4, 1.5e-4, 5.5e-4))})
+    # a 0.2 ms pause refills 24 kB: only the 64 B and 8 KiB chains surely started on tokens,
+    # and bytes added nothing there
+    assert table.first_on_tokens_s(65536, 24_000) == pytest.approx(1.4e-4)
+    # a pause that refills 40 kB covers 32 KiB: 0.01 ms for 32,704 B more, twice that at 64 KiB
+    assert table.first_on_tokens_s(65536, 40_000) == pytest.approx(1.4e-4 + 1e-5 * 65472 / 32704)
+    # a pause that covers no size: the smallest size's first round
+    assert table.first_on_tokens_s(65536, 10) == pytest.approx(1.4e-4)
+    # from a full bucket (118.8 kB) the naive ring's first 64 KiB round costs 0.14 ms, not the
+    # chains' 0.32; 118.8 - 65.5 + 16.6 kB of refill = 69.9 kB covers the second round, which
+    # costs a latency-bound round (0.1 ms) instead of 0.55 ms; the third waits
+    assert full_bucket_saving_s(table, [65536] * 3, 950e6, 118_779, 24_000) == \
+        pytest.approx((3.2e-4 - 1.4e-4) + (5.5e-4 - 1e-4))
+
+
+def test_a_call_that_waited_for_tokens_leaves_the_bucket_empty():
+    from experiments.model import bucket_walk
+    table, payload_bps, bucket = _back_to_back_64k(), 950e6, 118_779
+    # from a full bucket the naive ring's third round waits for its tokens: nothing left,
+    # though the call's first two rounds refilled 35 kB
+    saving, left = bucket_walk(table, [65536] * 3, bucket, payload_bps, bucket, 70_000)
+    assert saving == pytest.approx(0.35e-3)
+    assert left == 0.0
+    # latency-bound rounds take their bytes out and refill while they last: six 8 kB rounds
+    # from 20 kB, each refilling what its time at the rate brings
+    rate_Bps = payload_bps / 8
+    refilled = sum(table.round_s(k, 8192) * rate_Bps - 8192 for k in range(6))
+    assert refilled > 0
+    assert bucket_walk(table, [8192] * 6, 20_000, payload_bps, bucket, 70_000)[1] == \
+        pytest.approx(20_000 + refilled)
+    assert bucket_walk(None, [8192], 20_000, payload_bps, bucket, 70_000) is None
+
+
+def test_in_a_stream_a_heavy_call_after_one_that_waited_pays_for_the_whole_bucket():
+    from experiments.model import stream_rotation_s
+    rate_Bps, bucket, gap = 125e6, 125_000, 0.1e-3
+    alone, sent = [1e-3, 1e-3], [50_000, 200_000]
+    # the rotation is light, heavy, heavy, light. The heavy call waits for tokens in a round, so
+    # it leaves the bucket empty: the second heavy call starts on the barrier's 12.5 kB and
+    # takes 187.5 kB at the rate, 1.5 ms
+    light, heavy = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket,
+                                     [None, lambda tokens: 0.0])
+    assert light == pytest.approx([1e-3, 1e-3])
+    assert heavy == pytest.approx([1e-3, 1.5e-3])
+    # counted at its length at the rate, the first heavy call would leave 50 kB, and the second
+    # would take (200 - 62.5) kB at the rate, 1.1 ms
+    assert stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket)[1] == \
+        pytest.approx([1e-3, 1.1e-3])
 
 
 def test_a_slow_latency_bound_round_does_not_hide_the_rounds_the_chains_paid_at_the_rate():
@@ -624,8 +685,9 @@ def test_a_slow_latency_bound_round_does_not_hide_the_rounds_the_chains_paid_at_
                               {64: ends_64, 65536: [2e-4 + k * 5.5e-4 for k in range(5)]})
     assert table.latency_round_s() == pytest.approx(2.5e-4)
     # the second 64 KiB round, on the tokens, costs 0.25 ms plus the 0.1 ms that 64 KiB added to
-    # the first round, instead of 0.55
-    assert full_bucket_saving_s(table, [65536] * 3, 950e6, 118_779) == pytest.approx(2e-4)
+    # the first round (a pause that refills 70 kB: those chains started on tokens), instead of
+    # 0.55
+    assert full_bucket_saving_s(table, [65536] * 3, 950e6, 118_779, 70_000) == pytest.approx(2e-4)
     # chains of one round: the mean later round as the table has it
     one = with_chain_rounds(RoundCosts((64, 65536), (1e-4, 2e-4), (3e-4, 5.5e-4)),
                             {64: [1e-4], 65536: [2e-4]})
@@ -639,13 +701,16 @@ def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_ch
                "ends_chains_s": [[1e-4 * (k + 1) for k in range(6)]] * 3},
               {"bytes": 65536, "first_s": 2e-4, "next_s": 5.5e-4, "reduce_s": 0.0,
                "ends_chains_s": [[2e-4 + 5.5e-4 * k for k in range(6)]] * 3}]
-    fast = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 125_000,
+    fast = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 150_000,
             "duplex": {"goodput_bps": 950e6}}
     net = NetworkInputs.from_calibration(fast).with_rounds(4, {"results": rounds})
     drained = predict_allreduce_s("naive", 4, 65536, net)
     assert drained == pytest.approx(2e-4 + 2 * 5.5e-4)  # as the chains ran: a drained bucket
+    # on a full bucket (142.5 kB of payload): the first round on tokens costs what the 64 B
+    # rounds took, 0.1 ms (the 0.25 ms barrier refills 29.7 kB, which covers no larger size),
+    # and leaves 88.8 kB, which covers the second, a latency-bound 0.1 ms instead of 0.55
     alone = predict_call_alone_s("naive", 4, 65536, net)
-    assert alone == pytest.approx(drained - 3.5e-4)
+    assert alone == pytest.approx(drained - 1e-4 - 4.5e-4)
     # a stream of naive calls, a 0.25 ms barrier apart, pays its bytes at the rate, walk or not
     rate_Bps, sent = net.duplex_payload_bps / 8, 3 * 65536
     plain = without_full_bucket_walk(net)  # the ablation's model: priced as the chains ran
@@ -658,7 +723,7 @@ def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_ch
     gapped = NetworkInputs.from_calibration({**fast, "gloo": gloo}).with_rounds(
         4, {"results": rounds})
     assert predict_allreduce_stream_s(["naive"], 4, 65536, gapped)["naive"] == \
-        pytest.approx(alone)
+        pytest.approx(predict_call_alone_s("naive", 4, 65536, gapped))
     assert predict_allreduce_stream_s(["naive"], 4, 65536, without_full_bucket_walk(gapped))[
         "naive"] == pytest.approx(drained)
 

@@ -14,6 +14,7 @@ import secrets
 import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -308,6 +309,22 @@ def signals_raise():
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def run_reporting(program: str, work):
+    """``work()`` for a program that builds test beds, SIGTERM and SIGHUP raising within it as
+    Ctrl-C does (``signals_raise``, so that a test bed comes down on the way out): (0, what it
+    returned); on a test bed's failure or an error from the system or the files, that error on
+    one line of stderr after ``program``'s name and (1, None); interrupted, (130, None)."""
+    try:
+        with signals_raise():
+            return 0, work()
+    except (network.TestbedError, OSError, ValueError, KeyError) as error:
+        print(f"{program}: {error}", file=sys.stderr)
+        return 1, None
+    except KeyboardInterrupt as exc:  # the test bed has been torn down on the way out
+        print(f"{program}: interrupted{f' ({exc})' if str(exc) else ''}", file=sys.stderr)
+        return 130, None
 
 
 @contextmanager

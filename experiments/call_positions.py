@@ -1,0 +1,211 @@
+"""Each all-reduce call by where it falls in the benchmark's rotation: measured and predicted.
+
+    sudo python -m experiments.call_positions --hosts 4 --bandwidth 1000Mbps --beds 4
+
+The benchmark (``real/allreduce.py``) times its algorithms taking turns (``call_order``), so a
+call follows a different pair of calls from one iteration to the next, and where those sent
+more than the link refills, it starts on fewer tokens in the shaper's bucket. The benchmark
+reports the median over all of an algorithm's calls; this shows what it is the median of. On
+each of ``--beds`` fresh test beds it runs what one point of the all-reduce experiment runs
+there (``experiments.measure.run_bracketed``: the ring probe before and after, the benchmark
+between, here traced), and prints for every size, algorithm and position (the two calls before
+it, ``naive<ring<backend``: a naive call after a ring call after Gloo's) the median of the
+slowest rank's calls there, and what the model predicts for that position
+(``experiments.model.predict_stream_rotation_s``) from the bed's own probes and a network
+calibration (``--calibration``: a run's ``calibration.json``). Then, per position, the range
+over the beds of both and the median error. ``--json FILE`` writes every bed's figures.
+Needs root (the test bed), as every experiment does.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type, check_output_file
+from dsgd_sim.units import format_bytes, parse_size
+from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
+from experiments.measure import (BRACKET_STREAM_CALLS, add_bed_arguments, rank_command,
+                                 round_sizes_up_to, run_bracketed, testbed_config)
+from experiments.model import NetworkInputs, predict_stream_rotation_s
+from real.allreduce import call_order
+from real.testbed.bed import run_reporting
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CALIBRATION = REPO / "experiments" / "results" / "calibration.json"
+BED_TIMEOUT_S = 900.0
+MAX_BEDS = 20
+
+
+def position(algorithms: list[str], calls: list[int], k: int) -> str:
+    """The name of call ``k``'s place in a sequence of calls (indices into ``algorithms``): its
+    algorithm, then the one before it and the one before that (``naive<ring<backend``)."""
+    return "<".join(algorithms[calls[j]] for j in (k, k - 1, k - 2))
+
+
+def measured_positions(events: list[dict]) -> dict[int, dict[str, float]]:
+    """Bytes -> position -> the median seconds of the slowest rank's calls there, from a
+    benchmark trace (``real/allreduce.py --trace``: one track per rank, a span per timed call,
+    matched across ranks by their order). A size's first two calls have no position."""
+    tracks: dict[int, list[dict]] = {}
+    for span in sorted((e for e in events if e.get("ph") == "X"), key=lambda e: e["ts"]):
+        tracks.setdefault(int(span["tid"]), []).append(span)
+    if not tracks or len({len(t) for t in tracks.values()}) != 1:
+        raise ValueError("the trace needs as many calls on every rank's track")
+    calls = list(zip(*tracks.values()))  # per call, every rank's span
+    by_size: dict[int, list[tuple[str, float]]] = {}
+    for spans in calls:
+        names = {s["name"] for s in spans}
+        if len(names) != 1 or len({int(s["args"]["bytes"]) for s in spans}) != 1:
+            raise ValueError("the ranks' tracks disagree on the order of the calls")
+        by_size.setdefault(int(spans[0]["args"]["bytes"]), []).append(
+            (names.pop(), max(s["dur"] for s in spans) / 1e6))
+    out: dict[int, dict[str, float]] = {}
+    for size, seq in by_size.items():
+        names = sorted({name for name, _ in seq})
+        indices = [names.index(name) for name, _ in seq]
+        samples: dict[str, list[float]] = {}
+        for k in range(2, len(seq)):
+            samples.setdefault(position(names, indices, k), []).append(seq[k][1])
+        out[size] = {p: statistics.median(v) for p, v in samples.items()}
+    return out
+
+
+def predicted_positions(algorithms: list[str], hosts: int, n_bytes: int,
+                        net: NetworkInputs) -> dict[str, float]:
+    """Position -> predicted seconds of the call there, over a settled rotation of the stream
+    (``predict_stream_rotation_s``; the rotation repeats, so the calls before its first are its
+    last)."""
+    rotation = predict_stream_rotation_s(algorithms, hosts, n_bytes, net)
+    calls = [a for _, a in call_order(len(algorithms), len(algorithms))]
+    taken = [0] * len(algorithms)
+    out = {}
+    for k, a in enumerate(calls):
+        out[position(algorithms, calls, k)] = rotation[a][taken[a]]
+        taken[a] += 1
+    return out
+
+
+def bed_command(args) -> str:
+    """The benchmark as a point of the all-reduce experiment runs it, traced."""
+    return rank_command("real/allreduce.py", [
+        "--sizes", ",".join(f"{n}B" for n in args.sizes), "--algorithms",
+        ",".join(ALLREDUCE_ALGORITHMS), "--iters", str(args.iters), "--warmup", "1",
+        "--threads", "1", "--seed", str(args.seed), "--timeout", "120s"],
+        "bench.json") + " --trace {out}/trace.json"
+
+
+def run_bed(args, net: NetworkInputs, bed: int) -> dict:
+    """One bed's figures: per size and position, measured and predicted seconds."""
+    files, rounds = run_bracketed(
+        testbed_config(args.hosts, args.bandwidth), [bed_command(args)],
+        ("bench.json", "trace.json"), f"bed {bed} ({bed_label(args.hosts, args.bandwidth)})",
+        BED_TIMEOUT_S, round_sizes_up_to(args.probe_up_to, quick=False), ring=True,
+        stream_gaps=BRACKET_STREAM_CALLS)
+    measured = measured_positions(files["trace.json"]["traceEvents"])
+    net = net.with_rounds(args.hosts, rounds)
+    figures = {}
+    for size in args.sizes:
+        predicted = predicted_positions(list(ALLREDUCE_ALGORITHMS), args.hosts, size, net)
+        figures[format_bytes(size)] = {
+            p: {"measured_s": measured[size][p], "predicted_s": predicted[p]}
+            for p in sorted(predicted) if p in measured.get(size, {})}
+        medians = {r["algorithm"]: r["time_s"] for r in files["bench.json"]["results"]
+                   if r["bytes"] == size}
+        figures[format_bytes(size)].update(
+            {f"{a} (median)": {"measured_s": medians[a],
+                               "predicted_s": statistics.median(
+                                   predicted[p] for p in predicted if p.startswith(f"{a}<"))}
+             for a in ALLREDUCE_ALGORITHMS if a in medians})
+    for size, rows in figures.items():
+        print(f"bed {bed}, {size}: " + ", ".join(
+            f"{p} {r['measured_s'] * 1e3:.3f} ms ({r['predicted_s'] * 1e3:.3f})"
+            for p, r in rows.items()), flush=True)
+    return figures
+
+
+def print_summary(beds: list[dict]) -> None:
+    """Per size and position: the measured and predicted range over the beds, median error."""
+    for size in beds[0]:
+        print(f"{size}: position: measured (predicted) range over {len(beds)} beds; median error")
+        for p in beds[0][size]:
+            rows = [b[size][p] for b in beds if p in b[size]]
+            measured = [r["measured_s"] * 1e3 for r in rows]
+            predicted = [r["predicted_s"] * 1e3 for r in rows]
+            error = statistics.median((r["predicted_s"] - r["measured_s"]) / r["measured_s"]
+                                      for r in rows)
+            print(f"  {p}: {min(measured):.3f}-{max(measured):.3f} ms "
+                  f"({min(predicted):.3f}-{max(predicted):.3f}); {error:+.1%}")
+
+
+def load_calibration(path: str, bandwidth_bps: float) -> NetworkInputs:
+    """The calibration record at ``bandwidth_bps`` in a run's ``calibration.json``."""
+    try:
+        records = json.loads(Path(path).read_text())
+        by_rate = {float(c["bandwidth_bps"]): c for c in records}
+        if bandwidth_bps not in by_rate:
+            rates = ", ".join(f"{r / 1e6:g}" for r in sorted(by_rate)) or "none"
+            raise ValueError(f"no calibration at {bandwidth_bps / 1e6:g} Mbit/s "
+                             f"(it has {rates} Mbit/s)")
+        return NetworkInputs.from_calibration(by_rate[bandwidth_bps])
+    except (OSError, json.JSONDecodeError, TypeError, KeyError) as error:
+        raise ValueError(f"--calibration {path}: not a run's calibration.json ({error})") \
+            from error
+
+
+def parse_args(argv=None):
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    add_bed_arguments(parser, hosts=4)
+    parser.add_argument("--beds", type=int, default=3, help="fresh test beds (default 3)")
+    parser.add_argument("--sizes", default="64KB", help="the benchmark's sizes (default 64KB)")
+    parser.add_argument("--iters", type=int, default=300,
+                        help="the benchmark's timed iterations (default 300)")
+    parser.add_argument("--probe-up-to", type=argparse_type(parse_size, "size"),
+                        default=parse_size("16MB"),
+                        help="the probe's sizes reach this one, as the point of the all-reduce "
+                             "experiment whose largest size it is (default 16MB)")
+    parser.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
+                        help="a run's calibration.json (default: the committed full grid's)")
+    parser.add_argument("--seed", type=int, default=0, help="the benchmark's buffers' seed")
+    parser.add_argument("--json", help="write every bed's figures here")
+    args = parser.parse_args(argv)
+    try:
+        check_output_file("--json", args.json)
+        args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+    except ValueError as error:
+        parser.error(str(error))
+    if args.hosts < 2:
+        parser.error(f"--hosts must be at least 2, got {args.hosts}")
+    if not 1 <= args.beds <= MAX_BEDS:
+        parser.error(f"--beds must be from 1 to {MAX_BEDS}, got {args.beds}")
+    if args.iters < 3 or args.seed < 0:
+        parser.error("--iters must be at least 3 (a position needs two calls before it), "
+                     "--seed at least 0")
+    if any(n <= 0 or n % (4 * args.hosts) for n in args.sizes):
+        parser.error(f"--sizes must be positive multiples of 4 x hosts bytes, got "
+                     f"{', '.join(f'{n} B' for n in args.sizes)}")
+    return parser, args
+
+
+def main(argv=None) -> int:
+    parser, args = parse_args(argv)
+    try:
+        net = load_calibration(args.calibration, args.bandwidth)
+    except ValueError as error:
+        parser.error(str(error))
+    status, beds = run_reporting(
+        "call_positions", lambda: [run_bed(args, net, bed) for bed in range(args.beds)])
+    if status:
+        return status
+    print_summary(beds)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "calibration": args.calibration,
+            "beds": beds}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

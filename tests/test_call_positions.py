@@ -1,0 +1,114 @@
+"""experiments/call_positions.py: positions read from a benchmark trace, the model's per
+position, its CLI, and a run on a bed."""
+
+import json
+import statistics
+
+import pytest
+
+from experiments.call_positions import (main, measured_positions, position,
+                                        predicted_positions)
+from experiments.model import NetworkInputs, predict_allreduce_stream_s
+from tests.bed_helpers import needs_namespaces
+from tests.cli_helpers import usage_error
+
+CALIBRATION = {"bandwidth_bps": 1e9, "goodput_bps": 956e6, "frame_bytes": 1514,
+               "burst_bytes": 125_000, "duplex": {"goodput_bps": 950e6},
+               "gloo": {"latency_s": 50e-6, "all_reduce_1_element_s": {"median": 150e-6}}}
+
+
+def span(rank, start_us, dur_us, name, n_bytes=64000):
+    return {"ph": "X", "tid": rank, "ts": start_us, "dur": dur_us, "name": name,
+            "args": {"bytes": n_bytes}}
+
+
+def test_a_position_names_the_call_and_the_two_before_it():
+    algorithms = ["ring", "naive", "backend"]
+    calls = [0, 1, 2, 1, 2, 0]
+    assert position(algorithms, calls, 2) == "backend<naive<ring"
+    assert position(algorithms, calls, 5) == "ring<backend<naive"
+    # the first calls of a rotation that repeats follow its last
+    assert position(algorithms, calls, 0) == "ring<ring<backend"
+
+
+def test_measured_positions_are_medians_of_the_slowest_ranks_calls_after_each_pair():
+    names = ["a", "b", "b", "a", "a", "b", "b", "a"]  # two algorithms taking turns: a b, b a
+    events = [{"ph": "M", "name": "thread_name", "tid": 0}]
+    for k, name in enumerate(names):
+        events += [span(0, 1000 * k, 100 + k, name), span(1, 1000 * k + 5, 100, name)]
+    got = measured_positions(events)[64000]
+    # from the third call on: b after b, a (calls 2 and 6: 102 and 106 us), a after b, b (3 and
+    # 7), a after a, b (4), b after a, a (5)
+    assert got == pytest.approx({"b<b<a": 104e-6, "a<b<b": 105e-6, "a<a<b": 104e-6,
+                                 "b<a<a": 105e-6})
+
+
+def test_measured_positions_refuse_ranks_that_disagree():
+    with pytest.raises(ValueError, match="as many calls"):
+        measured_positions([span(0, 0, 10, "a"), span(0, 20, 10, "a"), span(1, 0, 10, "a")])
+    with pytest.raises(ValueError, match="disagree"):
+        measured_positions([span(0, 0, 10, "a"), span(1, 0, 10, "b")])
+
+
+def test_predicted_positions_are_the_rotation_whose_medians_the_model_reports():
+    net = NetworkInputs.from_calibration(CALIBRATION)
+    algorithms = ["ring", "naive", "backend"]
+    for hosts, n_bytes in ((4, 64_000), (8, 256_000)):
+        got = predicted_positions(algorithms, hosts, n_bytes, net)
+        assert len(got) == 9  # each algorithm after three different pairs
+        medians = predict_allreduce_stream_s(algorithms, hosts, n_bytes, net)
+        for a in algorithms:
+            mine = [s for p, s in got.items() if p.startswith(f"{a}<")]
+            assert len(mine) == 3
+            assert statistics.median(mine) == pytest.approx(medians[a])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--beds", "0"], "--beds"),
+    (["--hosts", "1"], "--hosts"),
+    (["--bandwidth", "fast"], "bandwidth"),
+    (["--sizes", "6B"], "multiples of 4"),
+    (["--iters", "2"], "--iters"),
+    (["--calibration", "/nonexistent/calibration.json"], "--calibration"),
+])
+def test_bad_arguments_are_one_line_and_status_2(argv, named, capsys):
+    assert named in usage_error(main, argv, capsys)
+
+
+def test_a_calibration_without_the_rate_is_one_line_and_status_2(tmp_path, capsys):
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps([CALIBRATION]))
+    err = usage_error(main, ["--bandwidth", "200Mbps", "--calibration", str(path)], capsys)
+    assert "no calibration at 200 Mbit/s (it has 1000 Mbit/s)" in err
+
+
+def test_a_failing_bed_is_one_line_and_status_1(tmp_path, monkeypatch, capsys):
+    from experiments import call_positions
+    from real.testbed import TestbedError
+
+    def failing(args, net, bed):
+        raise TestbedError("bed 0 (H=2 1000Mbps): exit 1: no route to host")
+
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps([CALIBRATION]))
+    monkeypatch.setattr(call_positions, "run_bed", failing)
+    assert main(["--hosts", "2", "--calibration", str(path)]) == 1
+    assert capsys.readouterr().err == \
+        "call_positions: bed 0 (H=2 1000Mbps): exit 1: no route to host\n"
+
+
+@needs_namespaces
+def test_one_bed_reports_every_position_measured_and_predicted(tmp_path, capsys):
+    path, out = tmp_path / "calibration.json", tmp_path / "positions.json"
+    path.write_text(json.dumps([CALIBRATION]))
+    assert main(["--hosts", "2", "--beds", "1", "--iters", "6", "--probe-up-to", "64KB",
+                 "--calibration", str(path), "--json", str(out)]) == 0
+    beds = json.loads(out.read_text())["beds"]
+    rows = beds[0]["64 KB"]
+    assert {"ring (median)", "naive (median)", "backend (median)"} <= set(rows)
+    assert sum("<" in p for p in rows) == 9
+    for row in rows.values():
+        # a 64 kB call at 1000 Mbit/s takes well under 50 ms
+        assert 0.0 < row["measured_s"] < 0.05 and 0.0 < row["predicted_s"] < 0.05
+    printed = capsys.readouterr().out
+    assert "bed 0, 64 KB: " in printed and "naive<ring<backend: " in printed
