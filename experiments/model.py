@@ -374,26 +374,62 @@ class ChainRounds(RoundCosts):
         later = self.rounds_s[0][1:]
         return statistics.median(later) if later else self.next_s[0]
 
-    def first_on_tokens_s(self, size_bytes: float, refilled_bytes: float) -> float:
-        """A first round of ``size_bytes`` that starts with its bytes' tokens in the bucket: the
-        chains' first round at the smallest size plus what bytes add to it (the slope, at least
-        0, up to the largest size that ``refilled_bytes`` covers: the pause before a chain
-        refills that much, so a chain of such a size started on tokens whatever the one before
-        it left). On 4 hosts at 1000 Mbit/s the first rounds from 64 B to 32 KiB took
-        0.14-0.15 ms, those of 64 KiB, after 32 KiB chains that drained the bucket, 0.29-0.33."""
-        covered = [n for n in self.sizes_bytes if n <= refilled_bytes] or [self.sizes_bytes[0]]
-        base_s = self.first_round_s(covered[0])
-        if len(covered) < 2:
-            return base_s
-        slope = max(0.0, (self.first_round_s(covered[-1]) - base_s) / (covered[-1] - covered[0]))
-        return base_s + slope * max(0.0, size_bytes - covered[0])
+    def paced(self, took_s: float, size_bytes: float, payload_bps: float) -> bool:
+        """Whether a round of ``size_bytes`` that took ``took_s`` waited for the shaper's tokens:
+        it took at least ``PACED_SHARE`` of its bytes' time at ``payload_bps``, and that time is
+        at least ``PACED_OVER_LATENCY`` latency-bound rounds (below, a wait for tokens cannot be
+        told from a round's latency)."""
+        wire_s = size_bytes * 8.0 / payload_bps
+        return (wire_s >= PACED_OVER_LATENCY * self.latency_round_s()
+                and took_s >= PACED_SHARE * wire_s)
 
-    def on_tokens_round_s(self, size_bytes: float, refilled_bytes: float) -> float:
+    def sizes_on_tokens(self, payload_bps: float, bucket_bytes: float,
+                        refilled_bytes: float) -> list[float]:
+        """The table's sizes, from the smallest up, whose chains started with their first
+        round's tokens in the bucket, up to the first that did not. The probe runs the sizes'
+        chains in turn, smallest first (``ring_probe.probe``), a pause before each that refills
+        ``refilled_bytes``; walked from a full bucket (``bucket_bytes``) before the smallest,
+        each chain's rounds as they took, the bucket refilling at ``payload_bps`` meanwhile
+        and a paced round short of tokens leaving it empty. On 4 hosts at 1000 Mbit/s the 32 KiB
+        chains drain the bucket and a 0.2 ms pause refills 24 kB, so the 64 KiB chains start
+        short: their first round took 0.29-0.33 ms against 0.14-0.15 at 32 KiB and below; with
+        a 0.28 ms pause they started on tokens, and it took 0.20-0.23."""
+        rate_Bps, tokens, covered = payload_bps / 8.0, bucket_bytes, []
+        for size, rounds in zip(self.sizes_bytes, self.rounds_s):
+            tokens = min(bucket_bytes, tokens + refilled_bytes)
+            if tokens < size:
+                break
+            covered.append(size)
+            for took_s in rounds:
+                tokens = (0.0 if self.paced(took_s, size, payload_bps) and tokens < size else
+                          min(bucket_bytes, max(0.0, tokens + took_s * rate_Bps - size)))
+        return covered
+
+    def first_on_tokens_s(self, size_bytes: float, payload_bps: float, bucket_bytes: float,
+                          refilled_bytes: float) -> float:
+        """A first round of ``size_bytes`` that starts with its bytes' tokens in the bucket: the
+        chains' first round where chains of that size started so (``sizes_on_tokens``, the same
+        arguments); above the largest such size, its first round plus the slope (at least 0)
+        of the first rounds from the smallest size to it."""
+        covered = self.sizes_on_tokens(payload_bps, bucket_bytes, refilled_bytes) or \
+            [self.sizes_bytes[0]]
+        largest = covered[-1]
+        if size_bytes <= largest:
+            return self.first_round_s(size_bytes)
+        slope = 0.0
+        if len(covered) > 1:
+            slope = max(0.0, (self.first_round_s(largest) - self.first_round_s(covered[0]))
+                        / (largest - covered[0]))
+        return self.first_round_s(largest) + slope * (size_bytes - largest)
+
+    def on_tokens_round_s(self, size_bytes: float, payload_bps: float, bucket_bytes: float,
+                          refilled_bytes: float) -> float:
         """A later round of ``size_bytes`` whose bytes all go on the bucket's tokens: a
         latency-bound round plus what the bytes add to a first round on tokens
-        (``first_on_tokens_s``)."""
-        return self.latency_round_s() + (self.first_on_tokens_s(size_bytes, refilled_bytes)
-                                         - self.first_round_s(self.sizes_bytes[0]))
+        (``first_on_tokens_s``, the same arguments)."""
+        return self.latency_round_s() + (
+            self.first_on_tokens_s(size_bytes, payload_bps, bucket_bytes, refilled_bytes)
+            - self.first_round_s(self.sizes_bytes[0]))
 
 
 def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
@@ -424,14 +460,13 @@ def bucket_walk(table: RoundCosts | None, messages_bytes: list[float], tokens: f
     (seconds saved against the chains, tokens left at the call's end)."""
     if not isinstance(table, ChainRounds):
         return None
-    rate_Bps, latency_round_s = payload_bps / 8.0, table.latency_round_s()
-    saving = 0.0
+    rate_Bps, saving = payload_bps / 8.0, 0.0
     for index, size in enumerate(messages_bytes):
-        took_s, wire_s = table.round_s(index, size), size / rate_Bps
-        paced = wire_s >= PACED_OVER_LATENCY * latency_round_s and took_s >= PACED_SHARE * wire_s
+        took_s = table.round_s(index, size)
+        paced = table.paced(took_s, size, payload_bps)
         if tokens >= size and (paced or index == 0):
-            on_tokens_s = min(took_s, table.first_on_tokens_s(size, refilled_bytes) if index == 0
-                              else table.on_tokens_round_s(size, refilled_bytes))
+            on_tokens = table.first_on_tokens_s if index == 0 else table.on_tokens_round_s
+            on_tokens_s = min(took_s, on_tokens(size, payload_bps, bucket_bytes, refilled_bytes))
             saving += took_s - on_tokens_s
             tokens = min(bucket_bytes, tokens - size + on_tokens_s * rate_Bps)
         elif paced:

@@ -593,12 +593,13 @@ def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_ra
     assert table.round_s(1, 65536) == pytest.approx(5.5e-4)
     assert table.round_s(1, 64) == pytest.approx(1e-4)
     assert table.round_s(7, 65536) == table.next_round_s(65536)  # past the chains: a later round
-    # a pause that refills 70 kB: the 64 KiB chains started on tokens too, and their first round
-    # (0.1 ms over 64 B) is what the bytes add; a later round on tokens: a latency-bound 0.1 ms
-    # round plus that
-    assert table.first_on_tokens_s(65536, 70_000) == pytest.approx(2e-4)
-    assert table.on_tokens_round_s(65536, 70_000) == pytest.approx(2e-4)
-    assert table.on_tokens_round_s(64, 70_000) == pytest.approx(1e-4)
+    # the 64 B chains leave the bucket full, so the 64 KiB chains started on tokens too, and their
+    # first round (0.1 ms over 64 B) is what the bytes add; a later round on tokens: a
+    # latency-bound 0.1 ms round plus that
+    assert table.sizes_on_tokens(payload_bps, bucket, 70_000) == [64, 65536]
+    assert table.first_on_tokens_s(65536, payload_bps, bucket, 70_000) == pytest.approx(2e-4)
+    assert table.on_tokens_round_s(65536, payload_bps, bucket, 70_000) == pytest.approx(2e-4)
+    assert table.on_tokens_round_s(64, payload_bps, bucket, 70_000) == pytest.approx(1e-4)
     # the naive ring's 3 rounds of 64 KiB on 4 hosts: the first on tokens as the chains ran it
     # (118.8 kB of tokens less 65.5 kB, plus 0.2 ms of refill: 77.0 kB left), the second on the
     # tokens in 0.2 ms (0.35 ms saved; 35.2 kB left), the third waits for its tokens
@@ -619,24 +620,33 @@ def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_ra
 def test_a_first_round_on_tokens_is_priced_from_chains_that_started_on_tokens():
     from dsgd_sim.collectives import RoundCosts
     from experiments.model import full_bucket_saving_s, with_chain_rounds
-    # 4 hosts at 1000 Mbit/s: first rounds of 0.14-0.15 ms up to 32 KiB; the 64 KiB chains
-    # followed 32 KiB ones that drained the bucket, and their first round took 0.32 ms
-    sizes, firsts = (64, 8192, 32768, 65536), (1.4e-4, 1.4e-4, 1.5e-4, 3.2e-4)
-    table = with_chain_rounds(RoundCosts(sizes, firsts, (1e-4, 1e-4, 1.5e-4, 5.5e-4)),
-                              {n: [f + k * r for k in range(3)] for n, f, r in
-                               zip(sizes, firsts, (1e-4, 1e-4, 1.5e-4, 5.5e-4))})
-    # a 0.2 ms pause refills 24 kB: only the 64 B and 8 KiB chains surely started on tokens,
-    # and bytes added nothing there
-    assert table.first_on_tokens_s(65536, 24_000) == pytest.approx(1.4e-4)
-    # a pause that refills 40 kB covers 32 KiB: 0.01 ms for 32,704 B more, twice that at 64 KiB
-    assert table.first_on_tokens_s(65536, 40_000) == pytest.approx(1.4e-4 + 1e-5 * 65472 / 32704)
-    # a pause that covers no size: the smallest size's first round
-    assert table.first_on_tokens_s(65536, 10) == pytest.approx(1.4e-4)
-    # from a full bucket (118.8 kB) the naive ring's first 64 KiB round costs 0.14 ms, not the
-    # chains' 0.32; 118.8 - 65.5 + 16.6 kB of refill = 69.9 kB covers the second round, which
-    # costs a latency-bound round (0.1 ms) instead of 0.55 ms; the third waits
-    assert full_bucket_saving_s(table, [65536] * 3, 950e6, 118_779, 24_000) == \
-        pytest.approx((3.2e-4 - 1.4e-4) + (5.5e-4 - 1e-4))
+    # 4 hosts at 1000 Mbit/s, 950 Mbit/s of payload and a 118.8 kB bucket: first rounds of
+    # 0.14-0.15 ms up to 32 KiB; the 32 KiB chains drain the bucket (their last round waits for
+    # tokens), and the 64 KiB chains after them took 0.32 ms for their first round
+    rounds = {64: [1.4e-4, 1e-4, 1e-4], 8192: [1.4e-4, 1e-4, 1e-4],
+              32768: [1.5e-4, 1.2e-4, 1.2e-4, 1.2e-4, 1.2e-4, 3.1e-4],
+              65536: [3.2e-4, 5.5e-4, 5.5e-4]}
+    sizes = tuple(rounds)
+    table = with_chain_rounds(
+        RoundCosts(sizes, tuple(r[0] for r in rounds.values()),
+                   tuple(sum(r[1:]) / (len(r) - 1) for r in rounds.values())),
+        {n: [sum(r[:k + 1]) for k in range(len(r))] for n, r in rounds.items()})
+    payload_bps, bucket = 950e6, 118_779
+    # a pause that refills 24 kB: the 64 KiB chains started short
+    assert table.sizes_on_tokens(payload_bps, bucket, 24_000) == [64, 8192, 32768]
+    # so a 64 KiB first round on tokens is the 32 KiB one's plus the slope up to it: 0.01 ms for
+    # 32,704 B more
+    on_first = 1.5e-4 + 1e-5 * 32768 / 32704
+    assert table.first_on_tokens_s(65536, payload_bps, bucket, 24_000) == pytest.approx(on_first)
+    # a pause that refills 70 kB: they started on tokens, and their own first round is the price
+    assert table.sizes_on_tokens(payload_bps, bucket, 70_000) == list(sizes)
+    assert table.first_on_tokens_s(65536, payload_bps, bucket, 70_000) == pytest.approx(3.2e-4)
+    # from a full bucket the naive ring's first 64 KiB round costs 0.16 ms, not the chains' 0.32;
+    # the 72.2 kB left cover the second, a latency-bound 0.1 ms plus the 0.02 ms its bytes add,
+    # instead of 0.55 ms; the third waits
+    on_later = 1e-4 + (on_first - 1.4e-4)
+    assert full_bucket_saving_s(table, [65536] * 3, payload_bps, bucket, 24_000) == \
+        pytest.approx((3.2e-4 - on_first) + (5.5e-4 - on_later))
 
 
 def test_a_call_that_waited_for_tokens_leaves_the_bucket_empty():
@@ -706,11 +716,12 @@ def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_ch
     net = NetworkInputs.from_calibration(fast).with_rounds(4, {"results": rounds})
     drained = predict_allreduce_s("naive", 4, 65536, net)
     assert drained == pytest.approx(2e-4 + 2 * 5.5e-4)  # as the chains ran: a drained bucket
-    # on a full bucket (142.5 kB of payload): the first round on tokens costs what the 64 B
-    # rounds took, 0.1 ms (the 0.25 ms barrier refills 29.7 kB, which covers no larger size),
-    # and leaves 88.8 kB, which covers the second, a latency-bound 0.1 ms instead of 0.55
+    # on a full bucket (142.5 kB of payload): the first round as the chains ran it (they started
+    # on tokens: the 64 B chains before them leave the bucket full), leaving 100.7 kB, which
+    # covers the second: 0.2 ms on tokens (a latency-bound 0.1 ms plus the 0.1 ms its bytes add
+    # to a first round) instead of 0.55
     alone = predict_call_alone_s("naive", 4, 65536, net)
-    assert alone == pytest.approx(drained - 1e-4 - 4.5e-4)
+    assert alone == pytest.approx(drained - 3.5e-4)
     # a stream of naive calls, a 0.25 ms barrier apart, pays its bytes at the rate, walk or not
     rate_Bps, sent = net.duplex_payload_bps / 8, 3 * 65536
     plain = without_full_bucket_walk(net)  # the ablation's model: priced as the chains ran
