@@ -75,21 +75,24 @@ size near the bucket are paid at the rate. ``predict_call_alone_s`` takes off wh
 saves on those rounds (``full_bucket_saving_s``, a walk of the call's rounds from a full bucket
 over the chains' own round durations, kept in ``ChainRounds``), and the stream adds back what it
 cannot lend. A round the tokens cover costs a round on tokens: the first, what the chains' first
-round took at the sizes whose chains started on tokens whatever the chain before had left (those
-the pause before a chain refills, ``ChainRounds.first_on_tokens_s``); a later one, a
-latency-bound round plus what the bytes add to a first round (``on_tokens_round_s``). A chain
-of a larger size may itself have started short of tokens: on 4 hosts at 1000 Mbit/s the 64 KiB
-chains follow 32 KiB ones that drain the bucket, and the 0.2 ms pause refills 24 kB, so their
-first round took 0.29-0.33 ms against 0.14-0.15 at 32 KiB and below.
+round took at the sizes whose chains started on tokens (``ChainRounds.sizes_on_tokens`` walks
+the probe's chains through the bucket in the order it runs them), above those the largest one's
+plus the slope below it (``first_on_tokens_s``); a later one, a latency-bound round plus what
+the bytes add to a first round (``on_tokens_round_s``). A chain may itself have started short
+of tokens: on 4 hosts at 1000 Mbit/s the 64 KiB chains follow 32 KiB ones that drain the bucket,
+and the 0.2 ms pause refills 24 kB, so their first round took 0.29-0.33 ms against 0.14-0.15 at
+32 KiB and below; priced from it, the naive ring's 64 kB call alone came out 1.10-1.18 ms, more
+than it took in the benchmark where the bucket was fullest (0.885-0.95 ms).
 
 **A call that waited for tokens leaves the bucket empty.** In the stream the bucket a call
 leaves is what the same walk ends with from the tokens the call started on
 (``bucket_left_after``): a round that found too few tokens waits for the rest and takes the
 bucket down to nothing, whatever the call's earlier rounds refilled. The naive ring's 64 kB call
 on 4 hosts at 1000 Mbit/s sends 192 kB, more than the bucket: in the rotation it follows a ring
-call, Gloo's, or both, and took 1.13-1.28, 0.95-1.13 and 0.90-0.95 ms there on four test beds
-(``python -m experiments.call_positions``), the first two as the tokens each start held allow
-(a ring call sends 96 kB and refills about as much).
+call after a naive one, a Gloo call after a naive one, or Gloo's and the ring's, and took 1.29-1.38, 1.14-1.18 and 0.885-0.900
+ms there on four test beds (``python -m experiments.call_positions --hosts 4 --beds 4``), the
+first two as the tokens each start held allow (a ring or Gloo call sends 96 kB and refills
+about as much); the model priced those places 1.24-1.39, 1.20-1.22 and 0.82-0.90 ms.
 """
 
 from __future__ import annotations
