@@ -59,9 +59,8 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import bed_label  # noqa: E402
 from experiments.model import (REDUCES_BETWEEN_ROUNDS, ChainEnds, ChainRounds,  # noqa: E402
-                               NetworkInputs, allreduce_messages, ends_of,
-                               predict_allreduce_stream_s, predict_call_alone_s, stream_call_s,
-                               with_chain_ends)
+                               NetworkInputs, ends_of, predict_allreduce_stream_s,
+                               predict_call_alone_s, with_chain_ends)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -121,16 +120,6 @@ def _as_plain(net: NetworkInputs, kind: type) -> NetworkInputs:
                                ring_round_costs=plain(net.ring_round_costs))
 
 
-def stream_counted_at_length_s(algorithms: list[str], hosts: int, n_bytes: int,
-                               net: NetworkInputs) -> dict[str, float]:
-    """``predict_allreduce_stream_s`` with every call leaving the bucket what it started on plus
-    its length at the rate less its bytes (``stream_call_s`` without ``left_after``)."""
-    alone = [predict_call_alone_s(a, hosts, n_bytes, net) for a in algorithms]
-    sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
-    return dict(zip(algorithms, stream_call_s(alone, sent, net.call_gap_s, net.duplex_payload_bps,
-                                              net.bucket_payload_bytes)))
-
-
 def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
     """(hosts, rate, size) -> the algorithms that took turns there, in the order of the rows
     (the benchmark's)."""
@@ -181,14 +170,11 @@ def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = 
         rounds = model.startswith("rounds")
         if model == "rounds, calls alone":
             predicted = predict_call_alone_s(r["algorithm"], r["hosts"], r["bytes"], net)
-        elif model == "rounds, calls counted at their length":
-            turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
-            predicted = stream_counted_at_length_s(turn, r["hosts"], r["bytes"], net)[
-                r["algorithm"]]
         else:
             turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
-            predicted = predict_allreduce_stream_s(turn, r["hosts"], r["bytes"], net,
-                                                   measured_rounds=rounds)[r["algorithm"]]
+            predicted = predict_allreduce_stream_s(
+                turn, r["hosts"], r["bytes"], net, measured_rounds=rounds,
+                walk_calls=model != "rounds, calls counted at their length")[r["algorithm"]]
         out.append(predicted)
     return out
 

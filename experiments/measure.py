@@ -19,6 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from dsgd_sim.argparse_oneline import argparse_type
+from dsgd_sim.units import parse_bandwidth, parse_count
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
 from real.testbed.config import DEFAULT_HOST_CORES
@@ -67,8 +69,6 @@ priced, which came out 12-33% low (the ``allreduce`` note)."""
 def add_bed_arguments(parser, hosts: int) -> None:
     """``--hosts`` (default ``hosts``) and ``--bandwidth`` (default 1000 Mbit/s) of a tool that
     builds its own test bed."""
-    from dsgd_sim.argparse_oneline import argparse_type
-    from dsgd_sim.units import parse_bandwidth, parse_count
     parser.add_argument("--hosts", type=argparse_type(parse_count, "hosts"), default=hosts)
     parser.add_argument("--bandwidth", type=argparse_type(parse_bandwidth, "bandwidth"),
                         default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")

@@ -89,10 +89,11 @@ leaves is what the same walk ends with from the tokens the call started on
 (``bucket_left_after``): a round that found too few tokens waits for the rest and takes the
 bucket down to nothing, whatever the call's earlier rounds refilled. The naive ring's 64 kB call
 on 4 hosts at 1000 Mbit/s sends 192 kB, more than the bucket: in the rotation it follows a ring
-call after a naive one, a Gloo call after a naive one, or Gloo's and the ring's, and took 1.29-1.38, 1.14-1.18 and 0.885-0.900
-ms there on four test beds (``python -m experiments.call_positions --hosts 4 --beds 4``), the
-first two as the tokens each start held allow (a ring or Gloo call sends 96 kB and refills
-about as much); the model priced those places 1.24-1.39, 1.20-1.22 and 0.82-0.90 ms.
+call after a naive one, a Gloo call after a naive one, or Gloo's and the ring's, and took
+1.29-1.38, 1.14-1.18 and 0.885-0.900 ms there on four test beds (``python -m
+experiments.call_positions --hosts 4 --beds 4``), the first two as the tokens each start held
+allow (a ring or Gloo call sends 96 kB and refills about as much); the model priced those
+places 1.24-1.39, 1.20-1.22 and 0.82-0.90 ms.
 """
 
 from __future__ import annotations
@@ -408,14 +409,12 @@ class ChainRounds(RoundCosts):
                           min(bucket_bytes, max(0.0, tokens + took_s * rate_Bps - size)))
         return covered
 
-    def first_on_tokens_s(self, size_bytes: float, payload_bps: float, bucket_bytes: float,
-                          refilled_bytes: float) -> float:
+    def first_on_tokens_s(self, size_bytes: float, covered: list[float]) -> float:
         """A first round of ``size_bytes`` that starts with its bytes' tokens in the bucket: the
-        chains' first round where chains of that size started so (``sizes_on_tokens``, the same
-        arguments); above the largest such size, its first round plus the slope (at least 0)
-        of the first rounds from the smallest size to it."""
-        covered = self.sizes_on_tokens(payload_bps, bucket_bytes, refilled_bytes) or \
-            [self.sizes_bytes[0]]
+        chains' first round where chains of that size started so (``covered``: the
+        ``sizes_on_tokens``); above the largest such size, its first round plus the slope (at
+        least 0) of the first rounds from the smallest size to it."""
+        covered = covered or [self.sizes_bytes[0]]
         largest = covered[-1]
         if size_bytes <= largest:
             return self.first_round_s(size_bytes)
@@ -425,14 +424,12 @@ class ChainRounds(RoundCosts):
                         / (largest - covered[0]))
         return self.first_round_s(largest) + slope * (size_bytes - largest)
 
-    def on_tokens_round_s(self, size_bytes: float, payload_bps: float, bucket_bytes: float,
-                          refilled_bytes: float) -> float:
+    def on_tokens_round_s(self, size_bytes: float, covered: list[float]) -> float:
         """A later round of ``size_bytes`` whose bytes all go on the bucket's tokens: a
         latency-bound round plus what the bytes add to a first round on tokens
         (``first_on_tokens_s``, the same arguments)."""
-        return self.latency_round_s() + (
-            self.first_on_tokens_s(size_bytes, payload_bps, bucket_bytes, refilled_bytes)
-            - self.first_round_s(self.sizes_bytes[0]))
+        return self.latency_round_s() + (self.first_on_tokens_s(size_bytes, covered)
+                                         - self.first_round_s(self.sizes_bytes[0]))
 
 
 def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
@@ -464,12 +461,13 @@ def bucket_walk(table: RoundCosts | None, messages_bytes: list[float], tokens: f
     if not isinstance(table, ChainRounds):
         return None
     rate_Bps, saving = payload_bps / 8.0, 0.0
+    covered = table.sizes_on_tokens(payload_bps, bucket_bytes, refilled_bytes)
     for index, size in enumerate(messages_bytes):
         took_s = table.round_s(index, size)
         paced = table.paced(took_s, size, payload_bps)
         if tokens >= size and (paced or index == 0):
             on_tokens = table.first_on_tokens_s if index == 0 else table.on_tokens_round_s
-            on_tokens_s = min(took_s, on_tokens(size, payload_bps, bucket_bytes, refilled_bytes))
+            on_tokens_s = min(took_s, on_tokens(size, covered))
             saving += took_s - on_tokens_s
             tokens = min(bucket_bytes, tokens - size + on_tokens_s * rate_Bps)
         elif paced:
@@ -679,25 +677,30 @@ def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: floa
 
 
 def predict_allreduce_stream_s(algorithms: list[str], hosts: int, n_bytes: int, net: NetworkInputs,
-                               measured_rounds: bool = True) -> dict[str, float]:
+                               measured_rounds: bool = True,
+                               walk_calls: bool = True) -> dict[str, float]:
     """Seconds per call of each of ``algorithms`` as ``real/allreduce.py`` times them at one
     size: taking turns (in the order given, as ``--algorithms``), a barrier before each call
-    (``predict_stream_rotation_s``, the median of each algorithm's calls)."""
-    rotation = predict_stream_rotation_s(algorithms, hosts, n_bytes, net, measured_rounds)
+    (``predict_stream_rotation_s``, the same arguments; the median of each algorithm's calls)."""
+    rotation = predict_stream_rotation_s(algorithms, hosts, n_bytes, net, measured_rounds,
+                                         walk_calls)
     return {a: statistics.median(s) for a, s in zip(algorithms, rotation)}
 
 
 def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
-                              net: NetworkInputs, measured_rounds: bool = True) -> list[list[float]]:
+                              net: NetworkInputs, measured_rounds: bool = True,
+                              walk_calls: bool = True) -> list[list[float]]:
     """Seconds of each of ``algorithms``' calls in a settled rotation of ``real/allreduce.py``'s
     stream at one size (``stream_rotation_s``): each call alone costs ``predict_call_alone_s``;
     the stream adds what the shaper's bucket cannot lend (the gap between calls:
     ``NetworkInputs.call_gap_s``), and a call leaves the bucket as ``bucket_walk`` walks its
-    rounds from the tokens it started on (``bucket_left_after``)."""
+    rounds from the tokens it started on (``bucket_left_after``; without ``walk_calls``, as
+    the call's length at the rate counts it, the ablation's older model)."""
     alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
-    left = [bucket_left_after(net.rounds_for(a, hosts) if measured_rounds else None,
-                              allreduce_messages(a, hosts, n_bytes), net) for a in algorithms]
+    left = [bucket_left_after(net.rounds_for(a, hosts) if measured_rounds and walk_calls
+                              else None, allreduce_messages(a, hosts, n_bytes), net)
+            for a in algorithms]
     return stream_rotation_s(alone, sent, net.call_gap_s, net.duplex_payload_bps,
                              net.bucket_payload_bytes, left)
 

@@ -596,10 +596,11 @@ def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_ra
     # the 64 B chains leave the bucket full, so the 64 KiB chains started on tokens too, and their
     # first round (0.1 ms over 64 B) is what the bytes add; a later round on tokens: a
     # latency-bound 0.1 ms round plus that
-    assert table.sizes_on_tokens(payload_bps, bucket, 70_000) == [64, 65536]
-    assert table.first_on_tokens_s(65536, payload_bps, bucket, 70_000) == pytest.approx(2e-4)
-    assert table.on_tokens_round_s(65536, payload_bps, bucket, 70_000) == pytest.approx(2e-4)
-    assert table.on_tokens_round_s(64, payload_bps, bucket, 70_000) == pytest.approx(1e-4)
+    covered = table.sizes_on_tokens(payload_bps, bucket, 70_000)
+    assert covered == [64, 65536]
+    assert table.first_on_tokens_s(65536, covered) == pytest.approx(2e-4)
+    assert table.on_tokens_round_s(65536, covered) == pytest.approx(2e-4)
+    assert table.on_tokens_round_s(64, covered) == pytest.approx(1e-4)
     # the naive ring's 3 rounds of 64 KiB on 4 hosts: the first on tokens as the chains ran it
     # (118.8 kB of tokens less 65.5 kB, plus 0.2 ms of refill: 77.0 kB left), the second on the
     # tokens in 0.2 ms (0.35 ms saved; 35.2 kB left), the third waits for its tokens
@@ -637,10 +638,10 @@ def test_a_first_round_on_tokens_is_priced_from_chains_that_started_on_tokens():
     # so a 64 KiB first round on tokens is the 32 KiB one's plus the slope up to it: 0.01 ms for
     # 32,704 B more
     on_first = 1.5e-4 + 1e-5 * 32768 / 32704
-    assert table.first_on_tokens_s(65536, payload_bps, bucket, 24_000) == pytest.approx(on_first)
+    assert table.first_on_tokens_s(65536, [64, 8192, 32768]) == pytest.approx(on_first)
     # a pause that refills 70 kB: they started on tokens, and their own first round is the price
     assert table.sizes_on_tokens(payload_bps, bucket, 70_000) == list(sizes)
-    assert table.first_on_tokens_s(65536, payload_bps, bucket, 70_000) == pytest.approx(3.2e-4)
+    assert table.first_on_tokens_s(65536, list(sizes)) == pytest.approx(3.2e-4)
     # from a full bucket the naive ring's first 64 KiB round costs 0.16 ms, not the chains' 0.32;
     # the 72.2 kB left cover the second, a latency-bound 0.1 ms plus the 0.02 ms its bytes add,
     # instead of 0.55 ms; the third waits
@@ -737,6 +738,32 @@ def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_ch
         pytest.approx(predict_call_alone_s("naive", 4, 65536, gapped))
     assert predict_allreduce_stream_s(["naive"], 4, 65536, without_full_bucket_walk(gapped))[
         "naive"] == pytest.approx(drained)
+
+
+def test_without_the_walk_the_stream_counts_each_call_at_its_length():
+    from experiments.model import predict_call_alone_s, predict_stream_rotation_s
+    rounds = [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4, "reduce_s": 0.0,
+               "ends_chains_s": [[1e-4 * (k + 1) for k in range(6)]] * 3},
+              {"bytes": 65536, "first_s": 2e-4, "next_s": 5.5e-4, "reduce_s": 0.0,
+               "ends_chains_s": [[2e-4 + 5.5e-4 * k for k in range(6)]] * 3}]
+    fast = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 150_000,
+            "duplex": {"goodput_bps": 950e6}}
+    net = NetworkInputs.from_calibration(fast).with_rounds(4, {"results": rounds})
+    turn = ["naive", "ring"]  # a rotation of naive, ring, ring, naive: two naive calls in a row
+    alone = [predict_call_alone_s(a, 4, 65536, net) for a in turn]
+    sent = [sum(allreduce_messages(a, 4, 65536)) for a in turn]
+    counted = stream_call_s(alone, sent, net.call_gap_s, net.duplex_payload_bps,
+                            net.bucket_payload_bytes)
+    assert list(predict_allreduce_stream_s(turn, 4, 65536, net, walk_calls=False).values()) == \
+        pytest.approx(counted)
+    # counted at its length, a naive call (0.95 ms alone) leaves the next one enough to run as
+    # alone; walked, its last round waits for tokens and leaves the bucket empty, so the naive
+    # call right after it starts on the barrier's refill alone and pays the rest at the rate
+    rate_Bps = net.duplex_payload_bps / 8
+    assert predict_stream_rotation_s(turn, 4, 65536, net, walk_calls=False)[0] == \
+        pytest.approx([alone[0], alone[0]])
+    assert predict_stream_rotation_s(turn, 4, 65536, net)[0] == pytest.approx(
+        [(sent[0] - net.call_gap_s * rate_Bps) / rate_Bps, alone[0]])
 
 
 def test_chains_timed_alone_price_every_table_from_their_ends_and_the_ablation_can_undo_it():
