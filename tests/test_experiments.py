@@ -705,16 +705,26 @@ def test_a_slow_latency_bound_round_does_not_hide_the_rounds_the_chains_paid_at_
     assert one.latency_round_s() == 3e-4
 
 
+_ROUNDS_64K = [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4, "reduce_s": 0.0,
+                "ends_chains_s": [[1e-4 * (k + 1) for k in range(6)]] * 3},
+               {"bytes": 65536, "first_s": 2e-4, "next_s": 5.5e-4, "reduce_s": 0.0,
+                "ends_chains_s": [[2e-4 + 5.5e-4 * k for k in range(6)]] * 3}]
+_FAST = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 150_000,
+         "duplex": {"goodput_bps": 950e6}}
+
+
+def _net_64k(**calibration) -> NetworkInputs:
+    """1000 Mbit/s, a 142.5 kB bucket of payload, and on 4 hosts chains run back to back:
+    latency-bound 0.1 ms rounds at 64 B, at 64 KiB a 0.2 ms first round then 0.55 ms ones at the
+    rate; ``calibration``: fields of the calibration record to replace."""
+    return NetworkInputs.from_calibration({**_FAST, **calibration}).with_rounds(
+        4, {"results": _ROUNDS_64K})
+
+
 def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_chains_drained_one():
     from experiments.ablation import without_full_bucket_walk
     from experiments.model import predict_call_alone_s
-    rounds = [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4, "reduce_s": 0.0,
-               "ends_chains_s": [[1e-4 * (k + 1) for k in range(6)]] * 3},
-              {"bytes": 65536, "first_s": 2e-4, "next_s": 5.5e-4, "reduce_s": 0.0,
-               "ends_chains_s": [[2e-4 + 5.5e-4 * k for k in range(6)]] * 3}]
-    fast = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 150_000,
-            "duplex": {"goodput_bps": 950e6}}
-    net = NetworkInputs.from_calibration(fast).with_rounds(4, {"results": rounds})
+    net = _net_64k()
     drained = predict_allreduce_s("naive", 4, 65536, net)
     assert drained == pytest.approx(2e-4 + 2 * 5.5e-4)  # as the chains ran: a drained bucket
     # on a full bucket (142.5 kB of payload): the first round as the chains ran it (they started
@@ -731,9 +741,7 @@ def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_ch
         assert predict_allreduce_stream_s(["naive"], 4, 65536, inputs)["naive"] == \
             pytest.approx((sent - net.call_gap_s * rate_Bps) / rate_Bps)
     # a 2 ms gap refills the whole bucket: each call starts on a full one, as alone
-    gloo = {**CALIBRATION["gloo"], "stream_gap_s": {"median": 2e-3}}
-    gapped = NetworkInputs.from_calibration({**fast, "gloo": gloo}).with_rounds(
-        4, {"results": rounds})
+    gapped = _net_64k(gloo={**CALIBRATION["gloo"], "stream_gap_s": {"median": 2e-3}})
     assert predict_allreduce_stream_s(["naive"], 4, 65536, gapped)["naive"] == \
         pytest.approx(predict_call_alone_s("naive", 4, 65536, gapped))
     assert predict_allreduce_stream_s(["naive"], 4, 65536, without_full_bucket_walk(gapped))[
@@ -742,13 +750,7 @@ def test_a_call_in_the_stream_starts_on_the_bucket_its_turn_leaves_not_on_the_ch
 
 def test_without_the_walk_the_stream_counts_each_call_at_its_length():
     from experiments.model import predict_call_alone_s, predict_stream_rotation_s
-    rounds = [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4, "reduce_s": 0.0,
-               "ends_chains_s": [[1e-4 * (k + 1) for k in range(6)]] * 3},
-              {"bytes": 65536, "first_s": 2e-4, "next_s": 5.5e-4, "reduce_s": 0.0,
-               "ends_chains_s": [[2e-4 + 5.5e-4 * k for k in range(6)]] * 3}]
-    fast = {**CALIBRATION, "bandwidth_bps": 1e9, "goodput_bps": 956e6, "burst_bytes": 150_000,
-            "duplex": {"goodput_bps": 950e6}}
-    net = NetworkInputs.from_calibration(fast).with_rounds(4, {"results": rounds})
+    net = _net_64k()
     turn = ["naive", "ring"]  # a rotation of naive, ring, ring, naive: two naive calls in a row
     alone = [predict_call_alone_s(a, 4, 65536, net) for a in turn]
     sent = [sum(allreduce_messages(a, 4, 65536)) for a in turn]
