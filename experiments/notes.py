@@ -1,10 +1,13 @@
 """What each experiment taught, as Markdown paragraphs for RESULTS.md (kept with the code so that
-regenerating RESULTS.md keeps them). The ``allreduce`` note opens with four later paragraphs:
-the stream model's last change and the eighth full grid (made at 4f6940f,
+regenerating RESULTS.md keeps them). The ``allreduce`` note opens with five later paragraphs:
+the ninth full grid (made at b09ce8c, ``experiments/results/full-b09ce8c/``, with the wire's own
+bytes on 2 hosts measured), the stream model's last change and the eighth (made at 4f6940f,
 ``experiments/results/full-4f6940f/``), the sixth and seventh (3c3f0de and fa2c681,
 ``experiments/results/full-3c3f0de/``, ``full-fa2c681/``), what was tried after the fifth, and
 the address layout with the fifth (f8d8705, ``experiments/results/full-f8d8705/``); in it, the
-places named below count from its fifth paragraph. The first paragraph of each experiment quotes the
+places named below count from its sixth paragraph. The ``sync`` and ``multinode`` notes open with
+one: the emulated compute sleeping to deadlines and the ninth grid; in them, the places named
+below count from their second paragraph. The first paragraph of each experiment quotes the
 committed full grid (``experiments/results/full/``, ``python experiments/run.py --out
 experiments/results/full``, made at 0409507, 58.4 min: the gap between two calls of the
 benchmark's stream timed on each all-reduce point's own test bed, ``ring_probe.py
@@ -60,6 +63,37 @@ Each report's own figures are in its tables."""
 
 NOTES: dict[str, list[str]] = {
     "allreduce": [
+        "**A ninth full grid (at b09ce8c: the all-reduce model as at 4f6940f, the emulated compute "
+        "sleeping to deadlines, the `sync` note; `experiments/results/full-b09ce8c/`, 60.6 min): "
+        "median 0.6% over 172 rows, worst +20.0%, 4 over 8%, 162 within 5%.** The machine ran the "
+        "latency-bound calls of 4 and 8 hosts in the slow state: the ring's 64 kB call on 8 hosts at "
+        "1000 Mbit/s took 5.70 ms (3.21–3.76 in the four grids with the layout fixed before it), "
+        "Gloo's 5.95 (4.12–4.96), the ring's on 4 hosts 1.156 (0.70–1.02). The misses, all at 64 "
+        "kB: the ring's on 8 hosts at 200 Mbit/s, +20.0% (6.930 ms predicted, 5.774 measured), and "
+        "Gloo's beside it, +19.7% (6.735, 5.628), Gloo's on 8 hosts at 1000 Mbit/s, −11.1% (5.293, "
+        "5.951), and the ring's on 4 hosts at 200 Mbit/s, −10.3% (3.599, 4.015). The first two are "
+        "the bracket's halves disagreeing: on that bed the ring-driven 64 B chains' later rounds took "
+        "0.511 ms before the calls and 0.348 after (Gloo's C++-driven ones 0.463 and 0.418), and the "
+        "calls ran nearer the second. Every 4-host row at 1000 Mbit/s came out within 4.0% this time "
+        "(the naive ring's 64 kB −4.0%, the row that missed in four earlier grids). All-reduce: "
+        "median 0.6% over 132 rows, 6 over 5%. Stages: calibration 5.2 min, all-reduce 30.9, sync "
+        "10.4, multinode 0.3, async 3.4, ps_vs_ring 5.2, async_vs_sync 5.2; sync median 1.2%, worst "
+        "−6.3% (8 replicas at 200 Mbit/s with real compute, on a machine whose replicas computed a "
+        "step in 5.9 ms against 4.3 in the eighth grid); multinode −2.0%; async worst −5.8%; "
+        "ps_vs_ring worst −5.5%; async_vs_sync worst −6.3%. The quick grid made after it "
+        "(`experiments/results/quick-b09ce8c/`, 7.6 min): median 0.7%, worst −6.9% (2 async workers "
+        "at 200 Mbit/s), 35 rows, none over 8%. *Measured and left alone: the wire's own bytes on 2 "
+        "hosts.* The shaper's own counters (`tc -s qdisc show dev eth0` on each host before and "
+        "after `RANK={rank} WORLD_SIZE={hosts} python real/allreduce.py --sizes 64000B --algorithms "
+        "A --iters 2000 --warmup 5 --threads 1`, one algorithm at a time, on `sudo python -m "
+        "real.testbed run --hosts 2 --bandwidth 1000Mbps`) charged 67,740 B a call of the naive "
+        "ring, 68,146 of the ring and 68,951 of Gloo's, where the model charges 67,436 (64 kB at "
+        "the duplex payload rate, 0.949 of the link's): 304, 710 and 1,514 B more, 2.4, 5.7 and "
+        "12.1 µs at 1000 Mbit/s, 20 µs on a rotation of the three calls (1.3–1.4 ms). The 2-host 64 "
+        "kB rows of the ring and the naive ring that ran 2.6–9.8% under their price in the first six "
+        "grids were short by 11–44 µs a call: those bytes are a small part of it, and most of "
+        "them Gloo's, the one of the three calls priced least under, so they were not charged. Alone, 2,000 calls each, the "
+        "three calls took 0.390, 0.383 and 0.397 ms.",
         "**A call that waited for tokens leaves the shaper's bucket empty; an eighth full grid "
         "(at 4f6940f, `experiments/results/full-4f6940f/`, 57.5 min): median 0.5% over 172 rows, "
         "worst +18.7%, 4 over 8%, 164 within 5%.** The benchmark's calls take turns, so a call "
@@ -1282,6 +1316,26 @@ NOTES: dict[str, list[str]] = {
         "as Gloo's own (723 and 749 ms in an earlier grid, with BBR).",
     ],
     "sync": [
+        "**Emulated compute now sleeps to deadlines; a ninth full grid (at b09ce8c, "
+        "`experiments/results/full-b09ce8c/`): median 1.2% over 12 rows, worst −6.3%.** With "
+        "`--emulate-compute 50ms` a replica's compute step (`compute_time_s`) had taken 51.5–52.9 "
+        "ms on the bed in the eighth and seventh grids (and 53.6 ms as `real/sync.py` alone on "
+        "the ninth grid's machine), where the model prices the 50 ms asked: the emulated model slept the "
+        "forward and each parameter's share of backward for its length, so every wake-up's "
+        "lateness (about 0.2 ms there) and autograd's own work (its start, 0.25–0.44 ms, and the "
+        "zero gradients, made after each sleep: the chain's backward took 1.25 ms with the sleeps "
+        "at zero) added to the step. Each sleep now runs to a deadline counted from the forward's start, with the "
+        "zero gradient made before it (`real/emulate.py`): the step takes 50.4 ms alone, and on "
+        "the bed's replicas 50.5–50.8 ms. The emulated steps shortened by 1.0–2.6 ms at 50 "
+        "Mbit/s, about as much as their compute, and by 0.4–0.8 ms at 200 Mbit/s, where their "
+        "compute shortened by 1.0–1.3 ms (the all-reduce waited the rest longer after the "
+        "backward): 50 Mbit/s, 2, 4 and 8 replicas, +0.2%, +0.0%, −0.3% (the eighth grid −0.2%, "
+        "−0.8%, −0.8%); 200 Mbit/s −2.0%, −1.0%, −1.3% (−2.3%, −1.5%, −2.7%). The rows with "
+        "real compute ran on a machine whose replicas computed more slowly on the bed (a step "
+        "1.8–6.5 ms against 0.7–4.3 in the eighth grid): 50 "
+        "Mbit/s +0.1%, −0.4%, −1.9%, 200 Mbit/s −3.1%, −4.3%, −6.3% (the 8 replicas 79.5 ms a "
+        "step, 74.5 predicted). What the model still leaves out of an emulated step: the 0.5–0.8 "
+        "ms past its deadline (the last wake-up, the hooks of the last gradient).",
         "**Full grid (made at 0409507: the `allreduce` note): median 1.1% over 12 rows, worst "
         "−3.8% (3684d90: 0.8% and −4.3%).** 50 Mbit/s −1.2…+0.2%; 200 Mbit/s −3.8…−1.1%; the "
         "8 replicas at 200 Mbit/s with real compute 75.2 ms a step, 72.4 predicted (3684d90 "
@@ -1411,6 +1465,11 @@ NOTES: dict[str, list[str]] = {
         "hosts at 200 Mbit/s +12.0% in the all-reduce rows).",
     ],
     "multinode": [
+        "**A ninth full grid (at b09ce8c, the emulated compute sleeping to deadlines, the `sync` "
+        "note; `experiments/results/full-b09ce8c/`): 4 hosts at 200 Mbit/s, −2.0%** (4f6940f "
+        "−2.3%, fa2c681 −2.0%; 111.7 ms a step measured, 109.5 predicted). A replica's compute "
+        "step took 50.7 ms (52.2 and 51.7 ms in those grids) and the step as a whole the same as "
+        "before: its all-reduce waited that much longer after the backward.",
         "**Full grid (made at 0409507): 4 hosts at 200 Mbit/s, −2.6%** (3684d90 −1.5%; 112.2 "
         "ms a step measured, 109.3 predicted).",
         "**Full grid (made at 3684d90): 4 hosts at 200 Mbit/s, −1.5%** (b2e6688 −2.5%; 110.9 ms "

@@ -224,8 +224,10 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
     header = header_lines(meta)
     header += ["", "The notes under each table are kept with the code (`experiments/notes.py`) and "
                "quote, in the first paragraph of each experiment (of the all-reduce one, the "
-               "fifth: the four before it tell the latest change to the model, the latest full "
-               "grids and what was tried between them), the committed full grid (`experiments/results/full/RESULTS.md`), and in "
+               "sixth: the five before it tell the latest change to the model, the latest full "
+               "grids and what was tried between them; of the sync and multinode ones, the "
+               "second: the first tells the emulated compute's change and the latest full grid), "
+               "the committed full grid (`experiments/results/full/RESULTS.md`), and in "
                "the later ones the earlier full grids they were written with, as they say; this "
                "run's own figures are in the tables."]
     return rows, results_markdown(results, rows, header, folder)
