@@ -1335,7 +1335,15 @@ NOTES: dict[str, list[str]] = {
         "1.8–6.5 ms against 0.7–4.3 in the eighth grid): 50 "
         "Mbit/s +0.1%, −0.4%, −1.9%, 200 Mbit/s −3.1%, −4.3%, −6.3% (the 8 replicas 79.5 ms a "
         "step, 74.5 predicted). What the model still leaves out of an emulated step: the 0.5–0.8 "
-        "ms past its deadline (the last wake-up, the hooks of the last gradient).",
+        "ms past its deadline (the last wake-up, the hooks of the last gradient). Noticed and "
+        "left alone: at 200 Mbit/s a replica's real compute step took 1.81, 2.13 and 5.89 ms on "
+        "2, 4 and 8 hosts, 2.3×, 2.7× and 7.4× what one process alone took on the same machine "
+        "after the grid (0.79 ms, the profile the model starts from: `python -c \"from "
+        "experiments.sync_model import single_process_profile as p; from experiments.configs "
+        "import SyncRunConfig as C; print(p(C(8, 2e8))['summary']['compute_time_s'])\"`), where "
+        "the core-sharing model gives 1×, 2× and 4×: whatever else takes the cores while they "
+        "compute (the all-reduce's threads and the shapers' packet work run beside the backward "
+        "in the bucketed sync) is not counted, and was not measured further.",
         "**Full grid (made at 0409507: the `allreduce` note): median 1.1% over 12 rows, worst "
         "−3.8% (3684d90: 0.8% and −4.3%).** 50 Mbit/s −1.2…+0.2%; 200 Mbit/s −3.8…−1.1%; the "
         "8 replicas at 200 Mbit/s with real compute 75.2 ms a step, 72.4 predicted (3684d90 "
