@@ -176,8 +176,6 @@ def parse_args(argv=None):
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     except ValueError as error:
         parser.error(str(error))
-    if args.hosts < 2:
-        parser.error(f"--hosts must be at least 2, got {args.hosts}")
     if not 1 <= args.beds <= MAX_BEDS:
         parser.error(f"--beds must be from 1 to {MAX_BEDS}, got {args.beds}")
     if args.iters < 3 or args.seed < 0:

@@ -146,8 +146,6 @@ def parse_args(argv=None):
         args.benchmark = [parse_size(s) for s in args.benchmark.split(",")] if args.benchmark else []
     except ValueError as error:
         parser.error(str(error))
-    if args.hosts < 2:
-        parser.error(f"--hosts must be at least 2, got {args.hosts}")
     if not 2 <= args.launches <= MAX_LAUNCHES:
         parser.error(f"--launches must be from 2 to {MAX_LAUNCHES}, got {args.launches}")
     if args.repeats < 1 or args.iters < 1 or args.stream_gaps < 2 or args.seed < 0:

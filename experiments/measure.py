@@ -66,10 +66,18 @@ default: on 8 hosts sharing 2 cores the chains after an idle ran faster than the
 priced, which came out 12-33% low (the ``allreduce`` note)."""
 
 
+def parse_bed_hosts(text: str) -> int:
+    """A test bed's host count: a count of at least 2 (``ValueError`` naming the text else)."""
+    hosts = parse_count(text)
+    if hosts < 2:
+        raise ValueError(f"a test bed needs at least 2 hosts, got {text!r}")
+    return hosts
+
+
 def add_bed_arguments(parser, hosts: int) -> None:
-    """``--hosts`` (default ``hosts``) and ``--bandwidth`` (default 1000 Mbit/s) of a tool that
-    builds its own test bed."""
-    parser.add_argument("--hosts", type=argparse_type(parse_count, "hosts"), default=hosts)
+    """``--hosts`` (default ``hosts``, at least 2) and ``--bandwidth`` (default 1000 Mbit/s) of
+    a tool that builds its own test bed."""
+    parser.add_argument("--hosts", type=argparse_type(parse_bed_hosts, "hosts"), default=hosts)
     parser.add_argument("--bandwidth", type=argparse_type(parse_bandwidth, "bandwidth"),
                         default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")
 

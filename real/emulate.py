@@ -13,9 +13,10 @@ Every sleep runs to a deadline counted from when forward began, not for a length
 backward shares up to its own have passed. A sleep wakes late (0.1-0.2 ms on a quiet Linux host,
 more on a busy one), and the rest takes time too (autograd's start, the zero gradients, the
 hooks); lengths would add every one of those to the step, deadlines only the last wake-up's and
-what follows it. An emulated 50 ms step of the ``mlp`` took 53.6 ms with lengths and 50.4 ms with
-deadlines on one quiet host (50.7 ms as ``real/sync.py`` run alone times it, ``compute_time_s``,
-which holds the gradient hooks too); with lengths the test bed's replicas took 51.5-52.9 ms.
+what follows it. An emulated 50 ms step of the ``mlp`` took 53.6 ms with lengths and 50.7 ms with
+deadlines on one quiet host (the ``compute_time_s``, which holds the gradient hooks too, of
+``python real/sync.py --nproc-per-node 1 --model mlp --steps 30 --threads 1
+--emulate-compute 50ms --json s.json``); with lengths the test bed's replicas took 51.5-52.9 ms.
 """
 
 from __future__ import annotations
