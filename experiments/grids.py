@@ -1,0 +1,145 @@
+"""Where the model holds, over many stored grids: the rows of every grid, by kind of row.
+
+    python -m experiments.grids experiments/results/full experiments/results/full-*/
+    python -m experiments.grids experiments/results/quick-* --json kinds.json
+
+One grid is one draw of a shared machine's noise; this pools the ``fidelity.json`` rows of
+several (each folder as ``experiments/run.py --out DIR`` wrote it) and sorts them into kinds:
+the all-reduce calls of 1 MB and more (the links set their pace), those under 1 MB by rate and
+hosts (the ranks' wake-ups on shared cores set it where the links are fast), and every other
+experiment whole. Per kind it prints the rows per grid, the median |error| over all of them, the
+range of the grids' worst |error| and how many rows missed the worst-row target (8%): a Markdown
+table. Reads only; ``--json FILE`` writes the same figures.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from experiments.fidelity import WORST_TARGET
+
+LARGE_BYTES = 1_000_000  # an all-reduce call this large or larger is paced by the links
+ALL = "every row"
+
+
+class GridError(ValueError):
+    """A folder that is not a stored grid, or rows that cannot be sorted."""
+
+
+def allreduce_kind(row: dict) -> str:
+    """The kind of one all-reduce row (``allreduce.json``'s, with ``bytes``, ``hosts``,
+    ``bandwidth_bps``)."""
+    if row["bytes"] >= LARGE_BYTES:
+        return "allreduce, 1 MB and more"
+    rate = f"{row['bandwidth_bps'] / 1e6:g} Mbit/s"
+    if row["bandwidth_bps"] <= 50e6:
+        return f"allreduce under 1 MB, {rate}"
+    if row["hosts"] == 2:
+        return "allreduce under 1 MB, 2 hosts, 200 and 1000 Mbit/s"
+    return f"allreduce under 1 MB, {row['hosts']} hosts, {rate}"
+
+
+def grid_rows(folder: Path) -> list[dict]:
+    """The fidelity rows of one stored grid, each with its ``kind``."""
+    try:
+        rows = json.loads((folder / "fidelity.json").read_text())
+    except FileNotFoundError:
+        raise GridError(f"{folder}: no fidelity.json (not a folder written by experiments/run.py)")
+    except json.JSONDecodeError as error:
+        raise GridError(f"{folder}/fidelity.json: not JSON ({error.msg}, line {error.lineno})")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"experiment", "config",
+                                                                         "error"} <= r.keys()
+                                             for r in rows):
+        raise GridError(f"{folder}/fidelity.json: expected a list of rows with experiment, "
+                        "config and error")
+    allreduce = {}
+    if any(r["experiment"] == "allreduce" for r in rows):
+        try:
+            stored = json.loads((folder / "allreduce.json").read_text())["rows"]
+            allreduce = {r["config"]: allreduce_kind(r) for r in stored}
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise GridError(f"{folder}/allreduce.json: cannot read its rows' sizes and hosts "
+                            f"({error})")
+    out = []
+    for row in rows:
+        if row["experiment"] != "allreduce":
+            kind = row["experiment"]
+        elif row["config"] in allreduce:
+            kind = allreduce[row["config"]]
+        else:
+            raise GridError(f"{folder}: the all-reduce row {row['config']!r} is not in "
+                            "allreduce.json")
+        out.append({**row, "kind": kind})
+    return out
+
+
+def summarise_kinds(grids: dict[str, list[dict]]) -> list[dict]:
+    """Per kind, in the order kinds first appear (then ``ALL``): rows per grid, median |error|
+    over every row, the smallest and largest of the grids' worst |error|, and the rows over the
+    worst-row target, of how many."""
+    kinds = list(dict.fromkeys(r["kind"] for rows in grids.values() for r in rows))
+    out = []
+    for kind in kinds + [ALL]:
+        per_grid = {name: [abs(r["error"]) for r in rows if kind in (ALL, r["kind"])]
+                    for name, rows in grids.items()}
+        per_grid = {name: errors for name, errors in per_grid.items() if errors}
+        errors = [e for grid in per_grid.values() for e in grid]
+        worsts = [max(grid) for grid in per_grid.values()]
+        out.append({"kind": kind, "grids": len(per_grid), "rows": len(errors),
+                    "median_abs_error": statistics.median(errors),
+                    "worst_abs_error_min": min(worsts), "worst_abs_error_max": max(worsts),
+                    "over_target": sum(e > WORST_TARGET for e in errors)})
+    return out
+
+
+def markdown(kinds: list[dict]) -> str:
+    lines = ["| kind of row | grids | rows a grid | median \\|error\\| | worst \\|error\\| of a grid "
+             f"| over {WORST_TARGET:.0%} |", "|---|---|---|---|---|---|"]
+    for k in kinds:
+        per_grid = k["rows"] / k["grids"]
+        lines.append(f"| {k['kind']} | {k['grids']} | {per_grid:.0f} "
+                     f"| {k['median_abs_error']:.1%} "
+                     f"| {k['worst_abs_error_min']:.1%} to {k['worst_abs_error_max']:.1%} "
+                     f"| {k['over_target']} of {k['rows']} |")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path,
+                        help="stored grids (folders written by experiments/run.py --out)")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args(argv)
+    try:
+        check_output_file("--json", args.json)
+    except ValueError as error:
+        parser.error(str(error))
+    if len(set(args.folders)) != len(args.folders):
+        parser.error("a folder is named twice: each grid counts once")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        grids = {str(folder): grid_rows(folder) for folder in args.folders}
+    except GridError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if not any(grids.values()):
+        print("error: the folders hold no rows", file=sys.stderr)
+        return 1
+    kinds = summarise_kinds(grids)
+    print(markdown(kinds))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"grids": list(grids), "kinds": kinds}, indent=1)
+                                   + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

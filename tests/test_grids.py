@@ -1,0 +1,113 @@
+"""experiments/grids.py: stored grids' rows pooled by kind, its table and its CLI."""
+
+import json
+
+import pytest
+
+from experiments.grids import ALL, allreduce_kind, grid_rows, main, summarise_kinds
+from tests.cli_helpers import usage_error
+
+
+def allreduce_row(config, n_bytes, hosts, mbit, predicted, measured):
+    return {"config": config, "algorithm": config.split()[0], "bytes": n_bytes, "hosts": hosts,
+            "bandwidth_bps": mbit * 1e6, "predicted_s": predicted, "measured_s": measured}
+
+
+def write_grid(folder, allreduce_rows, other_rows=()):
+    """A folder as experiments/run.py --out writes it: fidelity.json, and allreduce.json."""
+    folder.mkdir()
+    rows = [{"experiment": "allreduce", "config": r["config"], "predicted_s": r["predicted_s"],
+             "measured_s": r["measured_s"],
+             "error": (r["predicted_s"] - r["measured_s"]) / r["measured_s"]}
+            for r in allreduce_rows]
+    rows += [{"experiment": name, "config": name, "predicted_s": p, "measured_s": m,
+              "error": (p - m) / m} for name, p, m in other_rows]
+    (folder / "fidelity.json").write_text(json.dumps(rows))
+    (folder / "allreduce.json").write_text(json.dumps({"rows": list(allreduce_rows)}))
+    return folder
+
+
+@pytest.mark.parametrize("n_bytes, hosts, mbit, kind", [
+    (4_000_000, 8, 1000, "allreduce, 1 MB and more"),
+    (1_000_000, 2, 50, "allreduce, 1 MB and more"),
+    (64_000, 8, 50, "allreduce under 1 MB, 50 Mbit/s"),
+    (256_000, 2, 1000, "allreduce under 1 MB, 2 hosts, 200 and 1000 Mbit/s"),
+    (64_000, 2, 200, "allreduce under 1 MB, 2 hosts, 200 and 1000 Mbit/s"),
+    (64_000, 4, 1000, "allreduce under 1 MB, 4 hosts, 1000 Mbit/s"),
+    (256_000, 8, 200, "allreduce under 1 MB, 8 hosts, 200 Mbit/s"),
+])
+def test_allreduce_rows_sort_by_size_then_rate_then_hosts(n_bytes, hosts, mbit, kind):
+    assert allreduce_kind({"bytes": n_bytes, "hosts": hosts, "bandwidth_bps": mbit * 1e6}) == kind
+
+
+def test_kinds_pool_every_grid_and_count_the_rows_over_the_target(tmp_path):
+    small = "allreduce under 1 MB, 8 hosts, 1000 Mbit/s"
+    one = write_grid(tmp_path / "one", [
+        allreduce_row("ring 4MB H=8 1000Mbps", 4_000_000, 8, 1000, 1.01, 1.00),   # +1%
+        allreduce_row("ring 0.064MB H=8 1000Mbps", 64_000, 8, 1000, 1.20, 1.00),  # +20%
+    ], [("sync", 0.97, 1.00)])                                                  # -3%
+    two = write_grid(tmp_path / "two", [
+        allreduce_row("ring 4MB H=8 1000Mbps", 4_000_000, 8, 1000, 0.98, 1.00),   # -2%
+        allreduce_row("ring 0.064MB H=8 1000Mbps", 64_000, 8, 1000, 0.95, 1.00),  # -5%
+    ], [("sync", 1.00, 1.00)])
+    grids = {"one": grid_rows(one), "two": grid_rows(two)}
+    kinds = {k["kind"]: k for k in summarise_kinds(grids)}
+    assert list(kinds) == ["allreduce, 1 MB and more", small, "sync", ALL]
+    assert kinds[small]["rows"] == 2 and kinds[small]["grids"] == 2
+    assert kinds[small]["median_abs_error"] == pytest.approx(0.125)
+    assert kinds[small]["worst_abs_error_min"] == pytest.approx(0.05)
+    assert kinds[small]["worst_abs_error_max"] == pytest.approx(0.20)
+    assert kinds[small]["over_target"] == 1
+    assert kinds["allreduce, 1 MB and more"]["over_target"] == 0
+    assert kinds["sync"]["median_abs_error"] == pytest.approx(0.015)
+    assert kinds[ALL]["rows"] == 6 and kinds[ALL]["over_target"] == 1
+    assert kinds[ALL]["worst_abs_error_min"] == pytest.approx(0.05)
+
+
+def test_a_kind_that_only_some_grids_hold_counts_only_those(tmp_path):
+    one = write_grid(tmp_path / "one", [], [("async", 1.1, 1.0)])
+    two = write_grid(tmp_path / "two", [], [("sync", 1.0, 1.0)])
+    kinds = {k["kind"]: k for k in summarise_kinds({"a": grid_rows(one), "b": grid_rows(two)})}
+    assert kinds["async"]["grids"] == 1 and kinds["sync"]["grids"] == 1
+    assert kinds[ALL]["grids"] == 2
+
+
+def test_cli_prints_a_markdown_table_and_writes_the_figures(tmp_path, capsys):
+    grid = write_grid(tmp_path / "g", [
+        allreduce_row("naive 0.064MB H=4 1000Mbps", 64_000, 4, 1000, 1.1, 1.0)])
+    out = tmp_path / "kinds.json"
+    assert main([str(grid), "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "| allreduce under 1 MB, 4 hosts, 1000 Mbit/s | 1 | 1 | 10.0% | 10.0% to 10.0% " \
+           "| 1 of 1 |" in table
+    written = json.loads(out.read_text())
+    assert written["grids"] == [str(grid)] and written["kinds"][0]["over_target"] == 1
+
+
+def test_cli_refuses_a_folder_that_is_not_a_grid_on_one_line(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no fidelity.json" in err
+
+
+def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
+    grid = write_grid(tmp_path / "g", [
+        allreduce_row("ring 4MB H=2 50Mbps", 4_000_000, 2, 50, 1.0, 1.0)])
+    (grid / "allreduce.json").write_text(json.dumps({"rows": []}))
+    assert main([str(grid)]) == 1
+    assert "not in allreduce.json" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_broken_fidelity_file(tmp_path, capsys):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "fidelity.json").write_text("{not json")
+    assert main([str(tmp_path / "g")]) == 1
+    assert "not JSON" in capsys.readouterr().err
+    (tmp_path / "g" / "fidelity.json").write_text(json.dumps([{"experiment": "sync"}]))
+    assert main([str(tmp_path / "g")]) == 1
+    assert "expected a list of rows" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_folder_named_twice(tmp_path, capsys):
+    grid = write_grid(tmp_path / "g", [], [("sync", 1.0, 1.0)])
+    assert "named twice" in usage_error(main, [str(grid), str(grid)], capsys)
