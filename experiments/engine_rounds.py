@@ -7,7 +7,7 @@ flight at once. Where the ranks share few cores, that difference is a large part
 round: on 8 emulated hosts on 2 cores at 1000 Mbit/s (chains of 14 rounds, one run) a later
 32 KiB round took 0.90 ms driven from Python and 0.57 ms driven from here, and Gloo's
 all-reduce of 256 KiB 6.59 ms, 0.47 ms a round (its 14 rounds of 32 KiB; the command is in the
-``allreduce`` note of ``experiments/RESULTS.md``). This module compiles a
+``allreduce`` section of ``experiments/LOG.md``). This module compiles a
 small C++ loop (``engine_rounds.cpp``) against the installed torch at first use
 (``torch.utils.cpp_extension``: needs a C++ compiler, Python's headers and ninja, which
 ``./install.sh dev`` installs; about 30 s, then kept in ``build_directory()``) and runs it

@@ -97,8 +97,8 @@ def summarise_kinds(grids: dict[str, list[dict]]) -> list[dict]:
 
 
 def markdown(kinds: list[dict]) -> str:
-    lines = ["| kind of row | grids | rows a grid | median \\|error\\| | worst \\|error\\| of a grid "
-             f"| over {WORST_TARGET:.0%} |", "|---|---|---|---|---|---|"]
+    lines = ["| kind of row | grids | rows a grid | median \\|error\\| "
+             f"| worst \\|error\\| of a grid | over {WORST_TARGET:.0%} |", "|---|---|---|---|---|---|"]
     for k in kinds:
         per_grid = k["rows"] / k["grids"]
         lines.append(f"| {k['kind']} | {k['grids']} | {per_grid:.0f} "
@@ -128,11 +128,11 @@ def main(argv=None) -> int:
     try:
         grids = {str(folder): grid_rows(folder) for folder in args.folders}
     except GridError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        print(f"experiments.grids: {error}", file=sys.stderr)
+        return 2
     if not any(grids.values()):
-        print("error: the folders hold no rows", file=sys.stderr)
-        return 1
+        print("experiments.grids: the folders hold no rows", file=sys.stderr)
+        return 2
     kinds = summarise_kinds(grids)
     print(markdown(kinds))
     if args.json:

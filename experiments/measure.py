@@ -63,7 +63,7 @@ PROBE_IDLE = False
 """Whether every ring probe idles before each of its chains (``probe_idle_s``) rather than
 running them back to back; ``experiments/run.py --probe-idle`` sets it for a whole run. Off by
 default: on 8 hosts sharing 2 cores the chains after an idle ran faster than the calls they
-priced, which came out 12-33% low (the ``allreduce`` note)."""
+priced, which came out 12-33% low (the ``allreduce`` section of ``experiments/LOG.md``)."""
 
 
 def parse_bed_hosts(text: str) -> int:

@@ -50,7 +50,7 @@ included. The bucket model stays for a host count without a table. A table compo
 from a first round and mean later ones; from a probe that idled before every chain
 (``experiments/run.py --probe-idle``, each chain on a full bucket as a call alone), a call of
 k rounds of one size is instead what the chains took to the end of their k-th round
-(``priced_from_ends``), which did worse in a whole grid (the ``allreduce`` note).
+(``priced_from_ends``), which did worse in a whole grid (the ``allreduce`` section of ``experiments/LOG.md``).
 
 **Either way, a stream of calls pays the rate.** The benchmark (``real/allreduce.py``) makes its
 calls back to back, a barrier apart, the algorithms taking turns (``call_order``). A call alone

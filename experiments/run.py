@@ -222,14 +222,11 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
     rows = fidelity_rows(results)
     folder = "results/" if REPORT.parent != RESULTS else ""
     header = header_lines(meta)
-    header += ["", "The notes under each table are kept with the code (`experiments/notes.py`) and "
-               "quote, in the first paragraph of each experiment (of the all-reduce one, the "
-               "sixth: the five before it tell the latest change to the model, the latest full "
-               "grids and what was tried between them; of the sync and multinode ones, the "
-               "second: the first tells the emulated compute's change and the latest full grid), "
-               "the committed full grid (`experiments/results/full/RESULTS.md`), and in "
-               "the later ones the earlier full grids they were written with, as they say; this "
-               "run's own figures are in the tables."]
+    log = Path(os.path.relpath(HERE / "LOG.md", REPORT.parent)).as_posix()
+    header += ["", "The notes under each table (`experiments/notes.py`) say what the model takes, "
+               "where it holds and where it misses, with figures over the nine full grids the "
+               "README lists (`python -m experiments.grids`); this run's own figures are in the "
+               f"tables. How each finding was made, grid by grid, with its commands: [LOG.md]({log})."]
     return rows, results_markdown(results, rows, header, folder)
 
 

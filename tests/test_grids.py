@@ -85,7 +85,7 @@ def test_cli_prints_a_markdown_table_and_writes_the_figures(tmp_path, capsys):
 
 
 def test_cli_refuses_a_folder_that_is_not_a_grid_on_one_line(tmp_path, capsys):
-    assert main([str(tmp_path)]) == 1
+    assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no fidelity.json" in err
 
@@ -94,18 +94,25 @@ def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
     grid = write_grid(tmp_path / "g", [
         allreduce_row("ring 4MB H=2 50Mbps", 4_000_000, 2, 50, 1.0, 1.0)])
     (grid / "allreduce.json").write_text(json.dumps({"rows": []}))
-    assert main([str(grid)]) == 1
+    assert main([str(grid)]) == 2
     assert "not in allreduce.json" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_broken_fidelity_file(tmp_path, capsys):
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "fidelity.json").write_text("{not json")
-    assert main([str(tmp_path / "g")]) == 1
+    assert main([str(tmp_path / "g")]) == 2
     assert "not JSON" in capsys.readouterr().err
     (tmp_path / "g" / "fidelity.json").write_text(json.dumps([{"experiment": "sync"}]))
-    assert main([str(tmp_path / "g")]) == 1
+    assert main([str(tmp_path / "g")]) == 2
     assert "expected a list of rows" in capsys.readouterr().err
+
+
+def test_cli_refuses_folders_that_hold_no_rows(tmp_path, capsys):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "fidelity.json").write_text("[]")
+    assert main([str(tmp_path / "g")]) == 2
+    assert "hold no rows" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_folder_named_twice(tmp_path, capsys):
