@@ -26,7 +26,7 @@ NOTES: dict[str, list[str]] = {
         "**Where it holds.** Over the nine full grids (1,548 rows, 1,188 of them all-reduce "
         "calls): every call of 1 MB or more within 7.1% (702 rows, median 0.3%), every call at "
         "50 Mbit/s within 5.8% (median 0.2%), and the median row of every grid 0.4–0.6%. Every "
-        "row of the six quick grids was within 8%.",
+        "row of the seven quick grids was within 8%.",
         "**Where it misses, and why.** 27 of the 1,548 rows missed 8%, all of them all-reduce "
         "calls under 1 MB: 24 on 4 or 8 hosts at 200 or 1000 Mbit/s, and 3 on 2 hosts (the naive "
         "ring's 256 kB at 200 Mbit/s −17.5% once; 64 kB calls at 1000 Mbit/s −9.8% and +12.0%). "
