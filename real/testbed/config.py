@@ -28,7 +28,7 @@ machine, and a namespace may only pick from the machine's allowed list
 shaped link: BBR caps what a flow has in flight at about twice its rate times the *smallest* round
 trip it has seen (here tens of microseconds), so once other flows or the reverse direction's data
 fill the shaper's queue, a BBR flow cannot keep its share of the link busy (see
-``experiments/RESULTS.md``). At the sub-millisecond round trips of the test bed, CUBIC grows its
+``experiments/LOG.md``). At the sub-millisecond round trips of the test bed, CUBIC grows its
 window as Reno does.
 
 Every host's processes run under the batch scheduling policy (``SCHED_BATCH``) unless told
@@ -38,7 +38,7 @@ network thread busy-waits at times (its epoll loop only try-locks a connection t
 thread holds, and polls again), and a woken one can take the core from the very thread it waits
 for, until the scheduler's tick (4 ms at 250 Hz): a 64 kB all-reduce on 2 hosts took 0.4 ms in
 one run and 3.4 ms in the next. Under the batch policy a waking thread preempts none, which
-removes those stalls (see ``experiments/RESULTS.md``); ``scheduling="normal"`` keeps the
+removes those stalls (see ``experiments/LOG.md``); ``scheduling="normal"`` keeps the
 machine's default policy.
 
 Where the machine has a core for every host, each host's processes also run on a core of their
