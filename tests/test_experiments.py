@@ -866,3 +866,16 @@ def test_allreduce_repredict_gives_a_stored_runs_rows_again_and_refuses_a_row_of
 def test_a_stream_of_calls_needs_a_positive_rate():
     with pytest.raises(ValueError, match="payload rate must be positive"):
         stream_call_s([1e-3], [1_000], 1e-4, 0.0, 10_000)
+
+
+@pytest.mark.parametrize("report_dir", ["experiments", "experiments/results/full-b09ce8c", None])
+def test_every_report_links_to_the_notebook_where_it_lies(monkeypatch, tmp_path, report_dir):
+    import re
+    from experiments import run
+    folder = run.HERE.parent / report_dir if report_dir else tmp_path
+    monkeypatch.setattr(run, "REPORT", folder / "RESULTS.md")
+    monkeypatch.setattr(run, "header_lines", lambda meta: ["# report"])
+    _, text = run.report_texts([], {})
+    link = re.search(r"\[LOG\.md\]\(([^)]+)\)", text).group(1)
+    assert (folder / link).resolve() == (run.HERE / "LOG.md").resolve()
+    assert (run.HERE / "LOG.md").is_file()

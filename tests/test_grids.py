@@ -118,3 +118,4 @@ def test_cli_refuses_folders_that_hold_no_rows(tmp_path, capsys):
 def test_cli_refuses_a_folder_named_twice(tmp_path, capsys):
     grid = write_grid(tmp_path / "g", [], [("sync", 1.0, 1.0)])
     assert "named twice" in usage_error(main, [str(grid), str(grid)], capsys)
+
