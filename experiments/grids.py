@@ -9,7 +9,8 @@ the all-reduce calls of 1 MB and more (the links set their pace), those under 1 
 hosts (the ranks' wake-ups on shared cores set it where the links are fast), and every other
 experiment whole. Per kind it prints the rows per grid, the median |error| over all of them, the
 range of the grids' worst |error| and how many rows missed the worst-row target (8%): a Markdown
-table. Reads only; ``--json FILE`` writes the same figures.
+table; then every row that missed in some grid, with the grids it missed in. Reads only;
+``--json FILE`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -96,6 +97,20 @@ def summarise_kinds(grids: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
+def misses(grids: dict[str, list[dict]]) -> list[dict]:
+    """Every row (experiment and config) over the worst-row target in some grid: in how many
+    grids it missed, of how many that hold it, and its errors there; most misses first."""
+    held: dict[tuple, list[dict]] = {}
+    for rows in grids.values():
+        for r in rows:
+            held.setdefault((r["experiment"], r["config"]), []).append(r)
+    out = [{"experiment": key[0], "config": key[1], "grids": len(rows),
+            "errors": [r["error"] for r in rows if abs(r["error"]) > WORST_TARGET]}
+           for key, rows in held.items()]
+    out = [m for m in out if m["errors"]]
+    return sorted(out, key=lambda m: -len(m["errors"]))
+
+
 def markdown(kinds: list[dict]) -> str:
     lines = ["| kind of row | grids | rows a grid | median \\|error\\| "
              f"| worst \\|error\\| of a grid | over {WORST_TARGET:.0%} |", "|---|---|---|---|---|---|"]
@@ -133,11 +148,16 @@ def main(argv=None) -> int:
     if not any(grids.values()):
         print("experiments.grids: the folders hold no rows", file=sys.stderr)
         return 2
-    kinds = summarise_kinds(grids)
+    kinds, missed = summarise_kinds(grids), misses(grids)
     print(markdown(kinds))
+    print(f"\n{len(missed)} rows over {WORST_TARGET:.0%} in some grid" + (":" if missed else ""))
+    for m in missed:
+        errors = ", ".join(f"{e:+.1%}" for e in m["errors"])
+        print(f"- {m['experiment']}: {m['config']}: {len(m['errors'])} of {m['grids']} grids "
+              f"({errors})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"grids": list(grids), "kinds": kinds}, indent=1)
-                                   + "\n")
+        Path(args.json).write_text(json.dumps({"grids": list(grids), "kinds": kinds,
+                                               "misses": missed}, indent=1) + "\n")
     return 0
 
 

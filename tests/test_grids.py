@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.grids import ALL, allreduce_kind, grid_rows, main, summarise_kinds
+from experiments.grids import ALL, allreduce_kind, grid_rows, main, misses, summarise_kinds
 from tests.cli_helpers import usage_error
 
 
@@ -62,6 +62,8 @@ def test_kinds_pool_every_grid_and_count_the_rows_over_the_target(tmp_path):
     assert kinds["sync"]["median_abs_error"] == pytest.approx(0.015)
     assert kinds[ALL]["rows"] == 6 and kinds[ALL]["over_target"] == 1
     assert kinds[ALL]["worst_abs_error_min"] == pytest.approx(0.05)
+    assert misses(grids) == [{"experiment": "allreduce", "config": "ring 0.064MB H=8 1000Mbps",
+                              "grids": 2, "errors": [pytest.approx(0.20)]}]
 
 
 def test_a_kind_that_only_some_grids_hold_counts_only_those(tmp_path):
@@ -80,8 +82,11 @@ def test_cli_prints_a_markdown_table_and_writes_the_figures(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| allreduce under 1 MB, 4 hosts, 1000 Mbit/s | 1 | 1 | 10.0% | 10.0% to 10.0% " \
            "| 1 of 1 |" in table
+    assert "1 rows over 8% in some grid:\n- allreduce: naive 0.064MB H=4 1000Mbps: 1 of 1 " \
+           "grids (+10.0%)" in table
     written = json.loads(out.read_text())
     assert written["grids"] == [str(grid)] and written["kinds"][0]["over_target"] == 1
+    assert written["misses"][0]["config"] == "naive 0.064MB H=4 1000Mbps"
 
 
 def test_cli_refuses_a_folder_that_is_not_a_grid_on_one_line(tmp_path, capsys):
@@ -98,21 +103,17 @@ def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
     assert "not in allreduce.json" in capsys.readouterr().err
 
 
-def test_cli_refuses_a_broken_fidelity_file(tmp_path, capsys):
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not JSON"),
+    (json.dumps([{"experiment": "sync"}]), "expected a list of rows"),
+    ("[]", "hold no rows"),
+])
+def test_cli_refuses_a_fidelity_file_without_rows_on_one_line(tmp_path, capsys, text, message):
     (tmp_path / "g").mkdir()
-    (tmp_path / "g" / "fidelity.json").write_text("{not json")
+    (tmp_path / "g" / "fidelity.json").write_text(text)
     assert main([str(tmp_path / "g")]) == 2
-    assert "not JSON" in capsys.readouterr().err
-    (tmp_path / "g" / "fidelity.json").write_text(json.dumps([{"experiment": "sync"}]))
-    assert main([str(tmp_path / "g")]) == 2
-    assert "expected a list of rows" in capsys.readouterr().err
-
-
-def test_cli_refuses_folders_that_hold_no_rows(tmp_path, capsys):
-    (tmp_path / "g").mkdir()
-    (tmp_path / "g" / "fidelity.json").write_text("[]")
-    assert main([str(tmp_path / "g")]) == 2
-    assert "hold no rows" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
 
 
 def test_cli_refuses_a_folder_named_twice(tmp_path, capsys):
