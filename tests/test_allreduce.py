@@ -212,3 +212,26 @@ def test_default_threads_follow_omp_num_threads_else_share_the_cores_among_local
     assert default_threads() == max(1, cores // 8)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert default_threads() == cores
+
+
+class ClockedComm:
+    """One rank on a fake clock: a barrier takes ``barrier_s``, an all-reduce ``call_s`` (the
+    benchmark's own max-reductions of its timings take no time)."""
+
+    def __init__(self, clock: list[float], barrier_s: float, call_s: float):
+        self.clock, self.barrier_s, self.call_s = clock, barrier_s, call_s
+
+    def barrier(self) -> None:
+        self.clock[0] += self.barrier_s
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
+        if op == "sum":
+            self.clock[0] += self.call_s
+
+
+def test_stream_gaps_are_start_to_start_less_the_call(monkeypatch):
+    import real.allreduce as bench
+    clock = [0.0]
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
+    gaps = bench.stream_gaps(ClockedComm(clock, barrier_s=1e-3, call_s=0.5e-3), count=5, warmup=2)
+    assert gaps == pytest.approx([1e-3] * 4)  # 5 timed calls, 4 gaps: each the barrier alone

@@ -499,10 +499,11 @@ def test_calibrate_writes_the_simulator_inputs_for_tcp_and_gloo(tmp_path):
     # Shaped (an unshaped veth moves several Gbit/s), but only loosely bounded from below: Gloo
     # processes compete for the CPU with everything else on the machine.
     assert 50e6 < gloo["goodput_bps"] < 100e6
-    # a stream of calls leaves its barrier (a 1-element all-reduce of its own, or near) between two
+    # the gaps a stream of calls leaves between two (what they hold: test_allreduce's
+    # test_stream_gaps_are_start_to_start_less_the_call); no timing is compared here, the
+    # machine's load moves the barrier and the call apart
     gaps = gloo["stream_gap_s"]
     assert gaps["count"] == 20 - 1 and 0 < gaps["p10"] <= gaps["median"] <= gaps["p90"] < 0.1
-    assert gaps["median"] > gloo["all_reduce_1_element_s"]["p10"] / 2
 
 
 MPI_SCRIPT = """
