@@ -34,7 +34,7 @@ from real.allreduce import call_order
 from real.testbed.bed import run_reporting
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CALIBRATION = REPO / "experiments" / "results" / "calibration.json"
+DEFAULT_CALIBRATION = REPO / "experiments" / "results" / "full" / "calibration.json"
 BED_TIMEOUT_S = 900.0
 MAX_BEDS = 20
 

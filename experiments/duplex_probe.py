@@ -37,7 +37,9 @@ def connect(peer: str, port: int, timeout_s: float = 20.0) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return socket.create_connection((peer, port), timeout=timeout_s)
+            sock = socket.create_connection((peer, port), timeout=timeout_s)
+            sock.settimeout(None)  # the timeout was the connect's: a long transfer may take longer
+            return sock
         except OSError:
             if time.monotonic() > deadline:
                 raise SystemExit(f"duplex_probe: cannot connect to {peer}:{port}")
@@ -52,7 +54,16 @@ def receive(sock: socket.socket, n: int) -> None:
         n -= len(data)
 
 
-def main() -> None:
+def send_all(sock: socket.socket, data: bytes, failed: list) -> None:
+    """``sock.sendall(data)`` in a thread: an error is kept in ``failed`` for the main thread."""
+    try:
+        sock.sendall(data)
+    except OSError as error:
+        failed.append(error)
+        sock.shutdown(socket.SHUT_RDWR)  # the peer's receive ends too, instead of waiting
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", required=True, help="the other host's address")
     parser.add_argument("--port", type=int, default=5202)
@@ -61,11 +72,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--idle", type=float, default=0.05, help="seconds of pause before each transfer")
     parser.add_argument("--json", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     try:
         check_output_file("--json", args.json)
     except ValueError as error:
         parser.error(str(error))
+    if not 0 < args.port < 65536 or args.repeats < 1 or not 0 <= args.idle < float("inf"):
+        parser.error(f"--port must be from 1 to 65535, --repeats at least 1 and --idle seconds "
+                     f"of at least 0, got {args.port}, {args.repeats} and {args.idle}")
     listener = socket.create_server(("0.0.0.0", args.port), reuse_port=True)
     outgoing = connect(args.peer, args.port)
     incoming, _ = listener.accept()
@@ -79,10 +93,13 @@ def main() -> None:
             receive(incoming, 1)
             time.sleep(args.idle)
             start = time.perf_counter()
-            sender = threading.Thread(target=outgoing.sendall, args=(b"\0" * n,))
+            failed: list = []
+            sender = threading.Thread(target=send_all, args=(outgoing, b"\0" * n, failed))
             sender.start()
             receive(incoming, n)
             sender.join()
+            if failed:
+                raise SystemExit(f"duplex_probe: sending {n} bytes failed: {failed[0]}")
             row["seconds"].append(time.perf_counter() - start)
     with open(args.json, "w") as handle:
         json.dump({"host_rank": int(os.environ.get("HOST_RANK", -1)), "bulk": rows}, handle)

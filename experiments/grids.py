@@ -16,6 +16,7 @@ table; then every row that missed in some grid, with the grids it missed in. Rea
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -44,6 +45,13 @@ def allreduce_kind(row: dict) -> str:
     return f"allreduce under 1 MB, {row['hosts']} hosts, {rate}"
 
 
+def is_row(row) -> bool:
+    """A fidelity row as experiments/run.py writes it, as far as this tool reads one."""
+    return (isinstance(row, dict) and {"experiment", "config", "error"} <= row.keys()
+            and isinstance(row["error"], (int, float)) and not isinstance(row["error"], bool)
+            and math.isfinite(row["error"]))
+
+
 def grid_rows(folder: Path) -> list[dict]:
     """The fidelity rows of one stored grid, each with its ``kind``."""
     try:
@@ -52,11 +60,11 @@ def grid_rows(folder: Path) -> list[dict]:
         raise GridError(f"{folder}: no fidelity.json (not a folder written by experiments/run.py)")
     except json.JSONDecodeError as error:
         raise GridError(f"{folder}/fidelity.json: not JSON ({error.msg}, line {error.lineno})")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"experiment", "config",
-                                                                         "error"} <= r.keys()
-                                             for r in rows):
+    except (OSError, UnicodeDecodeError) as error:
+        raise GridError(f"{folder}/fidelity.json: cannot read it ({error})")
+    if not isinstance(rows, list) or not all(is_row(r) for r in rows):
         raise GridError(f"{folder}/fidelity.json: expected a list of rows with experiment, "
-                        "config and error")
+                        "config and a finite number for error")
     allreduce = {}
     if any(r["experiment"] == "allreduce" for r in rows):
         try:
@@ -133,7 +141,7 @@ def parse_args(argv=None):
         check_output_file("--json", args.json)
     except ValueError as error:
         parser.error(str(error))
-    if len(set(args.folders)) != len(args.folders):
+    if len({folder.resolve() for folder in args.folders}) != len(args.folders):
         parser.error("a folder is named twice: each grid counts once")
     return args
 

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from experiments.call_positions import (main, measured_positions, position,
-                                        predicted_positions)
+from experiments.call_positions import (load_calibration, main, measured_positions,
+                                        parse_args, position, predicted_positions)
 from experiments.model import NetworkInputs, predict_allreduce_stream_s
 from tests.bed_helpers import needs_namespaces
 from tests.cli_helpers import usage_error
@@ -80,6 +80,11 @@ def test_a_calibration_without_the_rate_is_one_line_and_status_2(tmp_path, capsy
     path.write_text(json.dumps([CALIBRATION]))
     err = usage_error(main, ["--bandwidth", "200Mbps", "--calibration", str(path)], capsys)
     assert "no calibration at 200 Mbit/s (it has 1000 Mbit/s)" in err
+
+
+def test_the_default_calibration_has_the_default_rate():
+    _, args = parse_args([])  # the documented command names neither, so the two must agree
+    assert load_calibration(args.calibration, args.bandwidth).rate_bps == args.bandwidth
 
 
 def test_a_failing_bed_is_one_line_and_status_1(tmp_path, monkeypatch, capsys):

@@ -106,6 +106,8 @@ def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not JSON"),
     (json.dumps([{"experiment": "sync"}]), "expected a list of rows"),
+    (json.dumps([{"experiment": "sync", "config": "x", "error": None}]), "finite number"),
+    (json.dumps([{"experiment": "sync", "config": "x", "error": "big"}]), "finite number"),
     ("[]", "hold no rows"),
 ])
 def test_cli_refuses_a_fidelity_file_without_rows_on_one_line(tmp_path, capsys, text, message):
@@ -116,7 +118,20 @@ def test_cli_refuses_a_fidelity_file_without_rows_on_one_line(tmp_path, capsys, 
     assert err.count("\n") == 1 and message in err
 
 
-def test_cli_refuses_a_folder_named_twice(tmp_path, capsys):
+def test_cli_refuses_an_unreadable_fidelity_file_on_one_line(tmp_path, capsys):
+    (tmp_path / "dir" / "fidelity.json").mkdir(parents=True)
+    (tmp_path / "latin").mkdir()
+    (tmp_path / "latin" / "fidelity.json").write_bytes(b"[\xff]")
+    (tmp_path / "file").write_text("")
+    for folder in ("dir", "latin", "file"):
+        assert main([str(tmp_path / folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot read it" in err, folder
+
+
+def test_cli_refuses_a_folder_named_twice(tmp_path, capsys, monkeypatch):
     grid = write_grid(tmp_path / "g", [], [("sync", 1.0, 1.0)])
     assert "named twice" in usage_error(main, [str(grid), str(grid)], capsys)
+    monkeypatch.chdir(tmp_path)  # the same folder spelled two ways
+    assert "named twice" in usage_error(main, ["g", str(grid)], capsys)
 

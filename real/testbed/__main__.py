@@ -192,13 +192,13 @@ def _say(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    reason = network.unavailable_reason()
-    if reason:
-        print(f"testbed: error: {reason}", file=sys.stderr)
-        return 1
     handlers = {"run": cmd_run, "calibrate": cmd_calibrate, "cleanup": cmd_cleanup}
     try:
         with signals_raise():
+            reason = network.unavailable_reason()
+            if reason:
+                print(f"testbed: error: {reason}", file=sys.stderr)
+                return 1
             return handlers[args.subcommand](args, parser)
     except KeyboardInterrupt as exc:
         _say("interrupted; the test bed was removed")

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,7 +93,7 @@ class Testbed:
         """
         if not self._is_up:
             return
-        with _signals_deferred():
+        with network.signals_deferred():
             for process in self._processes:
                 launch.signal_group(process, signal.SIGKILL)
             problems = network.destroy(self.run_id, self.config.hosts)
@@ -327,15 +326,3 @@ def run_reporting(program: str, work):
         return 130, None
 
 
-@contextmanager
-def _signals_deferred():
-    """Hold off SIGINT, SIGTERM and SIGHUP (main thread only) until the block is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -21,7 +21,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from real.testbed.config import TestbedConfig
@@ -78,11 +80,27 @@ def unavailable_reason() -> str | None:
         if shutil.which(tool) is None:
             return f"the test bed needs `{tool}` (apt-get install {package}); not found on PATH"
     probe = f"{PREFIX}-probe{os.getpid()}"
-    made = ip("netns", "add", probe, check=False)
+    with signals_deferred():  # a Ctrl-C between the two would leave the namespace behind
+        made = ip("netns", "add", probe, check=False)
+        if made.returncode == 0:
+            ip("netns", "del", probe, check=False)
     if made.returncode != 0:
         return f"cannot create a network namespace: {made.stderr.strip()}"
-    ip("netns", "del", probe, check=False)
     return None
+
+
+@contextmanager
+def signals_deferred():
+    """Hold off SIGINT, SIGTERM and SIGHUP (main thread only) until the block is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def create(run_id: str, config: TestbedConfig) -> None:
