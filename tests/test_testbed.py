@@ -93,6 +93,19 @@ def test_config_rejects_bad_values_naming_them():
         TestbedConfig(host_cores="pinned")
     with pytest.raises(ValueError, match="address layout .* 'aslr'"):
         TestbedConfig(address_layout="aslr")
+    # what tc would refuse only after the bed is made: a rate under a byte a second, a bucket
+    # and queue over 32 bits (on a slow host too), a rank named without a slow host's rate
+    with pytest.raises(ValueError, match="at least 8 bit/s .*got 7 bit/s"):
+        TestbedConfig(bandwidth_bps=7)
+    with pytest.raises(ValueError, match="exceed what tc takes"):
+        TestbedConfig(bandwidth_bps=400e9)
+    with pytest.raises(ValueError, match="exceed what tc takes"):
+        TestbedConfig(slow_host_bps=1e12)
+    with pytest.raises(ValueError, match="exceed what tc takes"):
+        TestbedConfig(queue_s=1000)
+    with pytest.raises(ValueError, match="--slow-host"):
+        TestbedConfig(slow_rank=0)
+    assert TestbedConfig(bandwidth_bps=8).limit_for(8) > 0  # the smallest rate tc takes
     # the flag's "system" means the machine's default (None), any other name is kept
     assert (parse_congestion_control("system"), parse_congestion_control("cubic")) == (None, "cubic")
 
@@ -152,6 +165,8 @@ def test_calibration_refuses_no_pings_or_repeats_before_making_a_test_bed():
             calibrate(TestbedConfig(), [2_000_000, 16_000_000], pings, repeats)
     with pytest.raises(ValueError, match="increasing positive transfer sizes"):
         calibrate(TestbedConfig(), [0, 16_000_000])
+    with pytest.raises(ValueError, match=r"smallest transfer \(15140 B\) .* bucket \(15140 B\)"):
+        calibrate(TestbedConfig(bandwidth_bps=100e6), [15_140, 16_000_000])
 
 
 def test_cli_without_ip_or_root_says_so_in_one_line(tmp_path):
@@ -179,6 +194,23 @@ def test_run_gives_every_host_its_identity_and_collects_output_and_json(tmp_path
                                           str(max(1, len(os.sched_getaffinity(0)) // 3)))
         assert host.json == {"result.json": {"rank": rank, "addr": f"10.77.0.{rank + 1}"}}
     assert_nothing_left(bed.run_id)
+
+
+def test_an_out_dir_whose_path_the_shell_would_split_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="no spaces or shell characters"):
+        Testbed(TestbedConfig(), tmp_path / "with space")
+
+
+@needs_namespaces
+def test_a_run_collects_only_the_json_its_command_wrote(tmp_path):
+    write = 'echo "{\\"run\\": $1}" > {out}/a.json'
+    with Testbed(TestbedConfig(hosts=2, bandwidth_bps=100e6), tmp_path) as bed:
+        first = bed.run(f"set -- 1; {write}", timeout_s=30)
+        quiet = bed.run("true", timeout_s=30)  # a.json from the run before is not its result
+        again = bed.run(f"set -- 2; {write}", timeout_s=30)
+    assert [h.json for h in first.hosts] == [{"a.json": {"run": 1}}] * 2
+    assert [h.json for h in quiet.hosts] == [{}, {}]
+    assert [h.json for h in again.hosts] == [{"a.json": {"run": 2}}] * 2
 
 
 @needs_namespaces

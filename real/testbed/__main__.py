@@ -117,7 +117,10 @@ def command_text(words: list[str], parser: argparse.ArgumentParser) -> str:
 def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     config = config_from(args, parser)
     command = command_text(args.command, parser)
-    bed = Testbed(config, args.out_dir)
+    try:
+        bed = Testbed(config, args.out_dir)
+    except ValueError as exc:
+        parser.error(str(exc))
     status = 1
     try:
         with bed:

@@ -49,6 +49,10 @@ class Testbed:
         self.config = config
         self.run_id = secrets.token_hex(4)
         self._out_dir = Path(out_dir) if out_dir else None
+        if out_dir and shlex.quote(str(Path(out_dir).resolve())) != str(Path(out_dir).resolve()):
+            raise ValueError(f"--out-dir {str(out_dir)!r}: a command's {{out}} is pasted into "
+                             "its shell line unquoted; choose a folder whose path has no spaces "
+                             "or shell characters")
         self.hosts = [Host(r, network.host_namespace(self.run_id, r), config.address(r),
                            network.hostname(r), config.rate_bps(r)) for r in range(config.hosts)]
         self._processes: list[subprocess.Popen] = []
@@ -220,6 +224,7 @@ class _HostRun:
         folder = bed.host_dir(rank)
         self.stdout_path, self.stderr_path = folder / "stdout.txt", folder / "stderr.txt"
         text = launch.substitute(command, bed.placeholders(rank))
+        self.json_before = launch.json_stats(folder)
         self.stopped = False
         self.started = time.monotonic()
         self.ended: float | None = None
@@ -239,7 +244,7 @@ class _HostRun:
     def result(self, bed: Testbed) -> HostResult:
         for pump in self.pumps:
             pump.join(timeout_s=5.0)
-        contents, errors = launch.collect_json(bed.host_dir(self.rank))
+        contents, errors = launch.collect_json(bed.host_dir(self.rank), self.json_before)
         ended = self.ended if self.ended is not None else time.monotonic()
         return HostResult(self.rank, bed.hosts[self.rank].address, self.process.returncode,
                           ended - self.started, str(self.stdout_path), str(self.stderr_path),

@@ -96,6 +96,10 @@ def summarise_transfers(bulk: list[dict], rate_bps: float, burst_bytes: int, mtu
                           "goodput_bps": item["bytes"] * 8 / median_s, "shaper_model_s": model_s,
                           "shaper_model_error": (model_s - median_s) / median_s})
     small, large = transfers[0], transfers[-1]
+    if not large["median_s"] > small["median_s"]:
+        raise TestbedError(f"the {large['bytes']} B transfer took no longer than the "
+                           f"{small['bytes']} B one ({large['median_s']:.6f} s against "
+                           f"{small['median_s']:.6f} s): no rate can be read from them")
     goodput_bps = (large["bytes"] - small["bytes"]) * 8 / (large["median_s"] - small["median_s"])
     return transfers, goodput_bps
 
@@ -172,6 +176,11 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
     if pings < 1 or repeats < 1:
         raise ValueError(f"calibration needs at least 1 ping and 1 repeat, got {pings} and "
                          f"{repeats}")
+    bucket_bytes = min(config.burst_for(config.rate_bps(rank)) for rank in range(2))
+    if sizes[0] <= bucket_bytes:
+        raise ValueError(f"the smallest transfer ({sizes[0]} B) must be larger than the shaper's "
+                         f"bucket ({bucket_bytes} B): what fits in it passes at once, and the "
+                         f"rate is read between transfers the shaper paces")
     with scratch_testbed(config) as bed:
         raw = measure(bed, sizes, pings, repeats, timeout_s)
         raw_gloo = measure_gloo(bed, sizes, pings, repeats, timeout_s) if gloo else None

@@ -73,6 +73,7 @@ IP_HEADER_BYTES = 20
 TCP_HEADER_BYTES = 32  # 20 + 12 bytes of the timestamp option (net.ipv4.tcp_timestamps=1)
 SHAPER_TIMER_SLACK_S = 1e-3  # the bucket holds at least this long at the rate (see burst_bytes)
 MIN_BURST_FRAMES = 10
+TC_MAX_BYTES = 2**32 - 1  # tc keeps a bucket and a queue limit in 32 bits
 SCHEDULING_POLICIES = ("batch", "normal")
 HOST_CORES_POLICIES = ("spread", "own", "shared")
 DEFAULT_HOST_CORES = "spread"
@@ -147,7 +148,7 @@ class TestbedConfig:
                              f"got {self.slow_host_bps} bit/s")
         if self.slow_rank is not None:
             if self.slow_host_bps is None:
-                raise ValueError("slow_rank needs slow_host_bps (a rate for the slow host)")
+                raise ValueError("a slow host's rank (--slow-rank) needs its rate (--slow-host)")
             if not 0 <= self.slow_rank < self.hosts:
                 raise ValueError(f"slow host rank {self.slow_rank} is not a host (0..{self.hosts - 1})")
         if not 576 <= self.mtu_bytes <= 65000:
@@ -156,6 +157,7 @@ class TestbedConfig:
             raise ValueError(f"burst {self.burst_bytes} B is smaller than one frame ({self.frame_bytes} B)")
         if not self.queue_s > 0:
             raise ValueError(f"queue must be a positive time, got {self.queue_s} s")
+        self._check_shaper_fields()
         if self.congestion_control is not None:
             parse_congestion_control(self.congestion_control)
         if self.scheduling not in SCHEDULING_POLICIES:
@@ -176,6 +178,18 @@ class TestbedConfig:
         if network.version != 4 or not network.is_private or network.num_addresses < self.hosts + 2:
             raise ValueError(f"subnet {self.subnet!r} must be a private IPv4 network with room for "
                              f"{self.hosts} hosts")
+
+    def _check_shaper_fields(self) -> None:
+        """tc takes a rate of whole bytes per second, and a bucket and a queue limit that fit
+        in 32 bits: refuse here, in one line, what it would refuse after the bed is made."""
+        for rate_bps in {self.bandwidth_bps, self.slow_host_bps or self.bandwidth_bps}:
+            if rate_bps < 8:
+                raise ValueError(f"a link rate must be at least 8 bit/s (tc counts whole bytes "
+                                 f"per second), got {rate_bps:g} bit/s")
+            if self.limit_for(rate_bps) > TC_MAX_BYTES:
+                raise ValueError(f"at {rate_bps:g} bit/s the shaper's bucket and queue "
+                                 f"({self.limit_for(rate_bps)} B) exceed what tc takes "
+                                 f"({TC_MAX_BYTES} B): lower the rate, --burst or --queue")
 
     @property
     def frame_bytes(self) -> int:

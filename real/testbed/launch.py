@@ -162,10 +162,28 @@ class OutputPump:
         self.thread.join(timeout_s)
 
 
-def collect_json(folder: Path) -> tuple[dict, dict]:
-    """Parse every ``*.json`` file in ``folder``: (contents by name, errors by name)."""
+def json_stats(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """Each ``*.json`` file in ``folder`` by name: (inode, size, mtime in ns), to tell later
+    which files a command wrote."""
+    stats = {}
+    for path in folder.glob("*.json"):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        stats[path.name] = (info.st_ino, info.st_size, info.st_mtime_ns)
+    return stats
+
+
+def collect_json(folder: Path, before: dict | None = None) -> tuple[dict, dict]:
+    """Parse the ``*.json`` files in ``folder``: (contents by name, errors by name). With
+    ``before`` (``json_stats`` taken when the command started), only those it wrote: an earlier
+    run's files in a reused folder are not this run's results."""
     contents, errors = {}, {}
+    now = json_stats(folder)
     for path in sorted(folder.glob("*.json")):
+        if before is not None and path.name in before and before[path.name] == now.get(path.name):
+            continue
         try:
             contents[path.name] = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
