@@ -194,20 +194,31 @@ def header_lines(meta: dict) -> list[str]:
 BAD_RESULTS = (AttributeError, KeyError, OSError, TypeError, ValueError)  # files not as written
 
 
+def load_result(name: str) -> dict | None:
+    """The result file of experiment ``name``, None when there is none; ``ValueError`` when it
+    is not a result."""
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(str(error)) from None
+    if not isinstance(result, dict):
+        raise ValueError("not a result file (a JSON object)")
+    return result
+
+
 def load_results(names: list[str]) -> list[dict]:
     """The result files present for ``names`` (a run of some experiments keeps the others');
     ``ValueError`` naming a file that is not a result."""
     results = []
     for name in names:
-        path = RESULTS / f"{name}.json"
-        if path.exists():
-            try:
-                result = json.loads(path.read_text())
-            except (OSError, ValueError) as error:
-                raise ValueError(f"{path.name}: {error}") from None
-            if not isinstance(result, dict):
-                raise ValueError(f"{path.name}: not a result file (a JSON object)")
-            results.append(result)
+        try:
+            result = load_result(name)
+        except ValueError as error:
+            raise ValueError(f"{name}.json: {error}") from None
+        results += [result] if result is not None else []
     return results
 
 
@@ -228,6 +239,28 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
                "README lists (`python -m experiments.grids`); this run's own figures are in the "
                f"tables. How each finding was made, grid by grid, with its commands: [LOG.md]({log})."]
     return rows, results_markdown(results, rows, header, folder)
+
+
+def stored_run() -> tuple[list[dict], dict]:
+    """The result files and run.json in ``RESULTS``, each checked by building its part of the
+    report: ValueError naming the file that is not as experiments/run.py writes it."""
+    try:
+        meta = json.loads((RESULTS / "run.json").read_text())
+        header_lines(meta)
+    except BAD_RESULTS as error:
+        raise ValueError(f"run.json in {RESULTS}: {problem(error)}") from None
+    results = []
+    for name in EXPERIMENTS:
+        try:
+            result = load_result(name)
+            if result is not None:
+                report_texts([result], meta)
+                results.append(result)
+        except BAD_RESULTS as error:
+            raise ValueError(f"{name}.json in {RESULTS}: {problem(error)}") from None
+    if not results:
+        raise ValueError(f"no result files in {RESULTS} (run the experiments first)")
+    return results, meta
 
 
 def regenerate(results: list[dict], meta: dict) -> dict:
@@ -279,10 +312,17 @@ def parse_args(argv=None):
                              "back, each on what the one before it left)")
     args = parser.parse_args(argv)
     try:
+        args.names = list(dict.fromkeys(args.names))  # an experiment named twice runs once
         args.experiments = select(args.names, args.quick)
         check_output_dir("--out", args.out)
     except ValueError as error:
         parser.error(str(error))
+    if args.report_only and (args.names or args.repredict or args.quick or args.probe_idle
+                             or args.congestion_control != "reno" or args.scheduling != "batch"
+                             or args.host_cores != DEFAULT_HOST_CORES
+                             or args.address_layout != "fixed"):
+        parser.error("--report-only rewrites the report of every stored experiment and "
+                     "measures nothing: it takes no experiment names and no other flag but --out")
     if args.repredict and (not args.names or set(args.names) - set(REPREDICTABLE)):
         parser.error(f"--repredict takes the experiments to predict again, of: "
                      f"{', '.join(REPREDICTABLE)}")
@@ -309,11 +349,9 @@ def main(argv=None) -> int:
         return 2
     if args.report_only:
         try:
-            meta = json.loads((RESULTS / "run.json").read_text())
-            summary = regenerate(load_results(list(EXPERIMENTS)), meta)
-        except BAD_RESULTS as error:
-            print(f"experiments/run.py: --report-only: bad results in {RESULTS}: "
-                  f"{problem(error)}", file=sys.stderr)
+            summary = regenerate(*stored_run())
+        except ValueError as error:
+            print(f"experiments/run.py: --report-only: {error}", file=sys.stderr)
             return 2
         print(json.dumps(summary))
         return 0

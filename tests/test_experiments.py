@@ -12,6 +12,7 @@ import pytest
 
 from dsgd_sim.collectives import allreduce_time_s
 from experiments.configs import EXPERIMENTS, AllReduceConfig, AsyncRunConfig, SyncRunConfig, select
+from tests.cli_helpers import usage_error
 from experiments.fidelity import by_experiment, fidelity_row, summarise
 from experiments.model import (NetworkInputs, allreduce_messages, interpolate_excess, predict_allreduce_s,
                                predict_allreduce_stream_s, shaped_rounds_time_s, stream_call_s)
@@ -413,14 +414,20 @@ def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_pat
     assert done.stderr.count("\n") == 1 and "no run.json" in done.stderr
 
 
+STORED_RUN = (REPO / "experiments/results/run.json").read_text()
+
+
 @pytest.mark.parametrize("files, named", [
-    ({"run.json": "{"}, "Expecting property name"),
-    ({"run.json": "[]"}, "list indices"),
-    ({"run.json": "{}"}, "missing key 'calibration'"),
-    ({"run.json": "{}", "sync.json": "[1]"}, "sync.json: not a result file"),
-    ({"run.json": "{}", "sync.json": '{"rows": 5}'}, "missing key 'name'"),
+    ({"run.json": "{"}, "run.json in {out}: Expecting property name"),
+    ({"run.json": "[]"}, "run.json in {out}: list indices"),
+    ({"run.json": "{}"}, "run.json in {out}: missing key 'calibration'"),
+    ({"run.json": STORED_RUN, "sync.json": "[1]"}, "sync.json in {out}: not a result file"),
+    ({"run.json": STORED_RUN, "sync.json": '{"rows": 5}'}, "sync.json in {out}: missing key"),
+    ({"run.json": STORED_RUN, "sync.json": '{"name": "sync", "rows": null}'},
+     "sync.json in {out}: 'NoneType' object is not iterable"),
+    ({"run.json": STORED_RUN}, "no result files in {out}"),
 ])
-def test_report_only_on_bad_files_says_so_in_one_line_and_writes_nothing(
+def test_report_only_on_bad_files_names_the_file_in_one_line_and_writes_nothing(
         files, named, tmp_path, monkeypatch, capsys):
     from experiments import run
     monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
@@ -429,8 +436,21 @@ def test_report_only_on_bad_files_says_so_in_one_line_and_writes_nothing(
         (tmp_path / name).write_text(text)
     assert run.main(["--report-only", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--report-only: bad results" in err and named in err
+    assert err.count("\n") == 1 and "--report-only: " in err
+    assert named.format(out=tmp_path) in err
     assert not (tmp_path / "fidelity.json").exists() and not (tmp_path / "RESULTS.md").exists()
+
+
+@pytest.mark.parametrize("argv", [["sync"], ["--quick"], ["--probe-idle"],
+                                  ["--scheduling", "normal"]])
+def test_report_only_takes_no_names_and_no_measuring_flags(argv, capsys):
+    from experiments import run
+    assert "--report-only rewrites" in usage_error(run.main, ["--report-only"] + argv, capsys)
+
+
+def test_an_experiment_named_twice_runs_once():
+    from experiments import run
+    assert [e.name for e in run.parse_args(["sync", "sync"]).experiments] == ["sync"]
 
 
 def test_out_folder_that_is_a_file_is_refused_in_one_line(tmp_path):
