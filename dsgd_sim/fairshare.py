@@ -10,6 +10,8 @@ at ``max(work/cap, jobs·work/capacity)``: the incast time of a parameter server
 
 from __future__ import annotations
 
+import math
+
 import simpy
 
 
@@ -76,8 +78,11 @@ class FairShare:
         if generation != self._generation:
             return  # superseded by a later start or end
         self._advance()
+        # A picosecond of work left, or what the clock can no longer resolve on long runs (a
+        # wake-up that cannot move the clock would come back at the same time forever).
+        tick_s = max(1e-12, 4 * math.ulp(self.env.now))
         for done, job in list(self._jobs.items()):
-            if job[0] / job[2] <= 1e-12:  # under a picosecond of work left
+            if job[0] / job[2] <= tick_s:
                 del self._jobs[done]
                 done.succeed()
         self._reschedule()
