@@ -5,7 +5,7 @@
     80ms                      constant
     exp:80ms                  exponential with mean 80 ms
     shifted-exp:60ms,20ms     60 ms shift plus an exponential of mean 20 ms
-    normal:80ms,5ms           normal (mean, standard deviation), truncated at zero
+    normal:80ms,5ms           normal (mean, standard deviation of at most a third of it)
     lognormal:80ms,0.2        lognormal with mean 80 ms and log-space sigma 0.2
 
 A profile written by the real trainer gives an ``empirical`` distribution (resampling of measured
@@ -78,8 +78,18 @@ class ShiftedExponential(ComputeModel):
 
 @dataclass(frozen=True)
 class Normal(ComputeModel):
+    """Normal compute times; the spread is at most a third of the mean, so that a negative
+    draw (clipped to 0) is rarer than 0.14% and ``mean_s`` is the mean within 0.01%."""
+
     mean_s: float
     std_s: float
+
+    def __post_init__(self):
+        if not 0 <= self.std_s <= self.mean_s / 3:
+            raise ValueError(f"a normal compute time's standard deviation must be from 0 to a "
+                             f"third of its mean (a compute time is never negative; lognormal "
+                             f"or shifted-exp spread wider), got mean {format_time(self.mean_s)}, "
+                             f"sd {format_time(self.std_s)}")
 
     def sample(self, rng, size):
         return np.maximum(rng.normal(self.mean_s, self.std_s, size), 0.0)
@@ -139,11 +149,19 @@ def _parse_lognormal(args: list[str], spec: str) -> LogNormal:
     return LogNormal(*_times(args[:1], 1, spec), sigma)
 
 
+def _parse_normal(args: list[str], spec: str) -> Normal:
+    times = _times(args, 2, spec)
+    try:
+        return Normal(*times)
+    except ValueError as error:
+        raise ValueError(f"compute {spec!r}: {error}") from None
+
+
 PARSERS = {
     "const": lambda a, s: Constant(*_times(a, 1, s)),
     "exp": lambda a, s: Exponential(*_times(a, 1, s)),
     "shifted-exp": lambda a, s: ShiftedExponential(*_times(a, 2, s)),
-    "normal": lambda a, s: Normal(*_times(a, 2, s)),
+    "normal": _parse_normal,
     "lognormal": _parse_lognormal,
 }
 

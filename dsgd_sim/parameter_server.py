@@ -126,10 +126,9 @@ class AsyncConfig:
         return self.cluster.latency_s + 8.0 * self.shard_bytes / rate_bps
 
     def single_worker_update_s(self) -> float:
-        """Expected seconds per update with one worker (no contention): the baseline of speedup."""
-        slowdown = self.cluster.with_replicas(1).slowdowns(self.seed)[0]
-        return (self.workload.compute.mean_s * slowdown + 2 * self.transfer_alone_s()
-                + self.service_s)
+        """Expected seconds per update with one worker at normal speed (no contention, no
+        straggler): the baseline of speedup."""
+        return self.workload.compute.mean_s + 2 * self.transfer_alone_s() + self.service_s
 
 
 @dataclass

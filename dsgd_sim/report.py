@@ -15,8 +15,11 @@ from .units import (format_bandwidth_bps, format_bytes, format_count, format_rat
 
 
 def baseline_iteration_s(config: SyncConfig) -> float:
-    """Mean iteration time of the same workload on one replica (no communication at all)."""
-    single = replace(config, cluster=config.cluster.with_replicas(1), k_sync=None)
+    """Mean iteration time of the same workload on one replica at normal speed (no
+    communication at all, and no straggler: with half the replicas slowed, one replica alone
+    would be a straggler by rounding)."""
+    cluster = replace(config.cluster.with_replicas(1), straggler_fraction=0.0)
+    single = replace(config, cluster=cluster, k_sync=None)
     return float(np.mean(SyncSimulation(single).run().iteration_s))
 
 

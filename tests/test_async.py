@@ -92,6 +92,10 @@ def test_one_worker_has_no_staleness_and_pays_compute_push_apply_reply():
     expected = [(k + 1) * cycle - (alpha + 8 * grad_bytes / bandwidth) for k in range(20)]
     assert result.update_end_s == pytest.approx(expected, rel=1e-9)
     assert config.single_worker_update_s() == pytest.approx(cycle)
+    # the baseline is that worker at normal speed, even where stragglers are most of the cluster
+    slowed = ClusterConfig(16, bandwidth, alpha, straggler_fraction=0.6, straggler_factor=10.0)
+    assert AsyncConfig(slowed, workload, 20, service_time_s=service).single_worker_update_s() \
+        == pytest.approx(cycle)
 
 
 @pytest.mark.parametrize("bound", [0, 1, 4])

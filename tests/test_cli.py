@@ -111,6 +111,7 @@ BAD_INPUTS = [
     (["--ps-service-time", "1e308s", "--mode", "async"], "'1e308s'"),
     (["--compute", "lognormal:80ms,1e5"], "'lognormal:80ms,1e5'"),
     (["--compute", "normal:80ms,1e307s"], "'normal:80ms,1e307s'"),
+    (["--compute", "normal:1ms,1s"], "'normal:1ms,1s': a normal compute time's standard deviation"),
 ]
 
 

@@ -96,6 +96,15 @@ def test_one_straggler_sets_the_pace():
     assert result.idle_s.mean() == pytest.approx((7 * 0.2) / 8)
 
 
+@pytest.mark.parametrize("fraction", [0.125, 0.5, 0.6, 1.0])
+def test_the_one_replica_baseline_is_never_a_straggler(fraction):
+    # round(fraction x 1) makes the lone replica a straggler from half up; the baseline of
+    # speedup is one replica at normal speed, whatever the fraction
+    workload = from_preset("resnet50").with_grad_bytes(0).with_compute(Constant(0.1))
+    cluster = ClusterConfig(8, straggler_fraction=fraction, straggler_factor=3.0)
+    assert baseline_iteration_s(SyncConfig(cluster, workload, "ring", 4)) == pytest.approx(0.1)
+
+
 @pytest.mark.parametrize("replicas, cores", [(4, 2), (8, 2), (6, 4), (3, 3)])
 def test_replicas_sharing_cores_compute_slower(replicas, cores):
     workload = from_preset("resnet50").with_grad_bytes(0).with_compute(Constant(0.1))
