@@ -36,7 +36,7 @@ from .report import (async_config_json, baseline_iteration_s, config_json, forma
 from .sync import SyncConfig, SyncSimulation
 from .trace import Trace
 from .units import parse_bandwidth, parse_count, parse_size, parse_time
-from .workload import MAX_GRAD_BYTES, Workload, from_preset, load_profile
+from .workload import MAX_BATCH, MAX_GRAD_BYTES, Workload, from_preset, load_profile
 
 MAX_REPLICAS = 65_536
 MAX_SECONDS = 1e6  # a compute step or a latency longer than 11 days is a typo, not a workload
@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute", type=_typed(_bounded_compute, "compute"),
                    help="per-step compute: 80ms, exp:80ms, shifted-exp:60ms,20ms, normal:80ms,5ms, "
                         "lognormal:80ms,0.2 (default: the preset's or profile's)")
-    p.add_argument("--batch-size", type=_typed(lambda t: _positive_int(t, "batch size", 10**9),
+    p.add_argument("--batch-size", type=_typed(lambda t: _positive_int(t, "batch size", MAX_BATCH),
                                                "batch"),
                    help="samples per replica per step (default: the preset's)")
     p.add_argument("--algorithm", default="ring",

@@ -117,7 +117,7 @@ class RoundCosts:
             raise ValueError(f"round costs: {n} sizes but {len(self.reduce_s)} reduce times "
                              f"(none, or one per size)")
         if any(b <= a for a, b in zip(self.sizes_bytes, self.sizes_bytes[1:])) \
-                or self.sizes_bytes[0] <= 0:
+                or not all(math.isfinite(n) and n > 0 for n in self.sizes_bytes):
             raise ValueError(f"round-cost sizes must be positive and increasing, got {self.sizes_bytes}")
         if not all(math.isfinite(t) and t > 0 for t in (*self.first_s, *self.next_s)):
             raise ValueError("round-cost times must be positive seconds")
@@ -134,7 +134,7 @@ class RoundCosts:
                 else ()
             return cls(tuple(float(r["bytes"]) for r in rows), tuple(float(r["first_s"]) for r in rows),
                        tuple(float(r["next_s"]) for r in rows), reduce)
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise ValueError(f"bad round-cost rows ({error}): each needs bytes, first_s and next_s") \
                 from None
 
@@ -180,7 +180,7 @@ def load_round_costs(path: str) -> RoundCosts:
             data = json.load(handle)
     except OSError as error:
         raise ValueError(f"cannot read round costs {path!r}: {error.strerror}") from None
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested too deep to read
         raise ValueError(f"round costs {path!r} is not JSON: {error}") from None
     rows = data.get("results") if isinstance(data, dict) else data
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from .compute import MAX_TIME_S, ComputeModel, Constant, Empirical
 from .presets import BYTES_PER_PARAM, DEFAULT_PRESET, PRESETS
 
+MAX_BATCH = 10**9  # samples per replica per step: beyond, no machine
 MAX_GRAD_BYTES = 10**15  # 1 PB of gradients
 
 
@@ -90,8 +91,8 @@ def from_preset(name: str = DEFAULT_PRESET) -> Workload:
 
 
 def _number(value, what: str, path: str, maximum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= maximum:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= maximum or not math.isfinite(value):  # a huge int: the bound
         raise ValueError(f"profile {path}: {what} must be a number from 0 to {maximum:g}, "
                          f"got {value!r}")
     return float(value)
@@ -128,7 +129,7 @@ def load_profile(path: str) -> Workload:
             data = json.load(handle)
     except OSError as error:
         raise ValueError(f"cannot read profile {path!r}: {error.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # also: bad UTF-8, numbers, nesting
         raise ValueError(f"profile {path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"profile {path}: expected a JSON object")
@@ -140,8 +141,9 @@ def load_profile(path: str) -> Workload:
     if compute.mean_s <= 0:
         raise ValueError(f"profile {path}: compute times must not all be zero")
     batch = data.get("batch_size", 1)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"profile {path}: batch_size must be an integer >= 1, got {batch!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise ValueError(f"profile {path}: batch_size must be an integer from 1 to "
+                         f"{MAX_BATCH:g}, got {batch!r}")
     layers = _profile_layers(data, path, compute.mean_s)
     return Workload(str(data.get("model", path)), layers, compute, batch,
                     f"profile {data.get('source', path)}")

@@ -129,7 +129,14 @@ def test_bad_input_gives_one_line_and_status_2(args, named, capsys):
                                      '{"compute_s": [0.1], "layers": [{"grad_bytes": -5}]}',
                                      '{"compute_s": ["fast"], "grad_bytes": 10}',
                                      '{"compute_s": [1e308], "grad_bytes": 10}',
-                                     '{"compute_s": [0.01], "grad_bytes": 1e308}'])
+                                     '{"compute_s": [0.01], "grad_bytes": 1e308}',
+                                     pytest.param("[" * 100_000 + "]" * 100_000,
+                                                  id="nested-past-the-parser"),
+                                     pytest.param('{"compute_s": [0.01], "grad_bytes": 1'
+                                                  + "0" * 400 + "}", id="huge-grad-bytes"),
+                                     pytest.param('{"compute_s": [0.01], "grad_bytes": 1, '
+                                                  '"batch_size": 1' + "0" * 400 + "}",
+                                                  id="huge-batch")])
 def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
     path = tmp_path / "profile.json"
     path.write_text(content)
@@ -173,6 +180,11 @@ def test_round_costs_from_a_probe_file_time_every_round_as_measured(tmp_path):
     ("{not json", "not JSON"),
     ('{"results": [{"bytes": 64, "first_s": 0.1, "next_s": 0.1}]}', "at least 2 sizes"),
     ('{"rows": []}', "'results'"),
+    pytest.param("[" * 100_000 + "]" * 100_000, "not JSON", id="nested-past-the-parser"),
+    ('[{"bytes": NaN, "first_s": 0.1, "next_s": 0.1}, {"bytes": 2000, "first_s": 0.1, '
+     '"next_s": 0.1}]', "positive and increasing"),
+    pytest.param('[{"bytes": 1, "first_s": 0.1, "next_s": 0.1}, {"bytes": 1' + "0" * 400
+                 + ', "first_s": 0.1, "next_s": 0.1}]', "too large", id="huge-size"),
 ])
 def test_bad_round_costs_file_is_one_line_and_status_2(tmp_path, content, named):
     path = tmp_path / "rounds.json"
