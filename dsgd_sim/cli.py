@@ -127,13 +127,19 @@ def parse_stragglers(text: str) -> tuple[float, float]:
 
 
 def _whole_number(text: str, what: str, minimum: int, maximum: int) -> int:
+    """``text`` as an integer, exactly (``12345678901234567``), or written as a float
+    (``1e3``) where that is a whole number."""
     try:
-        value = float(text)
+        value = int(text.strip())
     except ValueError:
-        raise ValueError(f"{what} {text!r} is not a number") from None
-    if not math.isfinite(value) or value != int(value) or not minimum <= value <= maximum:
+        try:
+            as_float = float(text)
+        except ValueError:
+            raise ValueError(f"{what} {text!r} is not a number") from None
+        value = int(as_float) if math.isfinite(as_float) and as_float == int(as_float) else None
+    if value is None or not minimum <= value <= maximum:
         raise ValueError(f"{what} {text!r} must be a whole number from {minimum} to {maximum:,}")
-    return int(value)
+    return value
 
 
 def _positive_float(text: str, what: str) -> float:
@@ -425,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as error:
-        print(f"dsgd_sim: error: cannot write {error.filename}: {error.strerror}", file=sys.stderr)
+        # a full disk names no file: the outputs being written are then the ones to name
+        where = error.filename or ", ".join(
+            name for name in (args.json, args.trace, args.plot) if name) or "stdout"
+        print(f"dsgd_sim: error: cannot write {where}: {error.strerror}", file=sys.stderr)
         return 1
     return 0

@@ -1,6 +1,7 @@
 """The command line: the default run, JSON schema, sweeps, and one-line errors with exit status 2."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -201,3 +202,19 @@ def test_round_costs_refuse_the_parameter_server_which_has_no_rounds(tmp_path):
                     '{"bytes": 128, "first_s": 0.2, "next_s": 0.2}]')
     done = run_cli("--round-costs", str(path), "--algorithm", "ps")
     assert done.returncode == 2 and "ps algorithm" in done.stderr
+
+
+def test_a_seed_is_read_exactly_not_through_a_float(tmp_path):
+    out = tmp_path / "run.json"
+    # 2**53 + 1 (a float rounds it), the maximum, and a whole number written as a float
+    for seed, expected in (("9007199254740993", 2**53 + 1), ("9223372036854775807", 2**63 - 1),
+                           ("1e3", 1000)):
+        assert main(["--mode", "sync", "--iterations", "1", "--seed", seed,
+                     "--json", str(out)]) == 0
+        assert json.loads(out.read_text())["config"]["seed"] == expected
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_names_the_output_it_could_not_write(capsys):
+    assert main(["--iterations", "2", "--json", "/dev/full"]) == 1
+    assert "cannot write /dev/full: No space left on device" in capsys.readouterr().err
