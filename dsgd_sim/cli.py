@@ -66,24 +66,28 @@ def parse_replicas(text: str) -> list[int]:
 
 
 def _expand_series(parts: list[str], text: str) -> list[int]:
+    """The series continued to its last term: geometric where the terms before ``...`` are
+    (``2,4,...,16`` is 2, 4, 8, 16), else arithmetic (``1,3,...,7``); with only two terms both
+    may fit, and the geometric reading wins if it reaches the last term."""
     if parts.count("...") != 1 or parts.index("...") != len(parts) - 2 or len(parts) < 4:
         raise ValueError(f"replica series {text!r} must look like 1,2,4,...,1024")
     head = [_positive_int(p, "replica count", MAX_REPLICAS) for p in parts[:-2]]
     last = _positive_int(parts[-1], "replica count", MAX_REPLICAS)
     ratio, step = head[1] / head[0], head[1] - head[0]
-    geometric = all(b == a * ratio for a, b in zip(head, head[1:])) and ratio > 1
-    arithmetic = all(b - a == step for a, b in zip(head, head[1:])) and step > 0
-    if not (geometric or arithmetic):
+    readings = []
+    if all(b == a * ratio for a, b in zip(head, head[1:])) and ratio > 1:
+        readings.append(lambda value: value * ratio)
+    if all(b - a == step for a, b in zip(head, head[1:])) and step > 0:
+        readings.append(lambda value: value + step)
+    if not readings:
         raise ValueError(f"replica series {text!r} is neither geometric nor arithmetic")
-    values = list(head)
-    while True:
-        nxt = values[-1] * ratio if geometric else values[-1] + step
-        if nxt > last:
-            break
-        values.append(int(nxt))
-    if values[-1] != last:
-        raise ValueError(f"replica series {text!r} does not reach {last}")
-    return values
+    for following in readings:
+        values = list(head)
+        while following(values[-1]) <= last:
+            values.append(int(following(values[-1])))
+        if values[-1] == last:
+            return values
+    raise ValueError(f"replica series {text!r} does not reach {last}")
 
 
 def _at_most(parse, maximum: float, unit: str):
@@ -294,7 +298,7 @@ def run_all(args, runs: Runs) -> None:
     total = (sum(c.iterations for c in runs.configs) if do_sync else 0) + \
         (sum(c.updates for c in runs.async_configs) if do_async else 0)
     with tqdm(total=total, desc="simulating", unit="it", delay=1.0, file=sys.stderr,
-              leave=False) as bar:
+              leave=False, disable=None) as bar:  # no bar where stderr is no terminal
         for i, (config, async_config) in enumerate(zip(runs.configs, runs.async_configs)):
             last = i == len(runs.configs) - 1
             if do_sync:

@@ -87,7 +87,9 @@ def describe_run(config: SyncConfig) -> str:
     if config.overlap:
         extras.append("overlapped with backward")
     if cluster.straggler_fraction and cluster.straggler_factor > 1:
-        extras.append(f"{cluster.straggler_fraction:.0%} stragglers x{cluster.straggler_factor:g}")
+        slowed = int((cluster.slowdowns(0) > 1).sum())  # the count: round(fraction x replicas)
+        extras.append(f"{slowed} of {cluster.replicas} replicas stragglers "
+                      f"({cluster.straggler_fraction:.0%} asked) x{cluster.straggler_factor:g}")
     if cluster.cores:
         extras.append(f"{cluster.cores} shared cores")
     if config.algorithm == "ps":

@@ -78,6 +78,7 @@ def test_trace_and_plot_files_are_written(tmp_path):
 @pytest.mark.parametrize("text, expected", [
     ("16", [16]), ("1,2,4", [1, 2, 4]), ("1,2,4,...,64", [1, 2, 4, 8, 16, 32, 64]),
     ("2,4,...,16", [2, 4, 8, 16]), ("4,8,12,...,20", [4, 8, 12, 16, 20]),
+    ("1,3,...,7", [1, 3, 5, 7]), ("1,2,...,5", [1, 2, 3, 4, 5]),  # geometric would not reach
 ])
 def test_replica_lists_and_series(text, expected):
     assert parse_replicas(text) == expected
