@@ -15,9 +15,13 @@ from .units import (format_bandwidth_bps, format_bytes, format_count, format_rat
 
 
 def baseline_iteration_s(config: SyncConfig) -> float:
-    """Mean iteration time of the same workload on one replica at normal speed (no
-    communication at all, and no straggler: with half the replicas slowed, one replica alone
-    would be a straggler by rounding)."""
+    """Mean iteration time of the same workload on one replica at normal speed (no straggler:
+    with half the replicas slowed, one replica alone would be a straggler by rounding). A
+    replica alone that shares no cores and needs no server computes and nothing else: its
+    expected compute time, exactly (a simulated sample would add its own noise to the speedup);
+    otherwise one replica simulated."""
+    if config.cluster.cores is None and config.algorithm != "ps":
+        return config.workload.compute.mean_s
     cluster = replace(config.cluster.with_replicas(1), straggler_fraction=0.0)
     single = replace(config, cluster=cluster, k_sync=None)
     return float(np.mean(SyncSimulation(single).run().iteration_s))

@@ -96,6 +96,12 @@ def test_one_straggler_sets_the_pace():
     assert result.idle_s.mean() == pytest.approx((7 * 0.2) / 8)
 
 
+def test_the_one_replica_baseline_is_the_expected_compute_not_a_sample():
+    # a sample of a few exponential draws is noisy enough to give a speedup over linear
+    for seed in range(5):
+        assert baseline_iteration_s(free_comm_config(2, 3, seed=seed)) == MU
+
+
 @pytest.mark.parametrize("fraction", [0.125, 0.5, 0.6, 1.0])
 def test_the_one_replica_baseline_is_never_a_straggler(fraction):
     # round(fraction x 1) makes the lone replica a straggler from half up; the baseline of
