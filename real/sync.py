@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from real.comm import CommError, init
+from real.comm import CommError, init, launched_by_mpi
 from real.comm_cli import default_threads
 from real.data import ShardedBatches, load_dataset
 from real.emulate import ComputeFloor, EmulatedModel
@@ -57,7 +57,7 @@ from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_fr
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
                                 write_checkpoint)
-from real.sync_config import QUIET_EXIT_DELAY_S, SyncConfig, parse_args
+from real.sync_config import QUIET_EXIT_DELAY_S, SyncConfig, check_outputs, parse_args
 from real.sync_report import StepRecorder, write_json, write_trace
 
 
@@ -124,6 +124,8 @@ def load_data_together(config: SyncConfig, comm):
     """
     error = None
     try:
+        if comm.rank == 0 and launched_by_mpi():  # see sync_config.parse_args
+            check_outputs(config)
         dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
         ShardedBatches(len(dataset), config.batch_size, comm.world_size, comm.rank, config.seed)
     except ValueError as caught:

@@ -15,6 +15,7 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_dir, c
 from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import parse_time
 
+from .comm import launched_by_mpi
 from .data import DatasetSpec
 from .local_launch import check_launch_settings
 from .grad_sync import STRATEGIES
@@ -165,6 +166,15 @@ def build_parser(quiet: bool = False) -> argparse.ArgumentParser:
     return p
 
 
+def check_outputs(config: SyncConfig) -> None:
+    """ValueError naming an output rank 0 could not write: a file in a missing folder, a folder
+    that is a file."""
+    for flag, path in (("--json", config.json), ("--trace", config.trace),
+                       ("--profile-out", config.profile_out)):
+        check_output_file(flag, path)
+    check_output_dir("--checkpoint-dir", config.checkpoint_dir)
+
+
 def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig:
     """``SyncConfig`` from the command line; exits with status 2 and one line on bad input
     (printed unless ``quiet``: ranks other than 0 pass ``quiet=True``)."""
@@ -175,10 +185,11 @@ def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig
         args["timeout_s"] = parse_time(args.pop("timeout"))
         known = {f.name for f in fields(SyncConfig)}
         config = SyncConfig(**{k: v for k, v in args.items() if k in known})
-        if not quiet:  # rank 0 writes the outputs; other nodes need not have its folders
-            for flag in ("--json", "--trace", "--profile-out"):
-                check_output_file(flag, args[flag[2:].replace("-", "_")])
-            check_output_dir("--checkpoint-dir", config.checkpoint_dir)
+        # Rank 0 writes the outputs (other nodes need not have its folders), and checks them
+        # here, before the job starts. Under mpiexec the other ranks would wait for it in
+        # MPI_Init forever: there it checks them after joining (sync.load_data_together).
+        if not quiet and not launched_by_mpi():
+            check_outputs(config)
         return config
     except ValueError as exc:
         parser.exit(2, f"sync.py: error: {exc}\n")

@@ -164,6 +164,17 @@ def test_mpi_backend_reaches_the_same_weights_as_gloo(mode_runs, tmp_path):
     assert step == SMALL["steps"] and torch.equal(weights, mode_runs["flat-backend"])
 
 
+@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
+def test_a_bad_output_path_under_mpiexec_ends_every_rank_with_one_line(tmp_path):
+    # rank 0 checks its outputs after joining: had it left before MPI_Init, rank 1 would wait
+    # for it there forever
+    run = run_cli(["--backend", "mpi", "--steps", "3", "--no-progress",
+                   "--json", str(tmp_path / "missing" / "run.json")],
+                  timeout=60, launcher=["mpiexec", "-n", "2", sys.executable])
+    assert run.returncode == 2
+    assert len(error_lines(run)) == 1 and "cannot write into" in error_lines(run)[0]
+
+
 class OutputWatcher:
     """Reads a process's merged output on a thread; remembers each rank's newest pid."""
 
