@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+from multiprocessing import connection as mp_connection
 
 if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,9 +140,10 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
     """Start ``nproc_per_node`` local processes (rank 0 the server) meeting at ``address``:
     ``port`` (``local_launch.rendezvous``) and wait for all of them.
 
-    Unlike torchrun, a dying worker does not end the others. The exit status is the server's
-    if it failed, else 1 if a worker failed with an error, else 0 (a worker killed by a signal
-    is a lost worker, which the server has already counted and survived).
+    Unlike torchrun, a dying worker does not end the others; a server that ends with an error
+    does (a worker waiting to join it would otherwise wait for good). The exit status is the
+    server's if it failed, else 1 if a worker failed with an error, else 0 (a worker killed by a
+    signal is a lost worker, which the server has already counted and survived).
     """
     context = mp.get_context("spawn")
     nproc = config.nproc_per_node
@@ -149,6 +151,12 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
              for rank in range(nproc)]
     for proc in procs:
         proc.start()
+    server, workers = procs[0], procs[1:]
+    while any(proc.is_alive() for proc in procs):
+        mp_connection.wait([proc.sentinel for proc in procs if proc.is_alive()])
+        if not server.is_alive() and server.exitcode != 0:
+            for worker in workers:
+                worker.terminate()
     for proc in procs:
         proc.join()
     codes = [proc.exitcode for proc in procs]

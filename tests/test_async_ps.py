@@ -383,6 +383,24 @@ def test_killed_server_makes_every_worker_exit_with_an_error():
     assert exit_s < 60, f"workers took {exit_s:.0f} s to give up on a dead server"
 
 
+def test_a_server_that_cannot_join_ends_the_workers_waiting_for_it():
+    import socket
+    with socket.socket() as taken:  # the rendezvous port, held by someone else
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        proc = start_self_launched(["--nproc-per-node", "2", "--updates", "3", "--no-progress",
+                                    "--master-addr", "127.0.0.1", "--master-port", str(port),
+                                    "--timeout", "120s"])
+        code, out, err = finish(proc)
+    assert code == 1
+    assert "could not join" in err and err.count("error:") == 1, err
+    # A bound, not a timing target: the worker is stopped with the server, not after its own
+    # 120 s --timeout (plus start-up slack on a busy machine)
+    assert time.monotonic() - started < 60
+
+
 @pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
 def test_runs_under_mpiexec(tmp_path):
     summary_path = tmp_path / "mpi.json"
