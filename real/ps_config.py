@@ -16,6 +16,7 @@ from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.parameter_server import leaves_a_round
 from dsgd_sim.units import parse_time
 
+from .comm import launched_by_mpi
 from .data import DatasetSpec
 from .local_launch import check_launch_settings
 from .models import MODELS
@@ -44,7 +45,8 @@ class AsyncConfig:
     emulate_compute: ComputeModel | None = None  # sleep a draw of this instead of computing
     emulate_spec: str = ""           # the text --emulate-compute was given
     real_gradients: bool = False     # with emulate_compute: real gradient and loss, padded to the draw
-    backend: str = "gloo"            # gloo (torch.distributed) | mpi (mpi4py, under mpiexec)
+    backend: str | None = None       # gloo (torch.distributed) | mpi (mpi4py); default mpi
+                                     # under mpiexec, else gloo
     timeout_s: float = 30.0          # a silent peer is declared dead after this long
     threads: int = 0                 # torch threads per process; 0: OMP_NUM_THREADS, else cores / processes
     json: str | None = None          # the server writes the run summary here
@@ -83,6 +85,8 @@ class AsyncConfig:
         if self.real_gradients and self.emulate_compute is None:
             raise ValueError("--real-gradients pads real compute to --emulate-compute's draw; "
                              "give --emulate-compute too")
+        if self.backend is None:  # under mpiexec, its engine: a gloo rank would be alone
+            self.backend = "mpi" if launched_by_mpi() else "gloo"
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown --backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
         if self.backend == "mpi" and self.nproc_per_node:
@@ -141,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--real-gradients", action="store_true",
                    help="with --emulate-compute: compute the real gradient and loss too and sleep "
                    "only the rest of the draw (the run learns; a step takes max(draw, compute))")
-    p.add_argument("--backend", default=d.backend, help="gloo or mpi")
+    p.add_argument("--backend", default=d.backend,
+                   help="gloo or mpi (default: mpi under mpiexec, else gloo)")
     p.add_argument("--timeout", default="30s", help="a silent peer counts as dead after this long")
     p.add_argument("--json", default=None, help="write the run summary (server) to FILE")
     p.add_argument("--trace", default=None, help="write a Chrome trace (server's view) to FILE")

@@ -50,7 +50,8 @@ class SyncConfig:
     checkpoint_every: int = 50       # steps between checkpoints (with --checkpoint-dir)
     keep_checkpoints: int = 2        # complete checkpoints kept on disk
     device: str = "cpu"              # cpu | cuda (one GPU per rank)
-    backend: str | None = None       # gloo | nccl | mpi; default gloo on cpu, nccl on cuda
+    backend: str | None = None       # gloo | nccl | mpi; default nccl on cuda, mpi under
+                                     # mpiexec, else gloo
     timeout_s: float = 30.0          # a dead peer fails the job after this long, not 30 minutes
     threads: int = 0                 # torch threads per rank; 0: OMP_NUM_THREADS, else cores / ranks on this node
     check_replicas: bool = False     # compare weight hashes across ranks after every step
@@ -87,8 +88,9 @@ class SyncConfig:
                               self.timeout_s)
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"unknown --device {self.device!r} (cpu or cuda)")
-        if self.backend is None:
-            self.backend = "nccl" if self.device == "cuda" else "gloo"
+        if self.backend is None:  # under mpiexec, its engine: a gloo rank would train alone
+            self.backend = ("nccl" if self.device == "cuda" else
+                            "mpi" if launched_by_mpi() and self.sync != "ddp" else "gloo")
         self._check_backend()
         if self.real_gradients and not self.emulate_compute_s:
             raise ValueError("--real-gradients pads real compute to --emulate-compute; "
@@ -154,7 +156,8 @@ def build_parser(quiet: bool = False) -> argparse.ArgumentParser:
                    "to the emulated time (the run learns; a step takes max(emulated, real))")
     p.add_argument("--timeout", default="30s", help="process-group timeout, e.g. 30s")
     p.add_argument("--device", default=defaults.device, help="cpu or cuda")
-    p.add_argument("--backend", default=None, help="gloo, nccl or mpi")
+    p.add_argument("--backend", default=None,
+                   help="gloo, nccl or mpi (default: nccl on cuda, mpi under mpiexec, else gloo)")
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--check-replicas", action="store_true",
                    help="fail unless all ranks hold bit-identical weights after every step")

@@ -468,3 +468,11 @@ def test_single_process_is_refused_with_one_line():
     assert run.returncode == 2
     assert "needs at least 2 processes" in run.stderr and "Traceback" not in run.stderr
 
+
+
+def test_under_mpiexec_the_backend_is_mpi_unless_one_is_named(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert AsyncConfig().backend == "mpi" and AsyncConfig(backend="gloo").backend == "gloo"
+    monkeypatch.delenv("PMI_RANK")
+    assert AsyncConfig().backend == "gloo"

@@ -294,3 +294,14 @@ def test_finished_run_resumes_at_its_end_and_refuses_another_runs_checkpoint(tmp
     assert other.returncode == 2
     assert error_lines(other) == ["sync.py: error: checkpoint of step 4 belongs to another run: "
                                   "seed 0 there, 1 here"]
+
+
+def test_under_mpiexec_the_backend_is_mpi_unless_one_is_named(monkeypatch):
+    # a gloo rank under mpiexec would train alone, as if it were the only one
+    from real.sync_config import SyncConfig
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert SyncConfig().backend == "mpi" and SyncConfig(backend="gloo").backend == "gloo"
+    assert SyncConfig(sync="ddp").backend == "gloo"  # DDP needs torch.distributed
+    monkeypatch.delenv("PMI_RANK")
+    assert SyncConfig().backend == "gloo"
