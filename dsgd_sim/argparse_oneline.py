@@ -51,6 +51,8 @@ def check_output_file(flag: str, path: str | None) -> None:
         return
     if not path or os.path.isdir(path):
         raise ValueError(f"{flag} {path!r} is not a file name")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag} {path!r}: the file exists and cannot be written")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {parent}")

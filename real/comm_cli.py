@@ -82,8 +82,9 @@ def timeout_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_sizes=True):
     """Open the communicator ``args`` describe; close it on the way out, error or not.
 
-    A :class:`CommError` raised inside the block is printed as one line and the process exits
-    with status 1, so a dead peer reads as a message, not a traceback."""
+    A :class:`CommError` raised inside the block (a dead peer), or an ``OSError`` (an output
+    that cannot be written after all), is printed as one line and the process exits with
+    status 1: a message, not a traceback."""
     timeout_s = timeout_from_args(parser, args)
     threads = getattr(args, "threads", 0)
     if not 0 <= threads <= MAX_THREADS:
@@ -97,8 +98,8 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
         except ValueError as error:  # bad input: a backend this machine lacks, a bad variable
             parser.error(str(error))
         yield comm
-    except CommError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
+    except (CommError, OSError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
     finally:
         if comm is not None:

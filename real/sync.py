@@ -106,7 +106,7 @@ def run_worker(config: SyncConfig) -> int:
         return 0
     except ValueError as error:  # bad input found on every rank alike: rank 0 says it once
         return report_error(comm.rank == 0, error, 2)
-    except (CommError, ReplicaMismatch) as error:
+    except (CommError, ReplicaMismatch, OSError) as error:  # OSError: an output not written
         return report_error(True, error, 1)
     finally:
         comm.close()

@@ -1,0 +1,42 @@
+"""dsgd_sim/argparse_oneline.py: output paths refused before any work, in one line."""
+
+import os
+
+import pytest
+
+from dsgd_sim.argparse_oneline import check_output_dir, check_output_file
+
+
+def test_a_writable_new_or_existing_file_and_none_pass(tmp_path):
+    (tmp_path / "old.json").write_text("{}")
+    for path in (None, str(tmp_path / "new.json"), str(tmp_path / "old.json")):
+        check_output_file("--json", path)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("", "is not a file name"), (".", "is not a file name"),
+    ("missing/run.json", "cannot write into"),
+])
+def test_a_file_that_cannot_be_written_is_refused_naming_flag_and_path(tmp_path, name, message):
+    path = str(tmp_path / name) if name else ""
+    with pytest.raises(ValueError, match=message) as info:
+        check_output_file("--json", path)
+    assert str(info.value).startswith(f"--json {path!r}")
+
+
+def test_an_existing_file_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    # as root only an immutable file refuses writing: the check is os.access's, faked here
+    path = tmp_path / "locked.json"
+    path.write_text("{}")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(path)
+                        else real_access(p, mode))
+    with pytest.raises(ValueError, match="the file exists and cannot be written"):
+        check_output_file("--json", str(path))
+
+
+def test_a_folder_under_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="is not a folder"):
+        check_output_dir("--checkpoint-dir", str(tmp_path / "file" / "ckpt"))
+    check_output_dir("--checkpoint-dir", str(tmp_path / "new" / "ckpt"))  # made later: passes
