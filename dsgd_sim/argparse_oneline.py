@@ -11,6 +11,12 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line, ``PROG: error: MESSAGE``, and exit
     status 2 (argparse's own status), without the usage block that argparse prints first."""
 
+    def __init__(self, *args, **kwargs):
+        # no abbreviated flags: one entry point reads argv for a flag given (async_ps.py's
+        # --updates), and "--update" must not be taken for it silently
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
 

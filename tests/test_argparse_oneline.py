@@ -40,3 +40,13 @@ def test_a_folder_under_a_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="is not a folder"):
         check_output_dir("--checkpoint-dir", str(tmp_path / "file" / "ckpt"))
     check_output_dir("--checkpoint-dir", str(tmp_path / "new" / "ckpt"))  # made later: passes
+
+
+def test_an_abbreviated_flag_is_refused_not_taken_for_the_whole_one(capsys):
+    from dsgd_sim.argparse_oneline import OneLineArgumentParser
+    parser = OneLineArgumentParser(prog="prog")
+    parser.add_argument("--updates", type=int)
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["--update", "10"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == "prog: error: unrecognized arguments: --update 10\n"
