@@ -192,6 +192,10 @@ def train(config: SyncConfig, comm, dataset, device: torch.device) -> None:
                     "num_samples": len(dataset), "global_batch_size": batches.global_batch_size,
                     "lr": config.lr, "momentum": config.momentum}
     start_step = restore_or_start(comm, config.checkpoint_dir, model, optimizer, run_identity)
+    if start_step > config.steps:  # every rank has it: rank 0 broadcast it
+        raise ValueError(f"the checkpoint in {config.checkpoint_dir} is of step {start_step}, "
+                         f"past --steps {config.steps}: give --steps {start_step} or more, or "
+                         f"another --checkpoint-dir")
     if is_main and start_step:
         print(f"resumed from the checkpoint of step {start_step} in {config.checkpoint_dir}",
               flush=True)

@@ -294,6 +294,11 @@ def test_finished_run_resumes_at_its_end_and_refuses_another_runs_checkpoint(tmp
     assert other.returncode == 2
     assert error_lines(other) == ["sync.py: error: checkpoint of step 4 belongs to another run: "
                                   "seed 0 there, 1 here"]
+    shorter = run_cli([*[a if a != "4" else "3" for a in args]])  # --steps 3, from step 4
+    assert shorter.returncode == 2
+    assert error_lines(shorter) == [f"sync.py: error: the checkpoint in {tmp_path} is "
+                                    f"of step 4, past --steps 3: give --steps 4 or more, or "
+                                    f"another --checkpoint-dir"]
 
 
 def test_under_mpiexec_the_backend_is_mpi_unless_one_is_named(monkeypatch):
