@@ -19,6 +19,7 @@ import tempfile
 import torch
 
 CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
+UNREADABLE_SUFFIX = ".unreadable"  # a file that did not load, set aside
 TEMP_PREFIX = ".ckpt-tmp-"
 
 
@@ -63,18 +64,30 @@ def list_checkpoints(directory: str) -> list[tuple[int, str]]:
 
 
 def load_latest_checkpoint(directory: str) -> tuple[int, dict] | None:
-    """``(step, state)`` of the newest checkpoint that loads, or ``None`` when there is none."""
+    """``(step, state)`` of the newest checkpoint that loads, or ``None`` when there is none.
+
+    A newer file that does not load is renamed ``*.unreadable`` (kept to look at, no longer a
+    checkpoint): left as it was, it would count among the ones pruning keeps, and a good older
+    one would be removed in its place."""
     for step, path in list_checkpoints(directory):
         try:
             state = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:  # a damaged file of any kind: fall back to an older one
-            print(f"warning: skipping unreadable checkpoint {path}: {exc}", file=sys.stderr)
+            _set_aside(path, f"unreadable checkpoint {path}: {exc}")
             continue
         if isinstance(state, dict) and state.get("step") == step:
             return step, state
-        print(f"warning: skipping checkpoint {path}: its step does not match its name",
-              file=sys.stderr)
+        _set_aside(path, f"checkpoint {path}: its step does not match its name")
     return None
+
+
+def _set_aside(path: str, why: str) -> None:
+    try:
+        os.replace(path, path + UNREADABLE_SUFFIX)
+        print(f"warning: skipping {why} (renamed {os.path.basename(path)}{UNREADABLE_SUFFIX})",
+              file=sys.stderr)
+    except OSError:  # a read-only folder: skip it all the same
+        print(f"warning: skipping {why}", file=sys.stderr)
 
 
 def _prune(directory: str, keep: int) -> None:

@@ -42,6 +42,11 @@ def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
     step, loaded = load_latest_checkpoint(str(tmp_path))
     assert step == 10 and loaded["model"]["w"][0] == 10.0
     assert "skipping unreadable checkpoint" in capsys.readouterr().err
+    # set aside, kept to look at: pruning after the next save keeps the good one of step 10
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000010.pt", "ckpt-000000020.pt.unreadable"]
+    save_checkpoint(str(tmp_path), 30, state(30), keep=2)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000010.pt", "ckpt-000000020.pt.unreadable",
+                                            "ckpt-000000030.pt"]
 
 
 def test_checkpoint_whose_content_disagrees_with_its_name_is_skipped(tmp_path):
