@@ -393,7 +393,8 @@ def main(argv=None) -> None:
         if comm.rank == 0:
             print(f"all_reduce, {comm.world_size} ranks, {comm.engine}/{comm.backend}, {args.dtype}, "
                   f"median of {args.iters} (after {args.warmup} warm-up), ring segment "
-                  f"{format_bytes(args.segment_bytes)}, on {platform.node()} ({os.cpu_count()} CPUs)")
+                  f"{format_bytes_exact(args.segment_bytes)}, on {platform.node()} "
+                  f"({os.cpu_count()} CPUs)")
             print_table(rows)
             if args.json:
                 write_json(args, comm, rows)

@@ -1,7 +1,7 @@
 """Asynchronous SGD with a parameter server, for real: rank 0 holds the weights, every other rank
 pulls them, computes a gradient on its own data, pushes it and goes on without waiting for anyone.
 
-One node, 1 server + 3 workers (defaults: the mlp model on the synthetic task, 1000 updates)::
+One node, 1 server + 3 workers (defaults: the lenet model on the synthetic task, 1000 updates)::
 
     torchrun --standalone --nproc-per-node 4 real/async_ps.py
     torchrun --standalone --nproc-per-node 4 real/async_ps.py --time 30s --json ps.json

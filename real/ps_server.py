@@ -41,9 +41,8 @@ A worker that dies fails its own posted receive (its TCP connection closes, at o
 server's next send to it; it is counted in ``workers_lost`` and the others go on. So does a
 worker that pushes nothing within the timeout. (A single receive from *any* worker would not
 do: Gloo matches it to the first worker that announces a push, and if that worker dies before
-the push arrives, every later receive from any worker fails.) A bad header ends the job: the
-sender gets ``ERROR``, the others ``STOP``, and :class:`ProtocolError` carries the one-line
-reason.
+the push arrives, every later receive from any worker fails.) A bad header ends the job: every
+worker still alive gets ``ERROR``, and :class:`ProtocolError` carries the one-line reason.
 """
 
 from __future__ import annotations
