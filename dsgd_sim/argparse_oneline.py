@@ -50,6 +50,14 @@ def argparse_type(parse, what: str):
     return convert
 
 
+def parse_flag(flag: str, parse, text):
+    """``parse(text)``, its ``ValueError`` naming the flag (``--timeout: not a time: 'abc'``)."""
+    try:
+        return parse(text)
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
+
+
 def check_output_file(flag: str, path: str | None) -> None:
     """Refuse an output file that cannot be written, before any work is done: ``ValueError``
     naming the flag and the path. ``None`` (not asked for) passes."""

@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, parse_flag
 from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
 from real.comm import check_op, combine_into, divide_for_avg
@@ -234,8 +234,8 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     try:
         check_output_file("--json", args.json)
         check_output_file("--trace", args.trace)
-        args.size_bytes = [parse_size(s) for s in args.sizes.split(",")]
-        args.segment_bytes = parse_size(args.segment)
+        args.size_bytes = [parse_flag("--sizes", parse_size, s) for s in args.sizes.split(",")]
+        args.segment_bytes = parse_flag("--segment", parse_size, args.segment)
     except ValueError as error:
         parser.error(str(error))
     args.algorithm_names = args.algorithms.split(",")

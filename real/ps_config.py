@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, parse_flag
 from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.parameter_server import leaves_a_round
 from dsgd_sim.units import parse_time
@@ -173,14 +173,15 @@ def parse_args(argv: list[str] | None = None) -> AsyncConfig:
     try:
         time_text = args.pop("time")
         if time_text is not None:
-            args["time_s"] = parse_time(time_text)
+            args["time_s"] = parse_flag("--time", parse_time, time_text)
             given = sys.argv[1:] if argv is None else argv
             if not any(a == "--updates" or a.startswith("--updates=") for a in given):
                 args["updates"] = 0
-        args["timeout_s"] = parse_time(args.pop("timeout"))
+        args["timeout_s"] = parse_flag("--timeout", parse_time, args.pop("timeout"))
         spec = args.pop("emulate_compute")
         if spec is not None:
-            args["emulate_compute"], args["emulate_spec"] = parse_emulate(spec), spec
+            args["emulate_compute"] = parse_flag("--emulate-compute", parse_emulate, spec)
+            args["emulate_spec"] = spec
         known = {f.name for f in fields(AsyncConfig)}
         return AsyncConfig(**{k: v for k, v in args.items() if k in known})
     except ValueError as exc:

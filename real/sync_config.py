@@ -11,7 +11,8 @@ import math
 import time
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_dir, check_output_file
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_dir, check_output_file,
+                                       parse_flag)
 from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import parse_time
 
@@ -184,8 +185,9 @@ def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig
     parser = build_parser(quiet)
     args = vars(parser.parse_args(argv))
     try:
-        args["emulate_compute_s"] = parse_time(args.pop("emulate_compute"))
-        args["timeout_s"] = parse_time(args.pop("timeout"))
+        args["emulate_compute_s"] = parse_flag("--emulate-compute", parse_time,
+                                               args.pop("emulate_compute"))
+        args["timeout_s"] = parse_flag("--timeout", parse_time, args.pop("timeout"))
         known = {f.name for f in fields(SyncConfig)}
         config = SyncConfig(**{k: v for k, v in args.items() if k in known})
         # Rank 0 writes the outputs (other nodes need not have its folders), and checks them

@@ -50,3 +50,11 @@ def test_an_abbreviated_flag_is_refused_not_taken_for_the_whole_one(capsys):
         parser.parse_args(["--update", "10"])
     assert info.value.code == 2
     assert capsys.readouterr().err == "prog: error: unrecognized arguments: --update 10\n"
+
+
+def test_a_value_that_does_not_parse_names_its_flag():
+    from dsgd_sim.argparse_oneline import parse_flag
+    from dsgd_sim.units import parse_time
+    assert parse_flag("--timeout", parse_time, "30s") == 30.0
+    with pytest.raises(ValueError, match=r"^--timeout: not a time: 'abc'$"):
+        parse_flag("--timeout", parse_time, "abc")
