@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from multiprocessing import connection as mp_connection
 
 if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
@@ -117,6 +118,7 @@ def serve(config: AsyncConfig, comm) -> None:
     say(f"serving {comm.world_size - 1} workers: {config.model}, "
         f"{server.weights.numel()} parameters")
     total = config.updates or None
+    tqdm.set_lock(threading.RLock())  # not tqdm's semaphore, which a killed server would leak
     bar = tqdm(total=total, unit="update", desc=f"async x{comm.world_size - 1}",
                disable=not config.progress, file=sys.stderr, mininterval=0.5)
     try:
