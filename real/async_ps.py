@@ -74,6 +74,29 @@ def load_data(config: AsyncConfig, workers: int):
     return dataset
 
 
+class InputError(ValueError):
+    """Bad input another rank found and reported."""
+
+
+def load_data_together(config: AsyncConfig, comm):
+    """Collective (it is also the start barrier): every worker loads its data, the server none.
+    If any worker fails, every rank learns it at once (not after the server's timeout): the
+    lowest failing rank says why, the others leave quietly with the same status."""
+    error, dataset = None, None
+    if comm.rank != 0:
+        try:
+            dataset = load_data(config, comm.world_size - 1)
+        except ValueError as caught:
+            error = caught
+    first_failed = torch.tensor([comm.rank if error is not None else comm.world_size])
+    comm.all_reduce(first_failed, op="min")
+    if int(first_failed) == comm.rank:
+        raise error
+    if int(first_failed) < comm.world_size:
+        raise InputError()
+    return dataset
+
+
 def run_process(config: AsyncConfig) -> int:
     """One process's whole life: join, serve or work, report, leave. Returns the exit status."""
     try:
@@ -89,13 +112,14 @@ def run_process(config: AsyncConfig) -> int:
             raise ValueError("a parameter server needs at least 2 processes (a server and a "
                              "worker); launch with --nproc-per-node N, torchrun or mpiexec")
         config.check_warmup(comm.world_size - 1)
-        dataset = None if comm.rank == 0 else load_data(config, comm.world_size - 1)
-        comm.barrier()
+        dataset = load_data_together(config, comm)
         if comm.rank == 0:
             serve(config, comm)
         else:
             run_worker(config, comm, dataset)
         return 0
+    except InputError:
+        return 2
     except ValueError as error:
         return fail(error, 2)
     except (CommError, ProtocolError, WorkersLost, ServerStopped, OSError) as error:

@@ -412,6 +412,18 @@ def test_runs_under_mpiexec(tmp_path):
     assert_each_update_applied_once(summary)
 
 
+@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
+def test_data_a_worker_cannot_load_ends_every_rank_at_once_with_one_line():
+    started = time.monotonic()
+    run = run_script([ENTRY, "--backend", "mpi", "--dataset", "mnist:/no/such/dir",
+                      "--timeout", "120s", "--no-progress"], 3, launcher="mpi",
+                     timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 2
+    assert run.stderr.count("error:") == 1 and "MNIST directory not found" in run.stderr
+    # A bound, not a timing target: the server learns it at the start, not after 120 s
+    assert time.monotonic() - started < 60
+
+
 # -- bad input --------------------------------------------------------------------------
 @pytest.mark.parametrize("args, words", [
     (["--updates", "-1"], "--updates must be at least 0"),
