@@ -97,14 +97,17 @@ def load_data_together(config: AsyncConfig, comm):
     return dataset
 
 
-def run_process(config: AsyncConfig) -> int:
-    """One process's whole life: join, serve or work, report, leave. Returns the exit status."""
+def run_process(config: AsyncConfig, joined=None) -> int:
+    """One process's whole life: join, serve or work, report, leave. Returns the exit status.
+    ``joined`` (an event, or None) is set once this process has joined the job."""
     try:
         rank = env_rank()
         say(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}")
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
     except (ValueError, CommError) as error:
         return fail(error, 2 if isinstance(error, ValueError) else 1)
+    if joined is not None:
+        joined.set()
     try:
         local = env_int("LOCAL_WORLD_SIZE", comm.world_size)
         torch.set_num_threads(config.threads or default_threads(local))
@@ -166,21 +169,25 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
     """Start ``nproc_per_node`` local processes (rank 0 the server) meeting at ``address``:
     ``port`` (``local_launch.rendezvous``) and wait for all of them.
 
-    Unlike torchrun, a dying worker does not end the others; a server that ends with an error
-    does (a worker waiting to join it would otherwise wait for good). The exit status is the
-    server's if it failed, else 1 if a worker failed with an error, else 0 (a worker killed by a
-    signal is a lost worker, which the server has already counted and survived).
+    Unlike torchrun, a dying worker does not end the others, and a server that dies once the
+    job has started leaves the workers to find out (they report losing it); a server that ends
+    before it could join the job stops them (they would wait to join it for good). The exit
+    status is the server's if it failed, else 1 if a worker failed with an error, else 0 (a
+    worker killed by a signal is a lost worker, which the server has already counted and
+    survived).
     """
     context = mp.get_context("spawn")
     nproc = config.nproc_per_node
-    procs = [context.Process(target=_child, args=(rank, config, nproc, address, port))
+    server_joined = context.Event()
+    procs = [context.Process(target=_child, args=(rank, config, nproc, address, port,
+                                                  server_joined if rank == 0 else None))
              for rank in range(nproc)]
     for proc in procs:
         proc.start()
     server, workers = procs[0], procs[1:]
     while any(proc.is_alive() for proc in procs):
         mp_connection.wait([proc.sentinel for proc in procs if proc.is_alive()])
-        if not server.is_alive() and server.exitcode != 0:
+        if not server.is_alive() and not server_joined.is_set():
             for worker in workers:
                 worker.terminate()
     for proc in procs:
@@ -191,10 +198,11 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
     return 1 if any(code and code > 0 for code in codes[1:]) else 0
 
 
-def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int) -> None:
+def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int,
+           joined=None) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
-    sys.exit(run_process(config))
+    sys.exit(run_process(config, joined))
 
 
 if __name__ == "__main__":
