@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from experiments.grids import ALL, allreduce_kind, grid_rows, main, misses, summarise_kinds
+from experiments.grids import (ALL, allreduce_kind, biases, grid_rows, main, misses,
+                               summarise_kinds)
 from tests.cli_helpers import usage_error
 
 
@@ -135,3 +136,17 @@ def test_cli_refuses_a_folder_named_twice(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the same folder spelled two ways
     assert "named twice" in usage_error(main, ["g", str(grid)], capsys)
 
+
+
+def test_a_row_on_one_side_in_every_grid_is_a_bias_and_one_on_both_sides_is_not(tmp_path):
+    grids = {}
+    for i in range(5):
+        noisy = 1.10 if i % 2 else 0.90  # misses by 10% on both sides: the noise
+        steady = 1.05 + 0.001 * i  # 5.0-5.4% over, every time: the model
+        small = 1.01  # over every time, but within the median target
+        grids[str(i)] = grid_rows(write_grid(tmp_path / str(i), [], [
+            ("noisy", noisy, 1.0), ("steady", steady, 1.0), ("small", small, 1.0)]))
+    found = biases(grids)
+    assert [b["config"] for b in found] == ["steady"]
+    assert found[0]["grids"] == 5 and found[0]["mean_error"] == pytest.approx(0.052)
+    assert biases(grids, min_grids=6) == []  # too few grids to tell
