@@ -279,7 +279,8 @@ def parse_args(argv=None):
     parser = OneLineArgumentParser(
         description="Run experiments on the test bed; compare with the model.")
     parser.add_argument("names", nargs="*", help="experiments to run (default: all)")
-    parser.add_argument("--quick", action="store_true", help="the representative subset (7-8 min on 2 cores)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the representative subset (7-8 min on 2 cores)")
     parser.add_argument("--report-only", action="store_true",
                         help="no measurement: rewrite fidelity.json and RESULTS.md from results/")
     parser.add_argument("--repredict", action="store_true",
