@@ -108,16 +108,21 @@ def summarise_kinds(grids: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
+def errors_by_row(grids: dict[str, list[dict]]) -> dict[tuple[str, str], list[float]]:
+    """(experiment, config) -> the row's error in every grid that holds it."""
+    held: dict[tuple[str, str], list[float]] = {}
+    for rows in grids.values():
+        for r in rows:
+            held.setdefault((r["experiment"], r["config"]), []).append(r["error"])
+    return held
+
+
 def misses(grids: dict[str, list[dict]]) -> list[dict]:
     """Every row (experiment and config) over the worst-row target in some grid: in how many
     grids it missed, of how many that hold it, and its errors there; most misses first."""
-    held: dict[tuple, list[dict]] = {}
-    for rows in grids.values():
-        for r in rows:
-            held.setdefault((r["experiment"], r["config"]), []).append(r)
-    out = [{"experiment": key[0], "config": key[1], "grids": len(rows),
-            "errors": [r["error"] for r in rows if abs(r["error"]) > WORST_TARGET]}
-           for key, rows in held.items()]
+    out = [{"experiment": key[0], "config": key[1], "grids": len(errors),
+            "errors": [e for e in errors if abs(e) > WORST_TARGET]}
+           for key, errors in errors_by_row(grids).items()]
     out = [m for m in out if m["errors"]]
     return sorted(out, key=lambda m: -len(m["errors"]))
 
@@ -127,12 +132,8 @@ def biases(grids: dict[str, list[dict]], min_grids: int = 5) -> list[dict]:
     misses on both sides is the machine's noise): held by at least ``min_grids`` grids, a mean
     error of at least ``BIAS_MIN`` and at least ``BIAS_T`` standard errors from zero; their mean,
     standard deviation and grids, largest mean first."""
-    held: dict[tuple, list[float]] = {}
-    for rows in grids.values():
-        for r in rows:
-            held.setdefault((r["experiment"], r["config"]), []).append(r["error"])
     out = []
-    for (experiment, config), errors in held.items():
+    for (experiment, config), errors in errors_by_row(grids).items():
         if len(errors) < min_grids:
             continue
         mean, sd = statistics.mean(errors), statistics.stdev(errors)

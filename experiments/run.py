@@ -241,26 +241,38 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
     return rows, results_markdown(results, rows, header, folder)
 
 
-def stored_run() -> tuple[list[dict], dict]:
-    """The result files and run.json in ``RESULTS``, each checked by building its part of the
-    report: ValueError naming the file that is not as experiments/run.py writes it."""
+def regenerate_stored() -> dict:
+    """``regenerate`` from the result files and run.json in ``RESULTS``: ValueError naming the
+    file that is not as experiments/run.py writes it (nothing is written then)."""
     try:
         meta = json.loads((RESULTS / "run.json").read_text())
         header_lines(meta)
     except BAD_RESULTS as error:
         raise ValueError(f"run.json in {RESULTS}: {problem(error)}") from None
-    results = []
+    named = {}
     for name in EXPERIMENTS:
         try:
             result = load_result(name)
-            if result is not None:
-                report_texts([result], meta)
-                results.append(result)
-        except BAD_RESULTS as error:
+        except ValueError as error:
             raise ValueError(f"{name}.json in {RESULTS}: {problem(error)}") from None
-    if not results:
+        if result is not None:
+            named[name] = result
+    if not named:
         raise ValueError(f"no result files in {RESULTS} (run the experiments first)")
-    return results, meta
+    try:
+        return regenerate(list(named.values()), meta)
+    except BAD_RESULTS as error:  # which file: the one whose report cannot be built alone
+        culprit = next((name for name, result in named.items()
+                        if not _reports(result, meta)), "a result file")
+        raise ValueError(f"{culprit}.json in {RESULTS}: {problem(error)}") from None
+
+
+def _reports(result: dict, meta: dict) -> bool:
+    try:
+        report_texts([result], meta)
+        return True
+    except BAD_RESULTS:
+        return False
 
 
 def regenerate(results: list[dict], meta: dict) -> dict:
@@ -350,7 +362,7 @@ def main(argv=None) -> int:
         return 2
     if args.report_only:
         try:
-            summary = regenerate(*stored_run())
+            summary = regenerate_stored()
         except ValueError as error:
             print(f"experiments/run.py: --report-only: {error}", file=sys.stderr)
             return 2

@@ -42,7 +42,7 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from real.comm import CommError, init
-from real.comm_cli import default_threads
+from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
 from real.local_launch import env_int, env_rank, rendezvous, say
 from real.ps_config import AsyncConfig, parse_args
@@ -74,10 +74,6 @@ def load_data(config: AsyncConfig, workers: int):
     return dataset
 
 
-class InputError(ValueError):
-    """Bad input another rank found and reported."""
-
-
 def load_data_together(config: AsyncConfig, comm):
     """Collective (it is also the start barrier): every worker loads its data, the server none.
     If any worker fails, every rank learns it at once (not after the server's timeout): the
@@ -88,12 +84,11 @@ def load_data_together(config: AsyncConfig, comm):
             dataset = load_data(config, comm.world_size - 1)
         except ValueError as caught:
             error = caught
-    first_failed = torch.tensor([comm.rank if error is not None else comm.world_size])
-    comm.all_reduce(first_failed, op="min")
-    if int(first_failed) == comm.rank:
+    first = first_failed_rank(comm, error is not None)
+    if first == comm.rank:
         raise error
-    if int(first_failed) < comm.world_size:
-        raise InputError()
+    if first is not None:
+        raise InputError(f"rank {first} could not load its data")
     return dataset
 
 

@@ -104,3 +104,16 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
     finally:
         if comm is not None:
             comm.close()
+
+
+class InputError(ValueError):
+    """Bad input that one rank found and has already reported: the others leave quietly."""
+
+
+def first_failed_rank(comm, failed: bool) -> int | None:
+    """Collective: the lowest rank that ``failed`` (bad input found where each rank checks its
+    own, such as its data), or None when none did. The rank it names reports the error, once."""
+    first = torch.tensor([comm.rank if failed else comm.world_size], device=comm.device)
+    comm.all_reduce(first, op="min")
+    return None if int(first) == comm.world_size else int(first)
+

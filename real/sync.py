@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from real.comm import CommError, init, launched_by_mpi
-from real.comm_cli import default_threads
+from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
 from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
@@ -112,15 +112,11 @@ def run_worker(config: SyncConfig) -> int:
         comm.close()
 
 
-class InputError(ValueError):
-    """Bad input already reported (by rank 0, or by the rank that found it)."""
-
-
 def load_data_together(config: SyncConfig, comm):
     """Collective: every rank loads its data; if any rank fails, all exit with one report.
 
-    Rank 0 prints its own error before the ranks compare notes; another rank prints its error
-    only when rank 0 had none (a file missing on one node, say).
+    Rank 0 prints its own error before the ranks compare notes; otherwise the lowest failing
+    rank prints its own (a file missing on one node, say).
     """
     error = None
     try:
@@ -132,14 +128,11 @@ def load_data_together(config: SyncConfig, comm):
         error = caught
         if comm.rank == 0:
             say(f"sync.py: error: {error}", sys.stderr)
-    flags = torch.tensor([int(error is not None), int(error is not None and comm.rank == 0)],
-                         device=comm.device)
-    comm.all_reduce(flags, op="max")
-    any_failed, main_failed = (bool(v) for v in flags.tolist())
-    if error is not None and comm.rank != 0 and not main_failed:
+    first = first_failed_rank(comm, error is not None)
+    if first == comm.rank != 0:  # rank 0 said it above
         say(f"sync.py: error: rank {comm.rank}: {error}", sys.stderr)
-    if any_failed:
-        raise InputError(error or "another rank could not load its data")
+    if first is not None:
+        raise InputError(error or f"rank {first} could not load its data")
     return dataset
 
 
