@@ -417,10 +417,47 @@ def check_output_paths(args) -> None:
                              f"(use .png, .svg or .pdf)")
 
 
+_NOT_GIVEN = object()
+
+# Flags that change only one mode's run, and the runs they change.
+_SYNC_ONLY = ("algorithm", "k_sync", "round_costs", "bucket_size", "overlap")
+_ASYNC_ONLY = ("servers", "max_staleness", "ps_service_time", "ps_memory_bandwidth",
+               "staleness_lr")
+_REPLAY_ONLY = ("lr", "staleness_lr")
+
+
+def given_flags(argv: list[str] | None) -> dict[str, str]:
+    """The flags on the command line (not left at their defaults), by ``dest``: their names."""
+    parser = build_parser()
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    parser.set_defaults(**{dest: _NOT_GIVEN for dest in flags})
+    args = parser.parse_args(argv)
+    return {dest: flag for dest, flag in flags.items() if getattr(args, dest) is not _NOT_GIVEN}
+
+
+def check_flags_apply(args, given: dict[str, str]) -> None:
+    """Refuse a flag the run would ignore (``ValueError`` names it): a flag of the other mode,
+    a replay flag without ``--replay``, the server's NIC where no run has a server."""
+    def refuse(dests, where: str) -> None:
+        for dest in dests:
+            if dest in given:
+                raise ValueError(f"{given[dest]} applies to {where}; this run would ignore it")
+    if args.mode == "async":
+        refuse(_SYNC_ONLY, "the sync run (--mode sync or both), not --mode async")
+    if args.mode == "sync":
+        refuse(_ASYNC_ONLY, "the async run (--mode async or both), not --mode sync")
+        if args.algorithm != PARAMETER_SERVER:
+            refuse(("ps_bandwidth",), "a parameter server (--algorithm ps, or --mode async "
+                                      "or both)")
+    if not args.replay:
+        refuse(_REPLAY_ONLY, "--replay")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_flags_apply(args, given_flags(argv))
         check_output_paths(args)
         configs = build_configs(args)
         runs = Runs(configs, build_async_configs(args, configs))

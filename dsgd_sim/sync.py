@@ -10,7 +10,9 @@ the averaged weights back.
 
 K-sync (``k_sync=K``): the update proceeds with the first K gradients; the replicas still
 computing are interrupted and contribute nothing that iteration (backup workers, as analysed by
-Dutta et al., AISTATS 2018). Every replica still takes part in the all-reduce.
+Dutta et al., AISTATS 2018), and with the parameter server so are the pushes still in flight (the
+server has what it needs and stops taking them). Every replica still takes part in the
+all-reduce, or pulls the new weights.
 
 Time accounting, per replica and iteration: ``compute`` (forward + backward, slowed by core
 sharing if any), ``exposed comm`` (communication in progress after the replica's own compute
@@ -106,6 +108,7 @@ class _Iteration:
         self.done = env.event()
         self.comm_spans: list[tuple[float, float]] = []  # shared (all-reduce) communication
         self.own_comm_s = np.zeros(len(compute_s))  # per-replica communication (ps pushes)
+        self.pushing: set[int] = set()  # replicas whose ps push is in flight
         self.end_s = np.nan
 
 
@@ -169,7 +172,8 @@ class SyncSimulation:
                 else:
                     yield from self._compute(rank, it)
             except simpy.Interrupt:  # K-sync: enough gradients arrived without this one
-                it.ready_s[rank] = self.env.now
+                if math.isnan(it.ready_s[rank]):  # stopped computing, not pushing
+                    it.ready_s[rank] = self.env.now
             yield it.done
 
     def _compute(self, rank: int, it: _Iteration):
@@ -209,7 +213,7 @@ class SyncSimulation:
 
     def _cancel_stragglers(self, it: _Iteration) -> None:
         for rank, proc in enumerate(self.procs):
-            if math.isnan(it.ready_s[rank]) and proc.is_alive:
+            if (math.isnan(it.ready_s[rank]) or rank in it.pushing) and proc.is_alive:
                 proc.interrupt("k-sync")
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -301,9 +305,17 @@ class _ParameterServer:
     def arrive(self, rank: int, it: _Iteration, bucket: int):
         if self.active:
             start = self.sim.env.now
-            yield self.inbound.submit(self.grad_bits, self.worker_bps)
-            yield self.sim.env.timeout(self.latency_s)
-            it.own_comm_s[rank] += self.sim.env.now - start
+            push = self.inbound.submit(self.grad_bits, self.worker_bps)
+            it.pushing.add(rank)
+            try:  # K-sync: the server stops taking pushes once it has K gradients
+                yield push
+                yield self.sim.env.timeout(self.latency_s)
+            except simpy.Interrupt:
+                self.inbound.cancel(push)
+                raise
+            finally:
+                it.pushing.discard(rank)
+                it.own_comm_s[rank] += self.sim.env.now - start
         self.sim.count_arrival(it, bucket)
 
     def run(self, it: _Iteration):

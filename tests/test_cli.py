@@ -113,7 +113,26 @@ BAD_INPUTS = [
     (["--compute", "lognormal:80ms,1e5"], "'lognormal:80ms,1e5'"),
     (["--compute", "normal:80ms,1e307s"], "'normal:80ms,1e307s'"),
     (["--compute", "normal:1ms,1s"], "'normal:1ms,1s': a normal compute time's standard deviation"),
+    # flags the run would ignore
+    (["--mode", "async", "--algorithm", "tree"], "--algorithm applies to the sync run"),
+    (["--mode", "async", "--k-sync", "2"], "--k-sync applies to the sync run"),
+    (["--mode", "async", "--overlap"], "--overlap applies to the sync run"),
+    (["--mode", "sync", "--servers", "2"], "--servers applies to the async run"),
+    (["--mode", "sync", "--max-staleness", "2"], "--max-staleness applies to the async run"),
+    (["--mode", "sync", "--ps-bandwidth", "1Gbps"], "--ps-bandwidth applies to a parameter server"),
+    (["--lr", "0.5"], "--lr applies to --replay"),
+    (["--staleness-lr"], "--staleness-lr applies to --replay"),
 ]
+
+
+@pytest.mark.parametrize("args", [
+    ["--mode", "sync", "--algorithm", "ps", "--ps-bandwidth", "1Gbps", "--k-sync", "2"],
+    ["--mode", "async", "--servers", "2", "--ps-bandwidth", "1Gbps", "--max-staleness", "3"],
+    ["--mode", "both", "--algorithm", "tree", "--servers", "2", "--replay", "--lr", "1"],
+])
+def test_flags_of_the_modes_that_run_are_taken(args, capsys):
+    assert main(args + ["--replicas", "4", "--iterations", "2"]) == 0
+    assert "error" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, named", BAD_INPUTS)

@@ -60,6 +60,23 @@ def test_time_split_adds_up_to_the_iteration():
     assert (result.idle_s >= -1e-12).all() and (result.exposed_comm_s > 0).all()
 
 
+def test_k_sync_parameter_server_stops_taking_pushes_once_it_has_k():
+    """With K of R gradients the server moves on; pushes still in flight are dropped, not left
+    running into the pull (which counted their time twice: negative idle)."""
+    workload = from_preset("resnet50").with_grad_bytes(10_000_000).with_compute(Exponential(MU))
+    config = SyncConfig(ClusterConfig(8, 1e9, 10e-6), workload, "ps", 50, seed=0, k_sync=2)
+    result = SyncSimulation(config).run()
+    total = result.compute_s + result.exposed_comm_s + result.idle_s
+    assert total == pytest.approx(result.iteration_s, rel=1e-9)
+    assert (result.idle_s >= -1e-12).all()
+    # Eight pulls of 10 MB share the server's 1 Gbit/s NIC: 640 ms after the pushes. Waiting for
+    # every gradient also waits for every push to cross that NIC (another 640 ms).
+    everyone = SyncSimulation(SyncConfig(ClusterConfig(8, 1e9, 10e-6), workload, "ps", 50,
+                                         seed=0)).run()
+    assert 0.64 < result.iteration_s.mean() < everyone.iteration_s.mean()
+    assert everyone.iteration_s.mean() > 1.28
+
+
 def test_buckets_follow_backward_order_and_cover_the_gradient():
     workload = from_preset("resnet50")
     buckets = make_buckets(workload, 25_000_000)
