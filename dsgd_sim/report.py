@@ -36,6 +36,9 @@ def summarize(result: SyncResult, single_iteration_s: float) -> dict:
     samples_per_s = config.gradients_used * config.workload.batch_size / iteration
     speedup = samples_per_s / (config.workload.batch_size / single_iteration_s)
     algbw = config.workload.grad_bytes / comm if comm > 0 else 0.0
+    idle = float(np.mean(result.idle_s))
+    if abs(idle) <= 1e-9 * iteration:  # what is left of iteration - compute - exposed: rounding
+        idle = 0.0
     return {
         "iteration_time_s": iteration,
         "iteration_time_p50_s": float(np.percentile(result.iteration_s, 50)),
@@ -43,7 +46,7 @@ def summarize(result: SyncResult, single_iteration_s: float) -> dict:
         "compute_time_s": float(np.mean(result.compute_s)),
         "comm_time_s": comm,
         "exposed_comm_s": float(np.mean(result.exposed_comm_s)),
-        "idle_time_s": float(np.mean(result.idle_s)),
+        "idle_time_s": idle,
         "speedup": speedup,
         "efficiency": speedup / p,
         "samples_per_s": samples_per_s,

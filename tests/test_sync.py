@@ -77,6 +77,32 @@ def test_k_sync_parameter_server_stops_taking_pushes_once_it_has_k():
     assert everyone.iteration_s.mean() > 1.28
 
 
+@pytest.mark.parametrize("replicas, k_sync", [(1, None), (7, None), (7, 2), (16, 1)])
+@pytest.mark.parametrize("compute", [Exponential(MU), Constant(0.05)])
+@pytest.mark.parametrize("bucket_bytes", [None, 25_000_000])
+def test_the_closed_form_run_is_the_processes_run_exactly(replicas, k_sync, compute, bucket_bytes):
+    """The plain case runs without SimPy processes; run with them, every figure is the same
+    (ties included: constant compute, K-sync with several buckets)."""
+    workload = from_preset("resnet50").with_compute(compute)
+    cluster = ClusterConfig(replicas, 10e9, 10e-6, None, 0.25, 3.0)
+    config = SyncConfig(cluster, workload, "ring", 30, 5, k_sync, bucket_bytes)
+    closed = SyncSimulation(config)
+    assert closed.plain
+    processes = SyncSimulation(config)
+    processes.plain = False
+    a, b = closed.run(), processes.run()
+    for field in ("iteration_s", "compute_s", "exposed_comm_s", "idle_s", "comm_s"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+
+
+def test_k_sync_with_several_buckets_interrupts_each_straggler_once():
+    workload = from_preset("resnet50").with_compute(Exponential(MU))
+    config = SyncConfig(ClusterConfig(7, 10e9, 10e-6, cores=2), workload, "ring", 20, 1, 2,
+                        25_000_000)
+    result = SyncSimulation(config).run()  # cores: the processes run it
+    assert (result.idle_s >= -1e-12).all() and len(result.iteration_s) == 20
+
+
 def test_buckets_follow_backward_order_and_cover_the_gradient():
     workload = from_preset("resnet50")
     buckets = make_buckets(workload, 25_000_000)
