@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                "batch"),
                    help="samples per replica per step (default: the preset's)")
     p.add_argument("--algorithm", default="ring",
-                   help=f"gradient all-reduce: {', '.join(ALGORITHM_NAMES)} (default ring)")
+                   help=f"sync: gradient all-reduce: {', '.join(ALGORITHM_NAMES)} (default ring)")
     p.add_argument("--iterations", type=_typed(
         lambda t: _positive_int(t, "iterations", MAX_ITERATIONS), "iterations"), default=100,
         help="sync iterations; in --mode async, the server's updates summed over workers "
@@ -191,16 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_typed(lambda t: _whole_number(t, "seed", 0, 2**63 - 1), "seed"),
                    default=0)
     p.add_argument("--k-sync", type=_typed(lambda t: _positive_int(t, "K", MAX_REPLICAS), "K"),
-                   help="update with the first K of R gradients (backup workers)")
+                   help="sync: update with the first K of R gradients (backup workers)")
     p.add_argument("--round-costs", metavar="FILE",
-                   help="all-reduce rounds measured on your cluster (experiments/ring_probe.py "
-                        "--json): each round costs what it measured, not latency + size/bandwidth")
+                   help="sync: all-reduce rounds measured on your cluster (experiments/"
+                        "ring_probe.py --json): each round costs what it measured, not latency + "
+                        "size/bandwidth")
     p.add_argument("--ps-bandwidth", type=_typed(_bounded_bandwidth, "bandwidth"),
-                   help="parameter server's NIC (default: as --bandwidth)")
+                   help="parameter server's NIC, with --algorithm ps or async (default: as "
+                        "--bandwidth)")
     p.add_argument("--bucket-size", type=_typed(parse_size, "size"),
-                   help="gradient buckets as in DDP: 25MB")
+                   help="sync: gradient buckets as in DDP: 25MB")
     p.add_argument("--overlap", action="store_true",
-                   help="all-reduce each bucket as soon as it is ready, during backward")
+                   help="sync: all-reduce each bucket as soon as it is ready, during backward")
     p.add_argument("--stragglers", type=_typed(parse_stragglers, "stragglers"),
                    help="FRACTION:FACTOR, e.g. 0.1:3 (a tenth of the replicas 3x slower)")
     p.add_argument("--cores", type=_typed(lambda t: _positive_int(t, "cores", 10**6), "cores"),
