@@ -29,7 +29,7 @@ fi
 
 "$PY" -m pip install -q -e ".${extras:+[$extras]}"
 
-# The network test bed (real/testbed.py) needs iproute2's `ip` and `tc`; the experiments' C++
+# The network test bed (real/testbed/) needs iproute2's `ip` and `tc`; the experiments' C++
 # ring rounds (experiments/engine_rounds.py, built at first use) need a C++ compiler.
 if [[ -n "$extras" && "$extras" == *dev* ]]; then
     missing=()

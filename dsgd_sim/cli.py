@@ -423,8 +423,7 @@ _NOT_GIVEN = object()
 
 # Flags that change only one mode's run, and the runs they change.
 _SYNC_ONLY = ("algorithm", "k_sync", "round_costs", "bucket_size", "overlap")
-_ASYNC_ONLY = ("servers", "max_staleness", "ps_service_time", "ps_memory_bandwidth",
-               "staleness_lr")
+_ASYNC_ONLY = ("servers", "max_staleness", "ps_service_time", "ps_memory_bandwidth")
 _REPLAY_ONLY = ("lr", "staleness_lr")
 
 
@@ -438,21 +437,24 @@ def given_flags(argv: list[str] | None) -> dict[str, str]:
 
 
 def check_flags_apply(args, given: dict[str, str]) -> None:
-    """Refuse a flag the run would ignore (``ValueError`` names it): a flag of the other mode,
-    a replay flag without ``--replay``, the server's NIC where no run has a server."""
-    def refuse(dests, where: str) -> None:
+    """Refuse a flag the run would ignore (``ValueError`` names it): a replay flag without
+    ``--replay``, a flag of the mode that does not run, the server's NIC where no run has a
+    server. ``--replay`` simulates every mode's schedule, whatever ``--mode``: there every mode's
+    flags count."""
+    ignored: list[tuple[tuple[str, ...], str]] = []
+    if not args.replay:
+        ignored.append((_REPLAY_ONLY, "--replay"))
+        if args.mode == "async":
+            ignored.append((_SYNC_ONLY, "the sync run (--mode sync or both), not --mode async"))
+        if args.mode == "sync":
+            ignored.append((_ASYNC_ONLY, "the async run (--mode async or both), not --mode sync"))
+            if args.algorithm != PARAMETER_SERVER:
+                ignored.append((("ps_bandwidth",), "a parameter server (--algorithm ps, or "
+                                                   "--mode async or both)"))
+    for dests, where in ignored:
         for dest in dests:
             if dest in given:
                 raise ValueError(f"{given[dest]} applies to {where}; this run would ignore it")
-    if args.mode == "async":
-        refuse(_SYNC_ONLY, "the sync run (--mode sync or both), not --mode async")
-    if args.mode == "sync":
-        refuse(_ASYNC_ONLY, "the async run (--mode async or both), not --mode sync")
-        if args.algorithm != PARAMETER_SERVER:
-            refuse(("ps_bandwidth",), "a parameter server (--algorithm ps, or --mode async "
-                                      "or both)")
-    if not args.replay:
-        refuse(_REPLAY_ONLY, "--replay")
 
 
 def main(argv: list[str] | None = None) -> int:

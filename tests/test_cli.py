@@ -129,6 +129,9 @@ BAD_INPUTS = [
     ["--mode", "sync", "--algorithm", "ps", "--ps-bandwidth", "1Gbps", "--k-sync", "2"],
     ["--mode", "async", "--servers", "2", "--ps-bandwidth", "1Gbps", "--max-staleness", "3"],
     ["--mode", "both", "--algorithm", "tree", "--servers", "2", "--replay", "--lr", "1"],
+    # the replay draws every mode's curve, whatever --mode
+    ["--mode", "async", "--replay", "--k-sync", "2", "--algorithm", "tree"],
+    ["--mode", "sync", "--replay", "--staleness-lr", "--max-staleness", "2", "--servers", "2"],
 ])
 def test_flags_of_the_modes_that_run_are_taken(args, capsys):
     assert main(args + ["--replicas", "4", "--iterations", "2"]) == 0
