@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import queue
 import subprocess
 import sys
 import tempfile
@@ -47,16 +48,28 @@ def harmonic(n: int) -> float:
     return sum(1 / k for k in range(1, n + 1))
 
 
+class BenchmarkError(RuntimeError):
+    """A run that failed or timed nothing: reported in one line, exit status 1."""
+
+
 def async_rate(procs: int, compute: str, seconds: float, model: str) -> dict:
-    """``real/async_ps.py`` self-launched on ``procs`` processes; its summary."""
+    """``real/async_ps.py`` self-launched on ``procs`` processes; its summary.
+    :class:`BenchmarkError` when the run fails or its timed window holds no update."""
     with tempfile.TemporaryDirectory() as workdir:
         path = os.path.join(workdir, "summary.json")
-        subprocess.run([sys.executable, "real/async_ps.py", "--nproc-per-node", str(procs),
-                        "--emulate-compute", compute, "--time", f"{seconds}s", "--model", model,
-                        "--no-progress", "--json", path], cwd=REPO, check=True,
-                       stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        done = subprocess.run([sys.executable, "real/async_ps.py", "--nproc-per-node", str(procs),
+                               "--emulate-compute", compute, "--time", f"{seconds}s", "--model",
+                               model, "--no-progress", "--json", path], cwd=REPO,
+                              stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if done.returncode != 0:
+            raise BenchmarkError(f"real/async_ps.py on {procs} processes failed with status "
+                                 f"{done.returncode} (its output is above)")
         with open(path) as handle:
-            return json.load(handle)
+            summary = json.load(handle)
+    if summary["updates_per_s"] is None:  # the window closed before the first timed update
+        raise BenchmarkError(f"the async run on {procs} processes timed no update in "
+                             f"{seconds:g} s: give a longer --seconds")
+    return summary
 
 
 def _sync_rank(rank, procs, port, compute, iterations, model, results):
@@ -90,10 +103,28 @@ def sync_rate(procs: int, compute: str, iterations: int, model: str) -> float:
                                                       results)) for r in range(procs)]
     for p in ranks:
         p.start()
-    rate = results.get(timeout=600)
-    for p in ranks:
-        p.join()
-    return rate
+    try:
+        return _rank0_result(results, ranks)
+    except BenchmarkError:
+        for p in ranks:
+            p.terminate()
+        raise
+    finally:
+        for p in ranks:
+            p.join()
+
+
+def _rank0_result(results, ranks) -> float:
+    """What rank 0 puts in ``results``; :class:`BenchmarkError` as soon as a rank has failed,
+    rather than waiting for a result that will not come."""
+    while True:
+        try:
+            return results.get(timeout=1)
+        except queue.Empty:
+            failed = [p.exitcode for p in ranks if p.exitcode not in (None, 0)]
+            if failed:
+                raise BenchmarkError(f"a synchronous SGD rank failed with status {failed[0]} "
+                                     f"(its output is above)") from None
 
 
 def main(argv=None) -> int:
@@ -117,6 +148,24 @@ def main(argv=None) -> int:
         parser.error(f"--seconds must be positive, got {args.seconds}")
     if args.model not in MODELS:
         parser.error(f"unknown --model {args.model!r} (choose from {', '.join(MODELS)})")
+    try:
+        rows, ceiling = measure(args, compute, mean_s)
+    except BenchmarkError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 1
+    try:
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump({"compute": compute, "model": args.model, "rows": rows,
+                           "ceiling": ceiling}, handle, indent=1)
+    except OSError as error:  # a full disk, a folder gone during the run: the rows are above
+        print(f"{parser.prog}: error: --json: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def measure(args, compute: str, mean_s: float) -> tuple[list[dict], list[dict]]:
+    """Print and return the async-against-sync rows and the server's ceiling."""
     rows = []
     print(f"host: {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}; "
           f"compute {compute}, model {args.model}")
@@ -142,11 +191,7 @@ def main(argv=None) -> int:
                         "updates_per_s": summary["updates_per_s"]})
         print(f"server ceiling, {model} ({summary['grad_bytes'] / 1e6:.2f} MB), 3 workers, no "
               f"compute: {summary['updates_per_s']:.1f} updates/s", flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"compute": compute, "model": args.model, "rows": rows, "ceiling": ceiling},
-                      handle, indent=1)
-    return 0
+    return rows, ceiling
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ figure on a shared machine) and wall seconds:
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
 
-from sim_sync import parse_args, pin_to_one_core, time_default_command  # this folder
+from sim_sync import parse_args, pin_to_one_core, time_default_command, write_json  # here
 
 from dsgd_sim import ClusterConfig, from_preset
 from dsgd_sim.compute import Exponential
@@ -61,9 +60,7 @@ def main() -> None:
     result["default_command_cpu_s"] = statistics.median(c for _, c in default)
     print(f"default command (sync + async), start-up included: {result['default_command_s']:.2f} s "
           f"wall, {result['default_command_cpu_s']:.2f} s CPU, median (target <= 1 s)")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(result, handle, indent=2)
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,20 @@ def parse_args(description: str, argv=None):
     return args
 
 
+def write_json(path: str | None, result: dict) -> None:
+    """Write ``result`` to ``path`` (None: not asked for); a file that cannot be written after
+    all (a full disk, a folder gone during the run) is one line and exit status 1: the figures
+    are printed above."""
+    if path is None:
+        return
+    try:
+        with open(path, "w") as handle:
+            json.dump(result, handle, indent=2)
+    except OSError as error:
+        print(f"{os.path.basename(sys.argv[0])}: error: --json: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
 def pin_to_one_core() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -91,9 +105,7 @@ def main() -> None:
           f"(target <= 10 s)")
     print(f"default command, start-up included:   {result['default_command_s']:.2f} s median "
           f"(target <= 1 s)")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(result, handle, indent=2)
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

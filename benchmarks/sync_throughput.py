@@ -10,7 +10,8 @@ barriers (``real/sync_report.py``)::
     python benchmarks/sync_throughput.py --models mlp-large --ranks 4 --emulate-compute 80ms \\
         --json sync_bench.json
 
-Rank 0 prints one row per (model, ranks, sync): median samples/s, the median and the range of the
+The launching process prints one row per (model, ranks, sync) (``-`` for the ratios when
+``--sync`` leaves out ``ddp``): median samples/s, the median and the range of the
 per-round ratio to DDP, and the median per-step compute, exposed communication and idle times.
 """
 
@@ -30,7 +31,7 @@ if __package__ in (None, ""):
 import torch
 import torch.multiprocessing as mp
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, parse_flag
 from dsgd_sim.units import parse_time
 from real.comm import init
 from real.data import ShardedBatches, load_dataset
@@ -71,8 +72,17 @@ def run_config(model, world_size, args) -> list[dict]:
         mp.start_processes(worker, args=(world_size, free_port("127.0.0.1"), jobs, out_dir,
                                          args.rounds, args.seed),
                            nprocs=world_size, start_method="spawn")
-        return [{**json.load(open(os.path.join(out_dir, name))), "round": int(name[-6])}
-                for name in sorted(os.listdir(out_dir))]
+        return load_runs(out_dir)
+
+
+def load_runs(out_dir: str) -> list[dict]:
+    """Every run's summary in ``out_dir``, with its round from the file name
+    ``SYNC-ALLREDUCE-ROUND.json`` (the sync mode may itself hold a dash: ``per-param``)."""
+    runs = []
+    for name in sorted(os.listdir(out_dir)):
+        with open(os.path.join(out_dir, name)) as handle:
+            runs.append({**json.load(handle), "round": int(name[:-len(".json")].rsplit("-", 1)[1])})
+    return runs
 
 
 def summarise(results: list[dict]) -> list[dict]:
@@ -100,9 +110,12 @@ def print_row(row: dict) -> None:
     def ms(value):
         return "     -" if value is None else f"{value * 1e3:6.1f}"
     sync = row["sync"] if row["allreduce"] == "backend" else f"{row['sync']}/{row['allreduce']}"
-    low, high = row["ratio_range"]
+    ratio, spread = "-", "-"  # without ddp in --sync there is nothing to divide by
+    if row["ratio_to_ddp"] is not None:
+        low, high = row["ratio_range"]
+        ratio, spread = f"{row['ratio_to_ddp']:.2f}", f"{low:.2f}-{high:.2f}"
     print(f"{row['model']:>9} {row['world_size']:>5} {sync:>15} {row['samples_per_s']:>10.0f} "
-          f"{row['ratio_to_ddp']:>7.2f} {f'{low:.2f}-{high:.2f}':>10} {ms(row['iteration_time_s'])} "
+          f"{ratio:>7} {spread:>10} {ms(row['iteration_time_s'])} "
           f"{ms(row['compute_time_s'])} {ms(row['comm_time_s'])} {ms(row['idle_time_s'])}",
           flush=True)
 
@@ -125,9 +138,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         args.emulate_compute_s = parse_time(args.emulate_compute)
-        args.sync = args.sync.split(",")
-        args.allreduce = args.allreduce.split(",")
-        ranks = [int(r) for r in args.ranks.split(",")]
+        args.sync = list(dict.fromkeys(args.sync.split(",")))  # a mode twice: one file name
+        args.allreduce = list(dict.fromkeys(args.allreduce.split(",")))
+        ranks = [parse_flag("--ranks", int, r) for r in args.ranks.split(",")]
         for model in args.models.split(","):  # every run's settings, checked before any runs
             for sync in args.sync:
                 for allreduce in ["backend"] if sync == "ddp" else args.allreduce:
@@ -158,11 +171,15 @@ def main(argv=None) -> int:
             for row in summarise(run_config(model, world_size, args)):
                 print_row(row)
                 rows.append(row)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"machine": platform.node(), "cpus": os.cpu_count(),
-                       "torch": torch.__version__, "args": vars(args), "rows": rows}, handle,
-                      indent=1)
+    try:
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump({"machine": platform.node(), "cpus": os.cpu_count(),
+                           "torch": torch.__version__, "args": vars(args), "rows": rows}, handle,
+                          indent=1)
+    except OSError as error:  # a full disk, a folder gone during the run: the rows are above
+        print(f"{p.prog}: error: --json: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

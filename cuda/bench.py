@@ -136,9 +136,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--profile-mask {args.profile_mask} is not among --masks {args.masks}")
     for flag in ("json", "profile"):
         path = getattr(args, flag)
-        if path and not Path(path).resolve().parent.is_dir():
+        if path is None:
+            continue
+        if not path:  # else no file at all, found out only after the whole run
+            p.error(f"--{flag}: empty file name")
+        if not Path(path).resolve().parent.is_dir():
             p.error(f"--{flag} {path}: folder {Path(path).parent} does not exist")
-        if path and Path(path).is_dir():
+        if Path(path).is_dir():
             p.error(f"--{flag} {path}: is a folder, not a file name")
     return args
 
@@ -275,14 +279,19 @@ def main(argv: list[str] | None = None) -> int:
     command = "python cuda/bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"{gpu}: device-to-device copy {copy_GBps:.0f} GB/s (read + write)\n")
     print(format_table(rows))
-    if args.json:
-        write_json(args.json, report(gpu, copy_GBps, rows, args, command))
-    if args.profile:
-        k, size = args.profile_mask, max(args.sizes)
-        profile = conv_profile.conv_profile(
-            samples[args.profile_variant, k, size], variant=args.profile_variant, mask_size=k,
-            height=size, width=size, channels=args.channels, gpu=gpu, command=command)
-        conv_profile.write_profile(args.profile, profile)
+    try:
+        if args.json:
+            write_json(args.json, report(gpu, copy_GBps, rows, args, command))
+        if args.profile:
+            k, size = args.profile_mask, max(args.sizes)
+            profile = conv_profile.conv_profile(
+                samples[args.profile_variant, k, size], variant=args.profile_variant,
+                mask_size=k, height=size, width=size, channels=args.channels, gpu=gpu,
+                command=command)
+            conv_profile.write_profile(args.profile, profile)
+    except OSError as error:  # a full disk, a folder gone during the run: the table is above
+        print(f"bench.py: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -46,6 +46,7 @@ MAX_MASK_SIZE = 15
 CONSTANT_MASK_FLOATS = 16384  # DSGD_CONSTANT_MASK_FLOATS in conv_common.cuh: 64 KiB
 MAX_GRID_YZ = 65535
 MAX_PLANE_PIXELS = 2**31 - 1  # kernels index within a plane with 32-bit ints
+MAX_PLANES = 2**31 - 1 - MAX_GRID_YZ  # kernels count planes with 32-bit ints, z += gridDim.z
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,8 @@ def _shape_of(image_shape: tuple, mask_shape: tuple) -> ConvShape:
         raise ValueError(f"image must not be empty, got shape {list(image_shape)}")
     if height * width > MAX_PLANE_PIXELS:
         raise ValueError(f"image plane {height}x{width} exceeds 2^31-1 pixels")
+    if batch * channels > MAX_PLANES:  # past it the kernels' plane count wraps: no output at all
+        raise ValueError(f"image has {batch}x{channels} planes, more than {MAX_PLANES:,}")
     k_rows, k_cols = mask_shape[-2:]
     if k_rows != k_cols:
         raise ValueError(f"mask must be square, got {k_rows}x{k_cols}")

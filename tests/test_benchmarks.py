@@ -1,6 +1,8 @@
 """The benchmarks' command lines: a bad flag is one line and exit status 2, before any run."""
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -64,3 +66,90 @@ def test_sweep_table_of_one_rank_has_no_ratio_to_divide_by():
         {"algorithm": a, "bytes": 4096, "world_size": 1, "time_s": 1e-6, "algbw_Bps": 4e9,
          "busbw_Bps": 0.0} for a in ("ring", "backend")]}
     assert load("allreduce_sweep").table([run]).splitlines()[-1].endswith("| 0 B/s | - |")
+
+
+def test_sync_throughput_reads_the_round_from_names_past_round_9(tmp_path):
+    for sync, round_index, rate in [("ddp", 1, 100.0), ("ddp", 10, 400.0),
+                                    ("per-param", 1, 50.0), ("per-param", 10, 100.0)]:
+        (tmp_path / f"{sync}-backend-{round_index}.json").write_text(
+            json.dumps({"sync": sync, "allreduce": "backend", "samples_per_s": rate}))
+    runs = load("sync_throughput").load_runs(str(tmp_path))
+    assert sorted((r["sync"], r["round"]) for r in runs) == [
+        ("ddp", 1), ("ddp", 10), ("per-param", 1), ("per-param", 10)]
+
+
+def test_sync_throughput_without_ddp_prints_its_rows_with_no_ratio(capsys):
+    bench = load("sync_throughput")
+    run = {"model": "mlp", "world_size": 2, "sync": "flat", "allreduce": "backend", "round": 0,
+           "samples_per_s": 3000.0, "iteration_time_s": 0.02, "compute_time_s": 0.01,
+           "comm_time_s": 0.005, "idle_time_s": 0.005}
+    [row] = bench.summarise([run])
+    bench.print_row(row)
+    assert capsys.readouterr().out.split() == ["mlp", "2", "flat", "3000", "-", "-", "20.0",
+                                               "10.0", "5.0", "5.0"]
+
+
+def test_async_ps_run_that_times_no_update_is_one_line_and_status_1(monkeypatch, capsys):
+    bench = load("async_ps")
+
+    def finished_before_any_update(cmd, **kwargs):  # async_ps.py's summary of a too-short window
+        with open(cmd[cmd.index("--json") + 1], "w") as handle:
+            json.dump({"updates_per_s": None, "staleness_mean": None, "grad_bytes": 940584},
+                      handle)
+        return subprocess.CompletedProcess(cmd, 0)
+    monkeypatch.setattr(bench.subprocess, "run", finished_before_any_update)
+    monkeypatch.setattr(bench, "sync_rate", lambda *args: 10.0)
+    assert bench.main(["--procs", "2", "--seconds", "0.001"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].endswith(": error: the async run on 2 processes timed no "
+                                             "update in 0.001 s: give a longer --seconds")
+
+
+def test_async_ps_sync_run_whose_rank_fails_ends_at_once_not_after_600_s():
+    code = ("import sys; sys.path.append('benchmarks'); import async_ps\n"
+            "try:\n    async_ps.sync_rate(2, 'exp:bogus', 10, 'mlp')\n"
+            "except async_ps.BenchmarkError as error:\n    print('BenchmarkError:', error)\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=BENCHMARKS.parent, capture_output=True,
+                         text=True, timeout=300)
+    assert "BenchmarkError: a synchronous SGD rank failed with status 1" in run.stdout, run.stderr
+
+
+def _lose_folder_during_the_run(folder, result):
+    def run(*args, **kwargs):
+        if folder.exists():
+            folder.rmdir()
+        return result
+    return run
+
+
+@pytest.mark.parametrize("name, stand_in, result", [
+    ("async_ps", "measure", ([], [])),
+    ("sync_throughput", "run_config", []),
+])
+def test_json_that_cannot_be_written_after_the_run_is_one_line_and_status_1(
+        name, stand_in, result, monkeypatch, tmp_path, capsys):
+    bench, out = load(name), tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(bench, stand_in, _lose_folder_during_the_run(out, result))
+    argv = ["--ranks", "2", "--models", "mlp"] if name == "sync_throughput" else ["--procs", "2"]
+    assert bench.main([*argv, "--json", str(out / "r.json")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and ": error: --json: " in err[0] and "r.json" in err[0]
+
+
+def test_simulator_benchmark_json_that_cannot_be_written_after_the_run_is_one_line(
+        monkeypatch, tmp_path, capsys):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    bench, out = load("sim_sync"), tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(bench, "pin_to_one_core", lambda: None)
+    monkeypatch.setattr(bench, "time_large_run", lambda *args, **kwargs: (1.0, 1.0))
+    monkeypatch.setattr(bench, "time_default_command", _lose_folder_during_the_run(out, (0.1, 0.1)))
+    monkeypatch.setattr(sys, "argv", ["sim_sync.py", "--repeats", "1", "--json",
+                                      str(out / "r.json")])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main()
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("sim_sync.py: error: --json: ")
+    assert "r.json" in err[0]

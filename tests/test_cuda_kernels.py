@@ -173,6 +173,9 @@ BAD_ARGUMENTS = [
     ("CPU tensors", _img(4, 4), _img(3, 3), ValueError, "must be CUDA tensors, got device cpu"),
     ("two devices", _img(4, 4), _img(3, 3, device="meta"), ValueError,
      "must be on one device, got cpu and meta"),
+    # 2^31 planes of one pixel: the kernels' 32-bit count of planes would wrap and write nothing
+    ("2^31 planes", _img(2**16, 2**15, 1, 1, device="meta"), _img(2**15, 3, 3, device="meta"),
+     ValueError, "image has 65536x32768 planes, more than 2,147,418,112"),
 ]
 
 
@@ -366,6 +369,38 @@ def test_bench_refuses_a_folder_for_an_output_file_before_measuring(flag, tmp_pa
     assert caught.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "is a folder" in err[0]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--profile"])
+def test_bench_refuses_an_empty_output_file_name_before_measuring(flag, capsys):
+    with pytest.raises(SystemExit) as caught:
+        bench.parse_args([flag, ""])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [f"bench.py: error: {flag}: empty file name"]
+
+
+def test_bench_output_that_cannot_be_written_after_the_run_is_one_line_and_status_1(
+        monkeypatch, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def measure_then_lose_the_folder(args, timer, device):  # the folder goes during the run
+        out.rmdir()
+        row = bench.result_row("naive", 3, 64, 64, 1, 1e-3, 100.0, 1e-3)
+        return 100.0, [row], {("naive", 3, 64): [1e-3]}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "a GPU")
+    monkeypatch.setattr(tiledconv, "_import_cupy", lambda: None)
+    monkeypatch.setattr(bench, "Timer", lambda *args: None)
+    monkeypatch.setattr(bench, "measure", measure_then_lose_the_folder)
+    monkeypatch.setattr(bench, "report", lambda *args: {})
+    for flags, name in [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "allow_tf32"),
+                        (torch.backends.cuda.matmul, "allow_tf32")]:  # main sets them: put back
+        monkeypatch.setattr(flags, name, getattr(flags, name))
+    assert bench.main(["--sizes", "64", "--masks", "3", "--variants", "naive",
+                       "--json", str(out / "r.json")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("bench.py: error: ") and "r.json" in err[0]
 
 
 def test_result_row_reports_bandwidth_fraction_of_copy_and_speedup():
