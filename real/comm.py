@@ -276,6 +276,17 @@ def launched_by_mpi() -> bool:
     return "RANK" not in os.environ and any(m in os.environ for m in markers)
 
 
+def mpi_launch_size() -> int | None:
+    """How many processes mpiexec started (MPICH/Hydra or Open MPI set it), or None."""
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if name in os.environ:
+            try:
+                return int(os.environ[name])
+            except ValueError:
+                return None
+    return None
+
+
 def init(engine: str = "torch", backend: str | None = None, timeout_s: float = 30.0,
          check_sizes: bool = True) -> Communicator:
     """Join the job this process was launched into and return the world communicator.

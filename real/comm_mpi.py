@@ -16,6 +16,7 @@ by itself. MPI errors (e.g. a message larger than the receive buffer) become ``C
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from .comm import CommError, Communicator, Work, check_op, divide_for_avg
+from .local_launch import env_int
 
 try:
     from mpi4py import MPI
@@ -175,6 +177,11 @@ class MpiCommunicator(Communicator):
     @classmethod
     def create(cls, timeout_s: float, check_sizes: bool) -> MpiCommunicator:
         global _watchdog
+        world_size = env_int("WORLD_SIZE", 1) if "RANK" in os.environ else 1
+        if MPI.COMM_WORLD.Get_size() == 1 and world_size > 1:
+            raise ValueError(f"torchrun started this process as one of {world_size} ranks, but "
+                             f"backend mpi joins the job mpiexec started, and there is none: "
+                             f"launch with mpiexec, or use --backend gloo under torchrun")
         if _watchdog is None:
             _watchdog = Watchdog()
         return cls(MPI.COMM_WORLD.Dup(), timeout_s, check_sizes, is_world=True)

@@ -18,7 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from .comm import (CommError, Communicator, DoneWork, Work, check_op, divide_for_avg)
+from .comm import (CommError, Communicator, DoneWork, Work, check_op, divide_for_avg,
+                   launched_by_mpi, mpi_launch_size)
 from .local_launch import env_int
 
 _TORCH_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM,
@@ -112,6 +113,11 @@ class TorchCommunicator(Communicator):
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"the torch engine has backends gloo and nccl, not {backend!r}")
+        launched = mpi_launch_size()
+        if "RANK" not in os.environ and launched_by_mpi() and launched and launched > 1:
+            raise ValueError(f"mpiexec started {launched} processes, but backend {backend} joins "
+                             f"a torch.distributed job, which needs torchrun (RANK, WORLD_SIZE, "
+                             f"MASTER_ADDR, MASTER_PORT): under mpiexec use --backend mpi")
         timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "nccl":
             if not torch.cuda.is_available():
