@@ -137,6 +137,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     try:
+        if args.warmup < 0:  # else SyncConfig names its own field, --warmup-steps
+            raise ValueError(f"--warmup must be at least 0, got {args.warmup}")
         args.emulate_compute_s = parse_time(args.emulate_compute)
         args.sync = list(dict.fromkeys(args.sync.split(",")))  # a mode twice: one file name
         args.allreduce = list(dict.fromkeys(args.allreduce.split(",")))

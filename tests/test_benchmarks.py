@@ -37,6 +37,7 @@ def load(name: str):
     ("sync_throughput", ["--ranks", "0"], "--ranks"),
     ("sync_throughput", ["--models", "resnet"], "'resnet'"),
     ("sync_throughput", ["--steps", "0"], "--steps"),
+    ("sync_throughput", ["--warmup", "-1"], "--warmup must"),
     ("sync_throughput", ["--num-samples", "10"], "exceeds the 10 samples"),
     ("sync_throughput", ["--json", "/no/such/dir/out.json"], "/no/such/dir"),
 ])
