@@ -451,18 +451,14 @@ def test_demo_prints_what_each_rank_holds(demo, launcher, line):
 
 # -- a launcher and a backend that do not go together --------------------------------------------
 @needs_mpi
-def test_gloo_under_mpiexec_is_refused_not_run_as_separate_one_rank_jobs():
-    run = run_script(["real/demos/groups.py", "--backend", "gloo"], 2, launcher="mpi",
+@pytest.mark.parametrize("backend, launcher, says", [
+    ("gloo", "mpi", "mpiexec started 2 processes, but backend gloo"),
+    ("mpi", "gloo", "one of 2 ranks, but backend mpi joins the job mpiexec started"),
+])
+def test_a_backend_its_launcher_cannot_run_is_refused_not_run_as_one_rank_jobs(backend, launcher,
+                                                                                says):
+    run = run_script(["real/demos/groups.py", "--backend", backend], 2, launcher=launcher,
                      timeout_s=60)
     assert not run.timed_out and run.returncode == 2, run.stdout + run.stderr
-    assert "mpiexec started 2 processes, but backend gloo" in run.stderr
+    assert says in run.stderr
     assert "rank 1: [0.0, 1.0, 1.0]" not in run.stdout  # no job of its own ran
-
-
-@needs_mpi
-def test_mpi_under_torchrun_is_refused_not_run_as_separate_one_rank_jobs():
-    run = run_script(["real/demos/groups.py", "--backend", "mpi"], 2, launcher="gloo",
-                     timeout_s=60)
-    assert not run.timed_out and run.returncode == 2, run.stdout + run.stderr
-    assert "one of 2 ranks, but backend mpi joins the job mpiexec started" in run.stderr
-    assert "rank 1: [0.0, 1.0, 1.0]" not in run.stdout
