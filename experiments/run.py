@@ -1,6 +1,6 @@
 """Run the named experiments on the test bed, predict each from the calibration, compare.
 
-    sudo python experiments/run.py --quick            # the representative subset: 7-8 min on 2 cores
+    sudo python experiments/run.py --quick            # the representative subset: 7-9 min on 2 cores
     sudo python experiments/run.py                    # the full grid
     sudo python experiments/run.py allreduce          # one experiment (names: experiments/configs.py)
     python experiments/run.py --report-only           # rewrite RESULTS.md from results/*.json
@@ -292,7 +292,7 @@ def parse_args(argv=None):
         description="Run experiments on the test bed; compare with the model.")
     parser.add_argument("names", nargs="*", help="experiments to run (default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="the representative subset (7-8 min on 2 cores)")
+                        help="the representative subset (7-9 min on 2 cores)")
     parser.add_argument("--report-only", action="store_true",
                         help="no measurement: rewrite fidelity.json and RESULTS.md from results/")
     parser.add_argument("--repredict", action="store_true",

@@ -116,4 +116,3 @@ def first_failed_rank(comm, failed: bool) -> int | None:
     first = torch.tensor([comm.rank if failed else comm.world_size], device=comm.device)
     comm.all_reduce(first, op="min")
     return None if int(first) == comm.world_size else int(first)
-

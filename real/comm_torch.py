@@ -113,8 +113,8 @@ class TorchCommunicator(Communicator):
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"the torch engine has backends gloo and nccl, not {backend!r}")
-        launched = mpi_launch_size()
-        if "RANK" not in os.environ and launched_by_mpi() and launched and launched > 1:
+        launched = mpi_launch_size() if launched_by_mpi() else None  # mpiexec, not torchrun
+        if launched and launched > 1:
             raise ValueError(f"mpiexec started {launched} processes, but backend {backend} joins "
                              f"a torch.distributed job, which needs torchrun (RANK, WORLD_SIZE, "
                              f"MASTER_ADDR, MASTER_PORT): under mpiexec use --backend mpi")

@@ -137,7 +137,6 @@ def test_cli_refuses_a_folder_named_twice(tmp_path, capsys, monkeypatch):
     assert "named twice" in usage_error(main, ["g", str(grid)], capsys)
 
 
-
 def test_a_row_on_one_side_in_every_grid_is_a_bias_and_one_on_both_sides_is_not(tmp_path):
     grids = {}
     for i in range(5):
