@@ -40,10 +40,11 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, parse_flag
+from dsgd_sim.argparse_oneline import check_output_file, parse_flag
 from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
-from real.comm import check_op, combine_into, divide_for_avg
+from real.comm import check_op, combine_into, divide_for_avg, launched_by_mpi
+from real.local_launch import RankArgumentParser
 
 DEFAULT_SEGMENT_BYTES = 4 << 20  # fewest wake-ups on a busy 2-core host; see docs/communication.md
 NAIVE_TAG, SCATTER_TAG, GATHER_TAG = 401, 402, 403  # tags of this module's messages
@@ -214,7 +215,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int
 
 def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     from real.comm_cli import add_comm_arguments
-    parser = OneLineArgumentParser(description="Time all-reduce algorithms (nccl-tests' algbw "
+    parser = RankArgumentParser(description="Time all-reduce algorithms (nccl-tests' algbw "
                                                "and busbw).")
     parser.add_argument("--sizes", default="64KB,1MB,16MB", help="buffer sizes, comma-separated")
     parser.add_argument("--algorithms", default="ring,naive,backend",
@@ -232,8 +233,11 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        check_output_file("--json", args.json)
-        check_output_file("--trace", args.trace)
+        # Rank 0 writes the outputs (other nodes need not have its folders) and checks them here,
+        # before the job starts; under mpiexec the other ranks would wait for it in MPI_Init
+        # forever, so there it checks them after joining (check_outputs_together).
+        if not parser.quiet and not launched_by_mpi():
+            check_outputs(args)
         args.size_bytes = [parse_flag("--sizes", parse_size, s) for s in args.sizes.split(",")]
         args.segment_bytes = parse_flag("--segment", parse_size, args.segment)
     except ValueError as error:
@@ -370,10 +374,31 @@ def print_table(rows: list[dict]) -> None:
               f"{format_rate_Bps(r['busbw_Bps']):>11} {ratio:>13}")
 
 
+def check_outputs(args) -> None:
+    check_output_file("--json", args.json)
+    check_output_file("--trace", args.trace)
+
+
+def check_outputs_together(parser, args, comm) -> None:
+    """Under mpiexec, rank 0 checks its outputs once every rank has joined, and every rank exits
+    with status 2 (rank 0 saying why) if one cannot be written."""
+    from real.comm_cli import first_failed_rank
+    error = None
+    if comm.rank == 0:
+        try:
+            check_outputs(args)
+        except ValueError as caught:
+            error = caught
+    if first_failed_rank(comm, error is not None) is not None:
+        parser.error(str(error))  # rank 0 prints it, the others exit quietly; open_comm closes
+
+
 def main(argv=None) -> None:
     from real.comm_cli import open_comm
     parser, args = parse_args(argv)
     with open_comm(parser, args) as comm:
+        if launched_by_mpi():
+            check_outputs_together(parser, args, comm)
         dtype = DTYPES[args.dtype]
         runners = {name: make_runner(name, args.segment_bytes) for name in args.algorithm_names}
         generator = torch.Generator().manual_seed(args.seed * 1000 + comm.rank)

@@ -41,10 +41,11 @@ import torch
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
-from real.comm import CommError, init
+from real.comm import CommError, init, launched_by_mpi
 from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
-from real.local_launch import env_int, env_rank, rendezvous, say
+from real.local_launch import (env_int, env_rank, rendezvous, report_error, say,
+                               speaks_for_job)
 from real.ps_config import AsyncConfig, parse_args
 from real.ps_protocol import ProtocolError
 from real.ps_server import ParameterServer, WorkersLost
@@ -79,11 +80,13 @@ def load_data_together(config: AsyncConfig, comm):
     If any worker fails, every rank learns it at once (not after the server's timeout): the
     lowest failing rank says why, the others leave quietly with the same status."""
     error, dataset = None, None
-    if comm.rank != 0:
-        try:
+    try:
+        if comm.rank != 0:
             dataset = load_data(config, comm.world_size - 1)
-        except ValueError as caught:
-            error = caught
+        elif launched_by_mpi():  # see ps_config.parse_args
+            config.check_outputs()
+    except ValueError as caught:
+        error = caught
     first = first_failed_rank(comm, error is not None)
     if first == comm.rank:
         raise error
@@ -99,17 +102,22 @@ def run_process(config: AsyncConfig, joined=None) -> int:
         rank = env_rank()
         say(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}")
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
-    except (ValueError, CommError) as error:
-        return fail(error, 2 if isinstance(error, ValueError) else 1)
+    except ValueError as error:  # a bad launcher variable: alike on every rank, or this one's own
+        return report_error(PROG, speaks_for_job(), error, 2)
+    except CommError as error:
+        return fail(error, 1)
     if joined is not None:
         joined.set()
     try:
-        local = env_int("LOCAL_WORLD_SIZE", comm.world_size)
-        torch.set_num_threads(config.threads or default_threads(local))
-        if comm.world_size < 2:
-            raise ValueError("a parameter server needs at least 2 processes (a server and a "
-                             "worker); launch with --nproc-per-node N, torchrun or mpiexec")
-        config.check_warmup(comm.world_size - 1)
+        try:  # bad input every rank finds alike: the server says it once
+            local = env_int("LOCAL_WORLD_SIZE", comm.world_size)
+            torch.set_num_threads(config.threads or default_threads(local))
+            if comm.world_size < 2:
+                raise ValueError("a parameter server needs at least 2 processes (a server and a "
+                                 "worker); launch with --nproc-per-node N, torchrun or mpiexec")
+            config.check_warmup(comm.world_size - 1)
+        except ValueError as error:
+            return report_error(PROG, comm.rank == 0, error, 2)
         dataset = load_data_together(config, comm)
         if comm.rank == 0:
             serve(config, comm)
@@ -129,9 +137,7 @@ def run_process(config: AsyncConfig, joined=None) -> int:
 
 
 def fail(error, status: int) -> int:
-    message = " ".join(str(error).split())  # the engines' messages can span lines
-    say(f"{PROG}: error: {message}", sys.stderr)
-    return status
+    return report_error(PROG, True, error, status)
 
 
 def serve(config: AsyncConfig, comm) -> None:

@@ -11,11 +11,18 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 
 import torch.multiprocessing as mp
 
+from dsgd_sim.argparse_oneline import OneLineArgumentParser
+
 from .comm import check_timeout
+
+# A launcher such as torchrun stops every rank once one exits: ranks that stay quiet about a bad
+# input wait this long, so that rank 0 has surely printed its error line first.
+QUIET_EXIT_DELAY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,45 @@ def env_rank() -> int:
         if name in os.environ:
             return env_int(name, 0)
     return 0
+
+
+def speaks_for_job() -> bool:
+    """Whether this process reports the errors every rank finds alike (bad flags): rank 0, or a
+    process whose launcher variables cannot be read (it must not stay silent)."""
+    try:
+        return env_rank() == 0
+    except ValueError:
+        return True
+
+
+def report_error(prog: str, speak: bool, error, status: int) -> int:
+    """Print ``error`` as one line ``PROG: error: ...`` if ``speak``; return the exit status.
+    Silent ranks wait a moment so that a launcher which stops the job when one rank exits lets
+    rank 0 finish speaking."""
+    if speak:
+        say(f"{prog}: error: {' '.join(str(error).split())}", sys.stderr)  # engines' can span lines
+    elif status == 2:
+        time.sleep(QUIET_EXIT_DELAY_S)
+    return status
+
+
+class RankArgumentParser(OneLineArgumentParser):
+    """The argument parser of a multi-process entry point. Every rank parses the same command
+    line and finds the same bad flag: rank 0 prints it, the others exit quietly a moment later
+    (``quiet``, by default every rank but 0), so that the job says it once."""
+
+    def __init__(self, *args, quiet: bool | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.quiet = not speaks_for_job() if quiet is None else quiet
+
+    def _print_message(self, message, file=None):
+        if not self.quiet:
+            super()._print_message(message, file)
+
+    def exit(self, status=0, message=None):
+        if self.quiet and status:
+            time.sleep(QUIET_EXIT_DELAY_S)
+        super().exit(status, message)
 
 
 def free_port(address: str) -> int:

@@ -11,14 +11,14 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, parse_flag
+from dsgd_sim.argparse_oneline import check_output_file, parse_flag
 from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.parameter_server import leaves_a_round
 from dsgd_sim.units import parse_time
 
 from .comm import launched_by_mpi
 from .data import DatasetSpec
-from .local_launch import check_launch_settings
+from .local_launch import RankArgumentParser, check_launch_settings
 from .models import MODELS
 
 BACKENDS = ("gloo", "mpi")
@@ -93,6 +93,9 @@ class AsyncConfig:
             raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
         check_launch_settings(self.seed, self.master_port, self.nproc_per_node, self.threads,
                               self.timeout_s)
+
+    def check_outputs(self) -> None:
+        """ValueError naming an output the server (rank 0, which writes them) could not write."""
         check_output_file("--json", self.json)
         check_output_file("--trace", self.trace)
 
@@ -118,8 +121,8 @@ class AsyncConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     d = AsyncConfig()
-    p = OneLineArgumentParser(prog="async_ps.py",
-                                description="Asynchronous SGD with a parameter server.")
+    p = RankArgumentParser(prog="async_ps.py",
+                           description="Asynchronous SGD with a parameter server.")
     p.add_argument("--model", default=d.model, help="lenet, mlp or mlp-large")
     p.add_argument("--dataset", default=d.dataset, help="synthetic or mnist:DIR")
     for name in ("num_samples", "batch_size", "updates", "threads", "seed", "nproc_per_node",
@@ -183,6 +186,12 @@ def parse_args(argv: list[str] | None = None) -> AsyncConfig:
             args["emulate_compute"] = parse_flag("--emulate-compute", parse_emulate, spec)
             args["emulate_spec"] = spec
         known = {f.name for f in fields(AsyncConfig)}
-        return AsyncConfig(**{k: v for k, v in args.items() if k in known})
+        config = AsyncConfig(**{k: v for k, v in args.items() if k in known})
+        # The server writes the outputs (other nodes need not have its folders) and checks them
+        # here, before the job starts; under mpiexec the other ranks would wait for it in
+        # MPI_Init forever, so there it checks them after joining (async_ps.load_data_together).
+        if not parser.quiet and not launched_by_mpi():
+            config.check_outputs()
+        return config
     except ValueError as exc:
         parser.exit(2, f"async_ps.py: error: {exc}\n")

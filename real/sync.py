@@ -54,10 +54,11 @@ from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
 from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env,
                                rendezvous, say, self_launch)
+from real.local_launch import report_error as report_job_error
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
                                 write_checkpoint)
-from real.sync_config import QUIET_EXIT_DELAY_S, SyncConfig, check_outputs, parse_args
+from real.sync_config import SyncConfig, check_outputs, parse_args
 from real.sync_report import StepRecorder, write_json, write_trace
 
 
@@ -137,13 +138,8 @@ def load_data_together(config: SyncConfig, comm):
 
 
 def report_error(speak: bool, error: Exception, status: int) -> int:
-    """Print ``error`` as one line if ``speak``; the exit status. Silent ranks wait a moment so
-    that a launcher which stops the job when one rank exits lets rank 0 finish speaking."""
-    if speak and not isinstance(error, InputError):
-        say(f"sync.py: error: {error}", sys.stderr)
-    elif status == 2:
-        time.sleep(QUIET_EXIT_DELAY_S)
-    return status
+    """``local_launch.report_error`` for this program; an ``InputError`` was reported already."""
+    return report_job_error("sync.py", speak and not isinstance(error, InputError), error, status)
 
 
 def local_placement(config: SyncConfig) -> tuple[int, int]:

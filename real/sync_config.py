@@ -8,25 +8,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_dir, check_output_file,
-                                       parse_flag)
+from dsgd_sim.argparse_oneline import check_output_dir, check_output_file, parse_flag
 from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import parse_time
 
 from .comm import launched_by_mpi
 from .data import DatasetSpec
-from .local_launch import check_launch_settings
+from .local_launch import RankArgumentParser, check_launch_settings
 from .grad_sync import STRATEGIES
 from .models import MODELS
 
 ALLREDUCE_CHOICES = ("backend", "ring", "naive")
 BACKENDS = ("gloo", "nccl", "mpi")
-# A launcher such as torchrun stops every rank once one exits: ranks that stay quiet about a bad
-# input wait this long, so that rank 0 has surely printed its error line first.
-QUIET_EXIT_DELAY_S = 1.0
 
 
 @dataclass
@@ -123,25 +118,10 @@ class SyncConfig:
         return DatasetSpec.parse(self.dataset)
 
 
-class _Parser(OneLineArgumentParser):
-    """An ``ArgumentParser`` that stays silent on ranks other than 0 (one error line per job)."""
-
-    quiet = False
-
-    def _print_message(self, message, file=None):
-        if not self.quiet:
-            super()._print_message(message, file)
-
-    def exit(self, status=0, message=None):
-        if self.quiet and status:
-            time.sleep(QUIET_EXIT_DELAY_S)
-        super().exit(status, message)
-
-
 def build_parser(quiet: bool = False) -> argparse.ArgumentParser:
     defaults = SyncConfig()
-    p = _Parser(prog="sync.py", description="Synchronous data-parallel SGD.")
-    p.quiet = quiet
+    p = RankArgumentParser(prog="sync.py", description="Synchronous data-parallel SGD.",
+                           quiet=quiet)
     p.add_argument("--model", default=defaults.model, help="lenet, mlp or mlp-large")
     p.add_argument("--dataset", default=defaults.dataset, help="synthetic or mnist:DIR")
     for name in ("num_samples", "batch_size", "steps", "warmup_steps", "checkpoint_every",

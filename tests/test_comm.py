@@ -462,3 +462,25 @@ def test_a_backend_its_launcher_cannot_run_is_refused_not_run_as_one_rank_jobs(b
     assert not run.timed_out and run.returncode == 2, run.stdout + run.stderr
     assert says in run.stderr
     assert "rank 1: [0.0, 1.0, 1.0]" not in run.stdout  # no job of its own ran
+
+
+# -- bad input is said once per job, not once per rank -------------------------------------------
+BAD_INPUTS = [  # (arguments, what the one line says); {missing}: a file in a folder that is not there
+    (["real/async_ps.py", "--updates", "-3"], "--updates must be at least 0"),
+    (["real/async_ps.py", "--updates", "5", "--warmup-updates", "9"], "leaves a round or less"),
+    (["real/async_ps.py", "--updates", "5", "--json", "{missing}"], "cannot write into"),
+    (["real/allreduce.py", "--sizes", "3XB"], "needs a unit"),
+    (["real/allreduce.py", "--sizes", "4KB", "--trace", "{missing}"], "cannot write into"),
+    (["real/demos/groups.py", "--bogus"], "unrecognized arguments: --bogus"),
+]
+
+
+@pytest.mark.parametrize("launcher", [pytest.param("mpi", marks=needs_mpi), "torchrun"])
+@pytest.mark.parametrize("argv, says", BAD_INPUTS)
+def test_bad_input_is_one_line_from_the_whole_job(argv, says, launcher, tmp_path):
+    # Under mpiexec every rank exits 2; torchrun reports a failed rank with its own status, 1.
+    missing = str(tmp_path / "not-there" / "out.json")
+    run = run_script([a.format(missing=missing) for a in argv], 3, launcher=launcher,
+                     timeout_s=90)
+    assert not run.timed_out and run.returncode == (2 if launcher == "mpi" else 1), run.stderr
+    assert run.stderr.count("error:") == 1 and says in run.stderr, run.stderr

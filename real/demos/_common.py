@@ -7,8 +7,8 @@ import sys
 
 import torch
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser
 from real.comm_cli import add_comm_arguments, open_comm
+from real.local_launch import RankArgumentParser
 
 
 def show(comm, label: str, tensor: torch.Tensor) -> None:
@@ -31,7 +31,7 @@ def say(comm, text: str) -> None:
 def run_demo(description: str, body, add_arguments=None, argv=None, min_ranks: int = 1) -> None:
     """Parse the common flags (and the demo's own), open the communicator, run ``body(comm, args)``.
     With fewer than ``min_ranks`` ranks, rank 0 says so in one line and every rank exits with 2."""
-    parser = OneLineArgumentParser(description=description)
+    parser = RankArgumentParser(description=description)
     add_comm_arguments(parser)
     if add_arguments is not None:
         add_arguments(parser)
