@@ -61,6 +61,20 @@ def leaves_a_round(warmup_updates: int, workers: int, updates: int) -> bool:
     return updates > warmup_updates + workers
 
 
+def timed_rate(applied_s, workers: int, warmup_updates: int | None = None) -> tuple[int, float,
+                                                                                    float | None]:
+    """Updates per second after the start-up, as a parameter server reports it: ``applied_s``
+    are the times the updates were applied (in order), ``warmup_updates`` how many to leave out
+    (default the first round, one per worker), or none where that would leave a round or less.
+    Returns (updates left out, when the timed ones began, their rate; None without any time)."""
+    applied = len(applied_s)
+    skip = workers if warmup_updates is None else warmup_updates
+    skip = skip if leaves_a_round(skip, workers, applied) else 0
+    start_s = float(applied_s[skip - 1]) if skip else 0.0
+    window_s = (float(applied_s[-1]) if applied else 0.0) - start_s
+    return skip, start_s, (applied - skip) / window_s if window_s > 0 else None
+
+
 @dataclass(frozen=True)
 class AsyncConfig:
     """One asynchronous parameter-server simulation (SI units: seconds, bytes, bytes/s)."""

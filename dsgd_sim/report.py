@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from .collectives import bus_bandwidth_factor
-from .parameter_server import AsyncConfig, AsyncResult
+from .parameter_server import AsyncConfig, AsyncResult, timed_rate
 from .sync import SyncConfig, SyncResult, SyncSimulation
 from .units import (format_bandwidth_bps, format_bytes, format_count, format_rate_Bps,
                     format_time)
@@ -164,7 +164,9 @@ def summarize_async(result: AsyncResult) -> dict:
     staleness = result.staleness
     applied = len(staleness)
     single_s = config.single_worker_update_s()
-    rate = result.updates_per_s
+    # as real/ps_server.py counts: after the first round (start-up), where more than a round is left
+    skip, start_s, rate = timed_rate(result.update_end_s, config.cluster.replicas)
+    rate = result.updates_per_s if rate is None else rate
     cycle = result.cycle_s
     return {
         "workers": config.cluster.replicas,
@@ -172,6 +174,8 @@ def summarize_async(result: AsyncResult) -> dict:
         "updates": applied,
         "makespan_s": result.makespan_s,
         "updates_per_s": rate,
+        "warmup_updates": skip,
+        "warmup_s": start_s,
         "update_time_s": 1.0 / rate,
         "speedup": rate * single_s,
         "efficiency": rate * single_s / config.cluster.replicas,
@@ -233,9 +237,7 @@ def format_async(config: AsyncConfig, s: dict) -> str:
     rows = [f"asynchronous SGD, parameter server, {cluster.replicas} workers, "
             f"{format_bandwidth_bps(cluster.bandwidth_bps)}, {format_time(cluster.latency_s)} latency",
             describe_run(config_as_sync(config)).split("\n")[1], describe_async(config), "",
-            f"  update time      {format_time(s['update_time_s']):>10}   "
-            f"{s['updates_per_s']:.4g} updates/s, {s['updates']} updates in "
-            f"{format_time(s['makespan_s'])}",
+            f"  update time      {format_time(s['update_time_s']):>10}   {_rate_text(s)}",
             "  per gradient (one worker's cycle):",
             f"    compute        {format_time(s['compute_time_s']):>10}",
             f"    push           {format_time(s['push_time_s']):>10}   incl. waiting for the "
@@ -247,8 +249,29 @@ def format_async(config: AsyncConfig, s: dict) -> str:
             f"  throughput       {s['samples_per_s']:>10.4g}   samples/s",
             f"  speedup          {s['speedup']:>10.3g}x  over one worker "
             f"(efficiency {s['efficiency']:.0%})"]
+    return "\n".join(rows + _notes(s))
+
+
+def _rate_text(s: dict) -> str:
+    """How many updates the rate counts: those after the first round, as a real server counts."""
+    rate = f"{s['updates_per_s']:.4g} updates/s"
+    total = f"{s['updates']:,} updates in {format_time(s['makespan_s'])}"
+    if s["warmup_updates"]:
+        return f"{rate} after the first {s['warmup_updates']:,} (start-up); {total}"
+    return f"{rate} with the start-up; {total}"
+
+
+def _notes(s: dict) -> list[str]:
+    """The dropped-gradients line, and a note where the run is too short to time after its
+    start-up."""
     dropped = _dropped_text(s)
-    return "\n".join(rows + ([dropped] if dropped else []))
+    notes = [dropped] if dropped else []
+    if not s["warmup_updates"]:
+        workers = s["workers"]
+        notes.append(f"note: {s['updates']:,} updates leave no round of {workers:,} workers to "
+                     f"time after the first round: the rate and the staleness are the start-up's "
+                     f"({2 * workers + 1:,} or more leave one)")
+    return notes
 
 
 def config_as_sync(config: AsyncConfig) -> SyncConfig:
@@ -294,8 +317,7 @@ def format_side_by_side(sync_config: SyncConfig, sync: dict, async_config: Async
         _side("speedup", f"{sync['speedup']:.3g}x (efficiency {sync['efficiency']:.0%})",
               f"{asyn['speedup']:.3g}x over one worker (efficiency {asyn['efficiency']:.0%})"),
         _side("staleness", "none", _staleness_text(asyn))]
-    dropped = _dropped_text(asyn)
-    return "\n".join(rows + ([dropped] if dropped else []))
+    return "\n".join(rows + _notes(asyn))
 
 
 def verdict(sync_config: SyncConfig, sync: dict, asyn: dict) -> str:
@@ -333,5 +355,8 @@ def format_async_sweep(configs: list[AsyncConfig], summaries: list[dict],
             sync_s = sync_summaries[i]["iteration_time_s"] * s["updates"] / \
                 max(1, sync_summaries[i]["gradients_per_iteration"])
             row += "   async" if s["makespan_s"] < sync_s else "   sync"
-        rows.append(row)
+        rows.append(row + ("" if s["warmup_updates"] else "   *"))
+    if not all(s["warmup_updates"] for s in summaries):
+        rows.append("* too few updates to time after the first round: the rate and the "
+                    "staleness are the start-up's (give more --iterations)")
     return "\n".join(rows)

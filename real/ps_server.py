@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from dsgd_sim.parameter_server import leaves_a_round
+from dsgd_sim.parameter_server import timed_rate
 from dsgd_sim.trace import Trace
 
 from .comm import CommError
@@ -374,14 +374,13 @@ class ParameterServer:
         stale = np.asarray(log.staleness, dtype=np.int64)
         n = len(stale)
         last = log.applied_s[-1] if n else 0.0
-        skip = self.warmup_skipped(n)
-        start_s = log.applied_s[skip - 1] if skip else 0.0  # when the timed updates began
-        window_s = last - start_s
+        skip, start_s, rate = timed_rate(log.applied_s, len(self.workers),
+                                         self.config.warmup_updates)
         losses = [x for x in log.loss if not math.isnan(x)]
         tail = len(self.workers)
         return {
             "world_size": self.comm.world_size, "workers": len(self.workers),
-            "updates": n, "updates_per_s": (n - skip) / window_s if window_s > 0 else None,
+            "updates": n, "updates_per_s": rate,
             "warmup_updates": skip, "warmup_s": start_s,
             "elapsed_s": last, "stopped_by": "updates" if config.updates and
             n >= config.updates else "time",
@@ -408,15 +407,6 @@ class ParameterServer:
             "real_gradients": config.real_gradients,
             "loss_curve": loss_curve(log),
         }
-
-    def warmup_skipped(self, applied: int) -> int:
-        """Updates left out of ``updates_per_s``: ``warmup_updates`` (default the first round,
-        one per worker: start-up), or none where that would leave a round or less to time (a
-        run that ``--time`` stopped early)."""
-        workers = len(self.workers)
-        warmup = self.config.warmup_updates
-        warmup = workers if warmup is None else warmup
-        return warmup if leaves_a_round(warmup, workers, applied) else 0
 
     def write_trace(self, path: str) -> None:
         """Chrome trace from the server's clock: track 0 the server, track r worker r (its

@@ -187,6 +187,33 @@ def test_async_json_has_the_documented_keys(tmp_path):
     assert data["config"]["servers"] == 2 and data["config"]["max_staleness"] == 5
 
 
+@pytest.mark.parametrize("updates, timed", [(40, True), (16, False)])
+def test_the_rate_leaves_out_the_first_round_as_a_real_server_counts(updates, timed, tmp_path,
+                                                                     capsys):
+    out = tmp_path / "run.json"
+    assert main(["--mode", "async", "--replicas", "8", "--iterations", str(updates),
+                 "--compute", "exp:50ms", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    asyn = json.loads(out.read_text())["async"]
+    ends = AsyncSimulation(AsyncConfig(ClusterConfig(8), from_preset("resnet50").with_compute(
+        Exponential(0.05)), updates)).run().update_end_s
+    if timed:  # 8 workers: the first 8 updates are the start-up
+        assert asyn["warmup_updates"] == 8 and asyn["warmup_s"] == pytest.approx(ends[7])
+        assert asyn["updates_per_s"] == pytest.approx(32 / (ends[-1] - ends[7]))
+        assert "after the first 8 (start-up)" in text and "note:" not in text
+    else:  # 16 updates leave no round after the first: the whole run, and a note says so
+        assert asyn["warmup_updates"] == 0
+        assert asyn["updates_per_s"] == pytest.approx(16 / ends[-1])
+        assert "note: 16 updates leave no round of 8 workers" in text
+
+
+def test_a_sweep_marks_the_worker_counts_too_many_for_its_updates(capsys):
+    assert main(["--mode", "async", "--replicas", "2,8", "--iterations", "16"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    marked = {row[0]: row[-1] == "*" for row in rows if row and row[0] in ("2", "8")}
+    assert marked == {"2": False, "8": True}  # 16 updates leave a round of 2 after the first
+
+
 def test_both_mode_applies_as_many_async_gradients_as_sync_uses(tmp_path):
     out = tmp_path / "run.json"
     assert main(["--replicas", "4", "--iterations", "10", "--k-sync", "3", "--json", str(out)]) == 0

@@ -134,10 +134,11 @@ def test_one_worker_run_is_plain_sgd_bit_for_bit(tmp_path):
 ])
 def test_server_leaves_out_its_warm_up_only_where_more_than_a_round_is_left(warmup, applied,
                                                                            skipped):
-    from types import SimpleNamespace
-    from real.ps_server import ParameterServer
-    server = SimpleNamespace(workers=[1, 2], config=SimpleNamespace(warmup_updates=warmup))
-    assert ParameterServer.warmup_skipped(server, applied) == skipped
+    from dsgd_sim.parameter_server import timed_rate  # the server's rule, and the simulator's
+    applied_s = [0.5 + 0.25 * i for i in range(applied)]  # 2 workers
+    skip, start_s, rate = timed_rate(applied_s, 2, warmup)
+    assert skip == skipped and start_s == (applied_s[skip - 1] if skip else 0.0)
+    assert rate == pytest.approx((applied - skip) / (applied_s[-1] - start_s))
 
 
 def test_warmup_updates_are_left_out_of_updates_per_s(tmp_path):
