@@ -10,6 +10,7 @@ at ``max(work/cap, jobs·work/capacity)``: the incast time of a parameter server
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import simpy
@@ -89,13 +90,92 @@ class FairShare:
 
 
 class CappedFairShare:
-    """``FairShare`` with one rate cap for every job (a server NIC whose messages each cross a
-    worker's link): ``submit(amount)``, as ``FifoShare`` takes it, served fairly, not in order."""
+    """``FairShare`` with one rate cap for every job: cores shared by processes (each at most one
+    core), a server NIC whose messages each cross a worker's link. ``submit(amount)``, as
+    ``FifoShare`` takes it; ``cancel(event)`` as ``FairShare``'s.
+
+    With one cap, every job in service runs at the same rate, min(cap, capacity / jobs), so one
+    virtual clock (the work any job in service has received since the share was last empty)
+    orders their ends: a job submitted when that clock reads V ends when it reads V + amount.
+    A heap of those ends makes each start, end or cancel O(log jobs) where ``FairShare`` is
+    O(jobs): thousands of replicas sharing a few cores stay quick.
+    """
 
     def __init__(self, env: simpy.Environment, capacity: float, cap: float):
-        if not cap > 0:
-            raise ValueError(f"cap must be positive, got {cap!r}")
-        self._share, self.cap = FairShare(env, capacity), float(cap)
+        if not (capacity > 0 and cap > 0):
+            raise ValueError(f"capacity and cap must be positive, got {capacity!r}, {cap!r}")
+        self.env = env
+        self.capacity, self.cap = float(capacity), float(cap)
+        self._ends: list[tuple[float, int, simpy.Event]] = []  # heap: (virtual end, order, event)
+        self._live: set[simpy.Event] = set()  # jobs in service (cancelled ones stay in the heap)
+        self._virtual = 0.0
+        self._updated_at = env.now
+        self._generation = 0
+        self._order = 0
+
+    @property
+    def active(self) -> int:
+        """Number of jobs in service."""
+        return len(self._live)
 
     def submit(self, amount: float) -> simpy.Event:
-        return self._share.submit(amount, self.cap)
+        """Start a job of ``amount`` units; the event fires at its end."""
+        done = self.env.event()
+        if amount <= 0:
+            done.succeed()
+            return done
+        self._advance()
+        heapq.heappush(self._ends, (self._virtual + float(amount), self._order, done))
+        self._order += 1
+        self._live.add(done)
+        self._reschedule()
+        return done
+
+    def cancel(self, done: simpy.Event) -> None:
+        """Withdraw an unfinished job (its event never fires); the others speed up."""
+        if done in self._live:
+            self._advance()
+            self._live.discard(done)
+            self._reschedule()
+
+    def _rate(self) -> float:
+        return min(self.cap, self.capacity / len(self._live))
+
+    def _advance(self) -> None:
+        if self._live:
+            self._virtual += self._rate() * (self.env.now - self._updated_at)
+        else:  # empty: start the virtual clock again, where a float resolves it finest
+            self._virtual, self._ends = 0.0, []
+        self._updated_at = self.env.now
+
+    def _head(self) -> tuple[float, int, simpy.Event] | None:
+        """The next job to end, cancelled ones dropped."""
+        while self._ends and self._ends[0][2] not in self._live:
+            heapq.heappop(self._ends)
+        return self._ends[0] if self._ends else None
+
+    def _reschedule(self) -> None:
+        self._generation += 1
+        head = self._head()
+        if head is None:
+            return
+        wake = self.env.timeout(max((head[0] - self._virtual) / self._rate(), 0.0))
+        generation = self._generation
+        wake.callbacks.append(lambda _event: self._on_wake(generation))
+
+    def _on_wake(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # superseded by a later start or end
+        self._advance()
+        # As FairShare's: a picosecond of work left, or what the clocks (simulated and virtual)
+        # can no longer resolve on long runs.
+        left = max(self._rate() * max(1e-12, 4 * math.ulp(self.env.now)),
+                   4 * math.ulp(self._virtual))
+        ended = []
+        while (head := self._head()) is not None and head[0] - self._virtual <= left:
+            heapq.heappop(self._ends)
+            self._live.discard(head[2])
+            ended.append(head[2])
+        for done in ended:
+            done.succeed()
+        self._reschedule()

@@ -44,7 +44,7 @@ import numpy as np
 import simpy
 
 from .cluster import ClusterConfig
-from .fairshare import CappedFairShare, FairShare
+from .fairshare import CappedFairShare
 from .presets import BYTES_PER_PARAM
 from .fifo_share import FifoShare
 from .trace import Trace
@@ -200,7 +200,8 @@ class AsyncSimulation:
         self.inbound = nic(self.env, inbound_bps, cap)
         self.outbound = nic(self.env, cluster.server_bandwidth_bps, cap)
         cores = cluster.cores
-        self.cores = FairShare(self.env, cores) if cores and cores < self.workers else None
+        self.cores = CappedFairShare(self.env, cores, 1.0) if cores and cores < self.workers \
+            else None
         self.latency_s, self.service_s = cluster.latency_s, config.service_s
         self.trace, self.trace_updates = trace, trace_updates
         self.on_update = on_update
@@ -227,7 +228,7 @@ class AsyncSimulation:
             return
         if delay_s:
             yield self.env.timeout(delay_s)
-        yield self.cores.submit(seconds, 1.0)
+        yield self.cores.submit(seconds)
 
     def _worker(self, worker: int):
         """Loop: compute, push, wait for the server, take the reply; until the workload is done."""

@@ -31,7 +31,7 @@ import simpy
 
 from .cluster import ClusterConfig
 from .collectives import ALGORITHM_NAMES, PARAMETER_SERVER, allreduce_time_s
-from .fairshare import FairShare
+from .fairshare import CappedFairShare
 from .trace import Trace
 from .workload import Workload
 
@@ -137,7 +137,8 @@ class SyncSimulation:
         self.buckets = make_buckets(config.workload, config.bucket_bytes)
         self.forward_share = max(0.0, 1.0 - config.workload.backward_share)
         cores = config.cluster.cores
-        self.cores = FairShare(self.env, cores) if cores and cores < self.replicas else None
+        self.cores = CappedFairShare(self.env, cores, 1.0) if cores and cores < self.replicas \
+            else None
         self.trace, self.trace_iterations = trace, trace_iterations
         self.on_iteration = on_iteration
         self.iterations: list[_Iteration] = []
@@ -193,7 +194,7 @@ class SyncSimulation:
         if self.cores is None:
             yield self.env.timeout(seconds)
             return
-        job = self.cores.submit(seconds, 1.0)
+        job = self.cores.submit(seconds)
         try:
             yield job
         except simpy.Interrupt:
@@ -321,16 +322,17 @@ class _ParameterServer:
         self.sim = sim
         cluster = sim.config.cluster
         self.grad_bits = 8.0 * sim.config.workload.grad_bytes
-        self.inbound = FairShare(sim.env, cluster.server_bandwidth_bps)
-        self.outbound = FairShare(sim.env, cluster.server_bandwidth_bps)
-        self.worker_bps = cluster.bandwidth_bps
+        # every push and pull crosses one worker's link: one cap for all
+        nic_bps, link_bps = cluster.server_bandwidth_bps, cluster.bandwidth_bps
+        self.inbound = CappedFairShare(sim.env, nic_bps, link_bps)
+        self.outbound = CappedFairShare(sim.env, nic_bps, link_bps)
         self.latency_s = cluster.latency_s
         self.active = sim.replicas > 1 and self.grad_bits > 0
 
     def arrive(self, rank: int, it: _Iteration, bucket: int):
         if self.active:
             start = self.sim.env.now
-            push = self.inbound.submit(self.grad_bits, self.worker_bps)
+            push = self.inbound.submit(self.grad_bits)
             it.pushing.add(rank)
             try:  # K-sync: the server stops taking pushes once it has K gradients
                 yield push
@@ -348,7 +350,7 @@ class _ParameterServer:
         yield it.bucket_ready[0]
         if self.active:
             start = env.now
-            pulls = [self.outbound.submit(self.grad_bits, self.worker_bps)
+            pulls = [self.outbound.submit(self.grad_bits)
                      for _ in range(self.sim.replicas)]
             yield env.all_of(pulls)
             yield env.timeout(self.latency_s)

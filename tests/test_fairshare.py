@@ -1,9 +1,11 @@
 """FairShare: a fluid resource split max-min fairly among the jobs it serves."""
 
+import random
+
 import pytest
 import simpy
 
-from dsgd_sim.fairshare import FairShare
+from dsgd_sim.fairshare import CappedFairShare, FairShare
 
 MAX_EVENTS = 100_000  # a run that needs more has stopped moving the clock
 
@@ -51,3 +53,54 @@ def test_jobs_end_on_a_clock_too_coarse_for_a_picosecond():
     ends = finish_times(3.0, [(0, 1.0, 1.0)] * 16 + [(0.1, 0.3, 1.0)], start_s=start_s)
     assert all(end is not None and end > start_s for end in ends)
     assert max(ends) == pytest.approx(start_s + 16.3 / 3.0, rel=1e-12)  # never idle, all work
+
+
+# -- CappedFairShare: one cap for every job, ends ordered on a virtual clock ----------------------
+def capped_finish_times(capacity, cap, jobs, cancel_at=(), share_class=None):
+    """As ``finish_times`` with one ``cap`` for all, ``jobs`` as ``(start_s, amount)``; each
+    ``(i, time_s)`` in ``cancel_at`` withdraws job i at that time (its end stays None).
+    ``share_class`` None: ``CappedFairShare``; else a FairShare given the cap per job."""
+    env = simpy.Environment()
+    share = CappedFairShare(env, capacity, cap) if share_class is None else share_class(env,
+                                                                                       capacity)
+    submit = share.submit if share_class is None else (lambda amount: share.submit(amount, cap))
+    ends, events = [None] * len(jobs), {}
+
+    def job(i, start, amount):
+        yield env.timeout(start)
+        events[i] = submit(amount)
+        yield events[i]
+        ends[i] = env.now
+
+    def withdraw(i, at):
+        yield env.timeout(at)
+        share.cancel(events[i])
+
+    procs = [env.process(job(i, *spec)) for i, spec in enumerate(jobs)]
+    for i, at in cancel_at:
+        env.process(withdraw(i, at))
+    env.run(until=env.all_of([p for i, p in enumerate(procs) if i not in dict(cancel_at)]))
+    return ends
+
+
+@pytest.mark.parametrize("capacity, cap", [(3.0, 1.0), (100.0, 1.0), (2.5, 2.0)])
+def test_one_cap_for_all_ends_every_job_when_the_general_share_does(capacity, cap):
+    rng = random.Random(7)
+    jobs = [(rng.uniform(0, 5), rng.uniform(0.1, 3)) for _ in range(60)]
+    cancel_at = [(3, jobs[3][0] + 0.05), (40, jobs[40][0] + 0.01)]
+    fast = capped_finish_times(capacity, cap, jobs, cancel_at)
+    general = capped_finish_times(capacity, cap, jobs, cancel_at, share_class=FairShare)
+    assert fast[3] is None and fast[40] is None
+    assert fast == [None if g is None else pytest.approx(g, rel=1e-9, abs=1e-12) for g in general]
+
+
+def test_one_cap_for_all_ends_jobs_on_a_clock_too_coarse_for_a_picosecond():
+    env = simpy.Environment(initial_time=91596.797)
+    share = CappedFairShare(env, 3.0, 1.0)
+    events = [share.submit(1.0) for _ in range(16)]
+    for _ in range(MAX_EVENTS):
+        if env.peek() == float("inf"):
+            break
+        env.step()
+    assert all(e.triggered for e in events) and share.active == 0
+    assert env.now == pytest.approx(91596.797 + 16 / 3.0, rel=1e-12)
