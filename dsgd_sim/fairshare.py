@@ -16,7 +16,27 @@ import math
 import simpy
 
 
-class FairShare:
+class _WakesAtNextEnd:
+    """A share's wake-up at its next job's end: each start or end re-arms it, and a wake-up
+    armed before then does nothing."""
+
+    env: simpy.Environment
+    _generation: int
+
+    def _arm(self, delay_s: float | None) -> None:
+        """Wake ``_on_wake`` after ``delay_s`` (None: no job left), superseding earlier wake-ups."""
+        self._generation += 1
+        if delay_s is None:
+            return
+        generation = self._generation
+        wake = self.env.timeout(max(delay_s, 0.0))
+        wake.callbacks.append(lambda _event: generation == self._generation and self._on_wake())
+
+    def _on_wake(self) -> None:
+        raise NotImplementedError
+
+
+class FairShare(_WakesAtNextEnd):
     """Max-min fair fluid sharing of ``capacity`` units per second among concurrent jobs."""
 
     def __init__(self, env: simpy.Environment, capacity: float):
@@ -67,17 +87,9 @@ class FairShare:
 
     def _reschedule(self) -> None:
         self._assign_rates()
-        self._generation += 1
-        if not self._jobs:
-            return
-        delay = min(job[0] / job[2] for job in self._jobs.values())
-        wake = self.env.timeout(max(delay, 0.0))
-        generation = self._generation
-        wake.callbacks.append(lambda _event: self._on_wake(generation))
+        self._arm(min((job[0] / job[2] for job in self._jobs.values()), default=None))
 
-    def _on_wake(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # superseded by a later start or end
+    def _on_wake(self) -> None:
         self._advance()
         # A picosecond of work left, or what the clock can no longer resolve on long runs (a
         # wake-up that cannot move the clock would come back at the same time forever).
@@ -89,7 +101,7 @@ class FairShare:
         self._reschedule()
 
 
-class CappedFairShare:
+class CappedFairShare(_WakesAtNextEnd):
     """``FairShare`` with one rate cap for every job: cores shared by processes (each at most one
     core), a server NIC whose messages each cross a worker's link. ``submit(amount)``, as
     ``FifoShare`` takes it; ``cancel(event)`` as ``FairShare``'s.
@@ -155,17 +167,10 @@ class CappedFairShare:
         return self._ends[0] if self._ends else None
 
     def _reschedule(self) -> None:
-        self._generation += 1
         head = self._head()
-        if head is None:
-            return
-        wake = self.env.timeout(max((head[0] - self._virtual) / self._rate(), 0.0))
-        generation = self._generation
-        wake.callbacks.append(lambda _event: self._on_wake(generation))
+        self._arm(None if head is None else (head[0] - self._virtual) / self._rate())
 
-    def _on_wake(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # superseded by a later start or end
+    def _on_wake(self) -> None:
         self._advance()
         # As FairShare's: a picosecond of work left, or what the clocks (simulated and virtual)
         # can no longer resolve on long runs.
