@@ -261,16 +261,18 @@ def _rate_text(s: dict) -> str:
     return f"{rate} with the start-up; {total}"
 
 
-def _notes(s: dict) -> list[str]:
+def _notes(s: dict, gradients_per_iteration: int = 1) -> list[str]:
     """The dropped-gradients line, and a note where the run is too short to time after its
-    start-up."""
+    start-up, naming the ``--iterations`` that would leave a round (each iteration applying
+    ``gradients_per_iteration`` updates: 1 in async mode, the sync run's in both mode)."""
     dropped = _dropped_text(s)
     notes = [dropped] if dropped else []
     if not s["warmup_updates"]:
         workers = s["workers"]
+        enough = -(-(2 * workers + 1) // gradients_per_iteration)
         notes.append(f"note: {s['updates']:,} updates leave no round of {workers:,} workers to "
                      f"time after the first round: the rate and the staleness are the start-up's "
-                     f"({2 * workers + 1:,} or more leave one)")
+                     f"(--iterations {enough:,} or more leave one)")
     return notes
 
 
@@ -317,7 +319,7 @@ def format_side_by_side(sync_config: SyncConfig, sync: dict, async_config: Async
         _side("speedup", f"{sync['speedup']:.3g}x (efficiency {sync['efficiency']:.0%})",
               f"{asyn['speedup']:.3g}x over one worker (efficiency {asyn['efficiency']:.0%})"),
         _side("staleness", "none", _staleness_text(asyn))]
-    return "\n".join(rows + _notes(asyn))
+    return "\n".join(rows + _notes(asyn, gradients))
 
 
 def verdict(sync_config: SyncConfig, sync: dict, asyn: dict) -> str:

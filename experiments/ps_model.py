@@ -23,7 +23,7 @@ import numpy as np
 
 from dsgd_sim.cluster import ClusterConfig
 from dsgd_sim.compute import Constant
-from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation, leaves_a_round
+from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation, leaves_a_round, timed_rate
 from dsgd_sim.workload import load_profile
 
 from .configs import SyncRunConfig, warmup_updates
@@ -88,7 +88,7 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
                                          service_time_s=service_s,
                                          one_push_at_a_time=one_push_at_a_time,
                                          fair_server_nic=fair_server_nic)).run()
-    ends = result.update_end_s
-    return {"per_update_s": float((ends[-1] - ends[skip - 1]) / (len(ends) - skip)),
+    _, _, rate = timed_rate(result.update_end_s, workers, skip)
+    return {"per_update_s": 1.0 / rate,
             "staleness_mean": float(result.staleness.mean()),
             "staleness_hist": np.bincount(result.staleness).tolist()}

@@ -48,11 +48,12 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file  # noqa: E402
+from dsgd_sim.argparse_oneline import check_output_file  # noqa: E402
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from real.allreduce import MAX_BUFFER_BYTES, stream_gaps  # noqa: E402
-from real.comm_cli import add_comm_arguments, open_comm  # noqa: E402
+from real.comm_cli import add_comm_arguments, check_outputs_together, open_comm  # noqa: E402
+from real.local_launch import RankArgumentParser, own_error, report_error  # noqa: E402
 
 TAG = 31
 RING_TAG = 32  # the ring-driven rounds (--ring-rounds)
@@ -207,7 +208,7 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
 
 
 def parse_args(argv=None):
-    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser = RankArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(f"{n}B" for n in SIZE_GRID),
                         help="message sizes per rank and round, comma-separated (multiples of 4 "
                              "bytes; default: %(default)s)")
@@ -243,7 +244,6 @@ def parse_args(argv=None):
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        check_output_file("--json", args.json)
         args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
         args.engine_max_bytes = parse_size(args.engine_max)
         args.idle_s = parse_time(args.idle)
@@ -277,9 +277,10 @@ def main(argv=None) -> None:
     if args.engine_rounds:  # every rank builds (or finds) it before any waits for another
         try:
             engine_rounds.load()
-        except engine_rounds.EngineRoundsError as error:
-            parser.error(str(error))
+        except engine_rounds.EngineRoundsError as error:  # a node's compiler: each rank says
+            sys.exit(report_error(parser.prog, True, own_error(error), 2))
     with open_comm(parser, args, check_sizes=False) as comm:
+        check_outputs_together(parser, comm, lambda: check_output_file("--json", args.json))
         if comm.world_size < 2:
             parser.error(f"a ring needs at least 2 ranks, got {comm.world_size}")
         rounds = args.rounds or chain_rounds(comm.world_size)

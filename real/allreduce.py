@@ -43,7 +43,7 @@ import torch
 from dsgd_sim.argparse_oneline import check_output_file, parse_flag
 from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
-from real.comm import check_op, combine_into, divide_for_avg, launched_by_mpi
+from real.comm import check_op, combine_into, divide_for_avg
 from real.local_launch import RankArgumentParser
 
 DEFAULT_SEGMENT_BYTES = 4 << 20  # fewest wake-ups on a busy 2-core host; see docs/communication.md
@@ -233,11 +233,6 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     add_comm_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        # Rank 0 writes the outputs (other nodes need not have its folders) and checks them here,
-        # before the job starts; under mpiexec the other ranks would wait for it in MPI_Init
-        # forever, so there it checks them after joining (check_outputs_together).
-        if not parser.quiet and not launched_by_mpi():
-            check_outputs(args)
         args.size_bytes = [parse_flag("--sizes", parse_size, s) for s in args.sizes.split(",")]
         args.segment_bytes = parse_flag("--segment", parse_size, args.segment)
     except ValueError as error:
@@ -375,30 +370,16 @@ def print_table(rows: list[dict]) -> None:
 
 
 def check_outputs(args) -> None:
+    """ValueError naming an output rank 0 could not write."""
     check_output_file("--json", args.json)
     check_output_file("--trace", args.trace)
 
 
-def check_outputs_together(parser, args, comm) -> None:
-    """Under mpiexec, rank 0 checks its outputs once every rank has joined, and every rank exits
-    with status 2 (rank 0 saying why) if one cannot be written."""
-    from real.comm_cli import first_failed_rank
-    error = None
-    if comm.rank == 0:
-        try:
-            check_outputs(args)
-        except ValueError as caught:
-            error = caught
-    if first_failed_rank(comm, error is not None) is not None:
-        parser.error(str(error))  # rank 0 prints it, the others exit quietly; open_comm closes
-
-
 def main(argv=None) -> None:
-    from real.comm_cli import open_comm
+    from real.comm_cli import check_outputs_together, open_comm
     parser, args = parse_args(argv)
     with open_comm(parser, args) as comm:
-        if launched_by_mpi():
-            check_outputs_together(parser, args, comm)
+        check_outputs_together(parser, comm, lambda: check_outputs(args))  # rank 0 writes them
         dtype = DTYPES[args.dtype]
         runners = {name: make_runner(name, args.segment_bytes) for name in args.algorithm_names}
         generator = torch.Generator().manual_seed(args.seed * 1000 + comm.rank)

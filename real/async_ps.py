@@ -41,11 +41,11 @@ import torch
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
-from real.comm import CommError, init, launched_by_mpi
+from real.comm import CommError, init
 from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
-from real.local_launch import (env_int, env_rank, rendezvous, report_error, say,
-                               speaks_for_job)
+from real.local_launch import (env_int, env_rank, rendezvous, report_error, report_join_error,
+                               say)
 from real.ps_config import AsyncConfig, parse_args
 from real.ps_protocol import ProtocolError
 from real.ps_server import ParameterServer, WorkersLost
@@ -83,7 +83,7 @@ def load_data_together(config: AsyncConfig, comm):
     try:
         if comm.rank != 0:
             dataset = load_data(config, comm.world_size - 1)
-        elif launched_by_mpi():  # see ps_config.parse_args
+        else:  # see ps_config.parse_args
             config.check_outputs()
     except ValueError as caught:
         error = caught
@@ -102,8 +102,8 @@ def run_process(config: AsyncConfig, joined=None) -> int:
         rank = env_rank()
         say(f"rank {rank} pid {os.getpid()} role {'server' if rank == 0 else 'worker'}")
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
-    except ValueError as error:  # a bad launcher variable: alike on every rank, or this one's own
-        return report_error(PROG, speaks_for_job(), error, 2)
+    except ValueError as error:  # bad flags, a bad launcher variable, a backend this node lacks
+        return report_join_error(PROG, error)
     except CommError as error:
         return fail(error, 1)
     if joined is not None:
@@ -186,8 +186,10 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
     for proc in procs:
         proc.start()
     server, workers = procs[0], procs[1:]
-    while any(proc.is_alive() for proc in procs):
-        mp_connection.wait([proc.sentinel for proc in procs if proc.is_alive()])
+    # One look at which are alive per pass: a second look could find the last one gone and
+    # leave wait() an empty list, which it would wait on for ever.
+    while alive := [proc for proc in procs if proc.is_alive()]:
+        mp_connection.wait([proc.sentinel for proc in alive])
         if not server.is_alive() and not server_joined.is_set():
             for worker in workers:
                 worker.terminate()

@@ -56,14 +56,19 @@ BACKENDS = ("gloo", "nccl", "mpi")
 MAX_TIMEOUT_S = 1e6  # 11 days: longer is a typo; far longer overflows datetime and stalls Gloo
 
 
+class JobError(ValueError):
+    """Bad input that every rank of a job meets alike (its flags, its launcher), so rank 0 alone
+    need say it; other ``ValueError``s met while joining may be one node's own (a device it lacks)."""
+
+
 def check_timeout(timeout_s: float, name: str = "timeout_s", given: str | None = None) -> None:
     """``ValueError`` unless ``timeout_s`` is positive and at most ``MAX_TIMEOUT_S``; the message
     names ``name`` and shows ``given`` (what the user typed) or the number of seconds."""
     shown = repr(given) if given is not None else f"{timeout_s:g} s"
     if not timeout_s > 0:
-        raise ValueError(f"{name} must be positive, got {shown}")
+        raise JobError(f"{name} must be positive, got {shown}")
     if timeout_s > MAX_TIMEOUT_S:
-        raise ValueError(f"{name} must be at most {MAX_TIMEOUT_S:g} s, got {shown}")
+        raise JobError(f"{name} must be at most {MAX_TIMEOUT_S:g} s, got {shown}")
 
 
 class CommError(RuntimeError):
@@ -303,9 +308,9 @@ def init(engine: str = "torch", backend: str | None = None, timeout_s: float = 3
     if backend == "mpi":
         engine = "mpi"
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)}, auto)")
+        raise JobError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)}, auto)")
     if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+        raise JobError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     check_timeout(timeout_s)
     if engine == "mpi":
         from .comm_mpi import MpiCommunicator

@@ -26,7 +26,7 @@ import torch
 from dsgd_sim.units import parse_time
 
 from .comm import CommError, Communicator, check_timeout, init
-from .local_launch import MAX_THREADS
+from .local_launch import MAX_THREADS, report_join_error
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
 
@@ -95,8 +95,8 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
     try:
         try:
             comm = init("auto", backend, timeout_s, check_sizes)
-        except ValueError as error:  # bad input: a backend this machine lacks, a bad variable
-            parser.error(str(error))
+        except ValueError as error:  # bad flags, a backend this node lacks, a bad variable
+            sys.exit(report_join_error(parser.prog, error))
         yield comm
     except (CommError, OSError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr, flush=True)
@@ -108,6 +108,22 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
 
 class InputError(ValueError):
     """Bad input that one rank found and has already reported: the others leave quietly."""
+
+
+def check_outputs_together(parser: argparse.ArgumentParser, comm, check) -> None:
+    """Collective: once every rank has joined, rank 0 (which writes the outputs) runs ``check``,
+    a ValueError naming an output it cannot write; then every rank exits with status 2, rank 0
+    saying why through ``parser`` (a ``RankArgumentParser``: the others stay quiet). Checked
+    after joining, not before: a rank that left before joining would leave the others waiting
+    for it (in ``MPI_Init`` for ever, in torch's rendezvous until the timeout)."""
+    error = None
+    if comm.rank == 0:
+        try:
+            check()
+        except ValueError as caught:
+            error = caught
+    if first_failed_rank(comm, error is not None) is not None:
+        parser.error(str(error))
 
 
 def first_failed_rank(comm, failed: bool) -> int | None:

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from .comm import CommError, Communicator, Work, check_op, divide_for_avg
+from .comm import CommError, Communicator, JobError, Work, check_op, divide_for_avg
 from .local_launch import env_int
 
 try:
@@ -179,7 +179,7 @@ class MpiCommunicator(Communicator):
         global _watchdog
         world_size = env_int("WORLD_SIZE", 1) if "RANK" in os.environ else 1
         if MPI.COMM_WORLD.Get_size() == 1 and world_size > 1:
-            raise ValueError(f"torchrun started this process as one of {world_size} ranks, but "
+            raise JobError(f"torchrun started this process as one of {world_size} ranks, but "
                              f"backend mpi joins the job mpiexec started, and there is none: "
                              f"launch with mpiexec, or use --backend gloo under torchrun")
         if _watchdog is None:

@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .comm import (CommError, Communicator, DoneWork, Work, check_op, divide_for_avg,
+from .comm import (CommError, Communicator, DoneWork, JobError, Work, check_op, divide_for_avg,
                    launched_by_mpi, mpi_launch_size)
 from .local_launch import env_int
 
@@ -112,10 +112,10 @@ class TorchCommunicator(Communicator):
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend not in ("gloo", "nccl"):
-            raise ValueError(f"the torch engine has backends gloo and nccl, not {backend!r}")
+            raise JobError(f"the torch engine has backends gloo and nccl, not {backend!r}")
         launched = mpi_launch_size() if launched_by_mpi() else None  # mpiexec, not torchrun
         if launched and launched > 1:
-            raise ValueError(f"mpiexec started {launched} processes, but backend {backend} joins "
+            raise JobError(f"mpiexec started {launched} processes, but backend {backend} joins "
                              f"a torch.distributed job, which needs torchrun (RANK, WORLD_SIZE, "
                              f"MASTER_ADDR, MASTER_PORT): under mpiexec use --backend mpi")
         timeout = datetime.timedelta(seconds=timeout_s)

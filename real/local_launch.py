@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser
 
-from .comm import check_timeout
+from .comm import JobError, check_timeout
 
 # A launcher such as torchrun stops every rank once one exits: ranks that stay quiet about a bad
 # input wait this long, so that rank 0 has surely printed its error line first.
@@ -72,7 +72,13 @@ def say(line: str, stream=None) -> None:
     sharing a pipe never interleave (``print`` writes the text and its newline separately)."""
     stream = sys.stdout if stream is None else stream
     stream.flush()
-    os.write(stream.fileno(), f"{line}\n".encode())
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError):  # a stream with no file behind it (captured, redirected)
+        stream.write(f"{line}\n")
+        stream.flush()
+        return
+    os.write(fd, f"{line}\n".encode())
 
 
 def env_rank() -> int:
@@ -90,6 +96,25 @@ def speaks_for_job() -> bool:
         return env_rank() == 0
     except ValueError:
         return True
+
+
+def own_error(error) -> str:
+    """``error`` as one rank's own, for a line every rank may print: ``rank N: ...`` on ranks
+    other than 0."""
+    try:
+        rank = env_rank()
+    except ValueError:
+        return str(error)
+    return f"rank {rank}: {error}" if rank else str(error)
+
+
+def report_join_error(prog: str, error: ValueError) -> int:
+    """Report bad input met while joining the job; exit status 2. A ``JobError`` (the flags, the
+    launcher) every rank meets alike: rank 0 says it. Any other (a device this node lacks, a bad
+    launcher variable) may be one node's own: each rank that meets it says it."""
+    if isinstance(error, JobError):
+        return report_error(prog, speaks_for_job(), error, 2)
+    return report_error(prog, True, own_error(error), 2)
 
 
 def report_error(prog: str, speak: bool, error, status: int) -> int:

@@ -188,9 +188,9 @@ def parse_args(argv: list[str] | None = None) -> AsyncConfig:
         known = {f.name for f in fields(AsyncConfig)}
         config = AsyncConfig(**{k: v for k, v in args.items() if k in known})
         # The server writes the outputs (other nodes need not have its folders) and checks them
-        # here, before the job starts; under mpiexec the other ranks would wait for it in
-        # MPI_Init forever, so there it checks them after joining (async_ps.load_data_together).
-        if not parser.quiet and not launched_by_mpi():
+        # once every rank has joined (async_ps.load_data_together); a self-launching job checks
+        # them here too, before it starts any process.
+        if config.nproc_per_node:
             config.check_outputs()
         return config
     except ValueError as exc:

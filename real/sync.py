@@ -46,14 +46,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from real.comm import CommError, init, launched_by_mpi
+from real.comm import CommError, init
 from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
 from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
 from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env,
-                               rendezvous, say, self_launch)
+                               rendezvous, report_join_error, say, self_launch)
 from real.local_launch import report_error as report_job_error
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
@@ -99,8 +99,10 @@ def run_worker(config: SyncConfig) -> int:
         device = pick_device(config, local_rank, local_world_size)
         torch.set_num_threads(config.threads or default_threads(local_world_size))
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
-    except (ValueError, CommError) as error:
-        return report_error(rank == 0, error, 2 if isinstance(error, ValueError) else 1)
+    except ValueError as error:  # bad flags, a bad launcher variable, a device this node lacks
+        return report_join_error("sync.py", error)
+    except CommError as error:
+        return report_error(rank == 0, error, 1)
     try:
         dataset = load_data_together(config, comm)
         train(config, comm, dataset, device)
@@ -121,7 +123,7 @@ def load_data_together(config: SyncConfig, comm):
     """
     error = None
     try:
-        if comm.rank == 0 and launched_by_mpi():  # see sync_config.parse_args
+        if comm.rank == 0:  # see sync_config.parse_args
             check_outputs(config)
         dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
         ShardedBatches(len(dataset), config.batch_size, comm.world_size, comm.rank, config.seed)

@@ -170,10 +170,10 @@ def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig
         args["timeout_s"] = parse_flag("--timeout", parse_time, args.pop("timeout"))
         known = {f.name for f in fields(SyncConfig)}
         config = SyncConfig(**{k: v for k, v in args.items() if k in known})
-        # Rank 0 writes the outputs (other nodes need not have its folders), and checks them
-        # here, before the job starts. Under mpiexec the other ranks would wait for it in
-        # MPI_Init forever: there it checks them after joining (sync.load_data_together).
-        if not quiet and not launched_by_mpi():
+        # Rank 0 writes the outputs (other nodes need not have its folders) and checks them once
+        # every rank has joined (sync.load_data_together); a self-launching job checks them here
+        # too, before it starts any process.
+        if config.nproc_per_node:
             check_outputs(config)
         return config
     except ValueError as exc:

@@ -8,12 +8,14 @@ pairs), and each check is reported as its own test."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
-from dist_helpers import have_mpiexec, run_function, run_script
+from dist_helpers import REPO, child_env, have_mpiexec, run_function, run_script
 from real.allreduce import ring_all_reduce
 from real.comm import CommError, init
 
@@ -472,6 +474,8 @@ BAD_INPUTS = [  # (arguments, what the one line says); {missing}: a file in a fo
     (["real/allreduce.py", "--sizes", "3XB"], "needs a unit"),
     (["real/allreduce.py", "--sizes", "4KB", "--trace", "{missing}"], "cannot write into"),
     (["real/demos/groups.py", "--bogus"], "unrecognized arguments: --bogus"),
+    (["experiments/ring_probe.py", "--sizes", "64B", "--json", "{missing}"], "cannot write into"),
+    (["real/demos/groups.py", "--timeout", "0s"], "--timeout must be positive"),
 ]
 
 
@@ -484,3 +488,34 @@ def test_bad_input_is_one_line_from_the_whole_job(argv, says, launcher, tmp_path
                      timeout_s=90)
     assert not run.timed_out and run.returncode == (2 if launcher == "mpi" else 1), run.stderr
     assert run.stderr.count("error:") == 1 and says in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("argv, says", [case for case in BAD_INPUTS if "{missing}" in case[0]])
+def test_an_output_rank_0_cannot_write_ends_a_plain_launch_at_once(argv, says, tmp_path):
+    # Each rank started by hand (RANK, WORLD_SIZE ...), as the test bed starts them: no launcher
+    # stops the others when rank 0 leaves, so rank 0 must check after they have joined, or they
+    # would wait out the rendezvous timeout (here 60 s) and each say it could not join.
+    missing = str(tmp_path / "not-there" / "out.json")
+    started = time.monotonic()
+    run = run_script([a.format(missing=missing) for a in argv] + ["--timeout", "60s"], 3,
+                     timeout_s=90)
+    assert not run.timed_out and run.returncode == 2, run.stderr
+    assert run.stderr.count("error:") == 1 and says in run.stderr, run.stderr
+    assert time.monotonic() - started < 45  # a bound, not a timing target: not the timeout
+
+
+@pytest.mark.parametrize("argv, env, says", [
+    (["real/sync.py", "--steps", "2"], {"LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not a whole number"),
+    pytest.param(["real/allreduce.py", "--backend", "nccl"], {}, "backend nccl needs a CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                          reason="the case is a node without a CUDA GPU")),
+])
+def test_a_fault_of_one_node_is_said_by_its_own_rank(argv, env, says):
+    # Rank 2 of 3 alone, as on a node of its own: it must say what stops it (rank 0, elsewhere,
+    # would only see it never join), not stay quiet as ranks other than 0 do about bad flags.
+    env = {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "1", **env}
+    run = subprocess.run([sys.executable, *argv], cwd=REPO, env={**child_env(), **env},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert "error: rank 2: " in run.stderr and says in run.stderr, run.stderr

@@ -167,7 +167,7 @@ def test_mpi_backend_reaches_the_same_weights_as_gloo(mode_runs, tmp_path):
 @pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
 def test_a_bad_output_path_under_mpiexec_ends_every_rank_with_one_line(tmp_path):
     # rank 0 checks its outputs after joining: had it left before MPI_Init, rank 1 would wait
-    # for it there forever
+    # for it there forever (tests/test_comm.py: the same under torchrun and plain launches)
     run = run_cli(["--backend", "mpi", "--steps", "3", "--no-progress",
                    "--json", str(tmp_path / "missing" / "run.json")],
                   timeout=60, launcher=["mpiexec", "-n", "2", sys.executable])
@@ -224,7 +224,7 @@ def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
     (["--timeout", "1e300s"], "--timeout must be at most"),
     (["--threads", "100000000"], "--threads must be at most 1024"),
     (["--emulate-compute", "1e300s"], "--emulate-compute must be at most"),
-    (["--checkpoint-dir", __file__], "is not a folder"),
+    (["--nproc-per-node", "2", "--checkpoint-dir", __file__], "is not a folder"),  # self-launch
 ])
 def test_bad_flag_gives_one_error_line_and_exit_status_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
