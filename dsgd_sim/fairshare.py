@@ -16,7 +16,7 @@ import math
 import simpy
 
 
-class _WakesAtNextEnd:
+class WakesAtNextEnd:
     """A share's wake-up at its next job's end: each start or end re-arms it, and a wake-up
     armed before then does nothing."""
 
@@ -36,7 +36,7 @@ class _WakesAtNextEnd:
         raise NotImplementedError
 
 
-class FairShare(_WakesAtNextEnd):
+class FairShare(WakesAtNextEnd):
     """Max-min fair fluid sharing of ``capacity`` units per second among concurrent jobs."""
 
     def __init__(self, env: simpy.Environment, capacity: float):
@@ -101,7 +101,7 @@ class FairShare(_WakesAtNextEnd):
         self._reschedule()
 
 
-class CappedFairShare(_WakesAtNextEnd):
+class CappedFairShare(WakesAtNextEnd):
     """``FairShare`` with one rate cap for every job: cores shared by processes (each at most one
     core), a server NIC whose messages each cross a worker's link. ``submit(amount)``, as
     ``FifoShare`` takes it; ``cancel(event)`` as ``FairShare``'s.

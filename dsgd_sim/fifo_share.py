@@ -24,8 +24,10 @@ from collections import deque
 
 import simpy
 
+from .fairshare import WakesAtNextEnd
 
-class FifoShare:
+
+class FifoShare(WakesAtNextEnd):
     """``capacity`` units/s served to jobs in arrival order, each at most ``cap`` units/s."""
 
     def __init__(self, env: simpy.Environment, capacity: float, cap: float):
@@ -71,20 +73,14 @@ class FifoShare:
         self._updated_at = self.env.now
 
     def _reschedule(self) -> None:
-        self._generation += 1
-        left, delay = self.capacity, math.inf
+        left, delay = self.capacity, None
         for job in self._serving():
             job[1] = min(self.cap, left)
             left -= job[1]
-            delay = min(delay, job[0] / job[1])
-        if delay < math.inf:
-            generation = self._generation
-            wake = self.env.timeout(max(delay, 0.0))
-            wake.callbacks.append(lambda _event: self._on_wake(generation))
+            delay = job[0] / job[1] if delay is None else min(delay, job[0] / job[1])
+        self._arm(delay)
 
-    def _on_wake(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # a start or an end since then re-armed the wake-up
+    def _on_wake(self) -> None:
         self._advance()
         # A picosecond of service, or what the clock can no longer resolve on long runs.
         tick_s = max(1e-12, 4 * math.ulp(self.env.now))
