@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from dsgd_sim.compute import parse_compute
 from real.comm import init
 from real.flat_params import flatten_parameters
@@ -153,15 +153,9 @@ def main(argv=None) -> int:
     except BenchmarkError as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
-    try:
-        if args.json:
-            with open(args.json, "w") as handle:
-                json.dump({"compute": compute, "model": args.model, "rows": rows,
-                           "ceiling": ceiling}, handle, indent=1)
-    except OSError as error:  # a full disk, a folder gone during the run: the rows are above
-        print(f"{parser.prog}: error: --json: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return write_json_output(parser.prog, "--json", args.json,
+                             {"compute": compute, "model": args.model, "rows": rows,
+                              "ceiling": ceiling})
 
 
 def measure(args, compute: str, mean_s: float) -> tuple[list[dict], list[dict]]:

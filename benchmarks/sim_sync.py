@@ -14,7 +14,6 @@ Measures (pinned to one CPU core, medians of several runs):
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -23,7 +22,7 @@ import sys
 import time
 
 from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 
 
 def parse_args(description: str, argv=None):
@@ -43,16 +42,9 @@ def parse_args(description: str, argv=None):
 
 def write_json(path: str | None, result: dict) -> None:
     """Write ``result`` to ``path`` (None: not asked for); a file that cannot be written after
-    all (a full disk, a folder gone during the run) is one line and exit status 1: the figures
-    are printed above."""
-    if path is None:
-        return
-    try:
-        with open(path, "w") as handle:
-            json.dump(result, handle, indent=2)
-    except OSError as error:
-        print(f"{os.path.basename(sys.argv[0])}: error: --json: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
+    all is one line and exit status 1: the figures are printed above."""
+    if write_json_output(os.path.basename(sys.argv[0]), "--json", path, result, indent=2):
+        raise SystemExit(1)
 
 
 def pin_to_one_core() -> None:

@@ -31,7 +31,8 @@ if __package__ in (None, ""):
 import torch
 import torch.multiprocessing as mp
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, parse_flag
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_file, parse_flag,
+                                       write_json_output)
 from dsgd_sim.units import parse_time
 from real.comm import init
 from real.data import ShardedBatches, load_dataset
@@ -173,16 +174,9 @@ def main(argv=None) -> int:
             for row in summarise(run_config(model, world_size, args)):
                 print_row(row)
                 rows.append(row)
-    try:
-        if args.json:
-            with open(args.json, "w") as handle:
-                json.dump({"machine": platform.node(), "cpus": os.cpu_count(),
-                           "torch": torch.__version__, "args": vars(args), "rows": rows}, handle,
-                          indent=1)
-    except OSError as error:  # a full disk, a folder gone during the run: the rows are above
-        print(f"{p.prog}: error: --json: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return write_json_output(p.prog, "--json", args.json,
+                             {"machine": platform.node(), "cpus": os.cpu_count(),
+                              "torch": torch.__version__, "args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

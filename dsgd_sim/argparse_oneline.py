@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -70,6 +71,21 @@ def check_output_file(flag: str, path: str | None) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {parent}")
+
+
+def write_json_output(prog: str, flag: str, path: str | None, document, indent: int = 1) -> int:
+    """Write ``document`` as JSON to ``path`` (None: not asked for) and return 0; where it cannot
+    be written after all (a full disk, a folder gone during the run), one line
+    ``PROG: error: FLAG: ...`` on stderr and 1: the figures were printed before."""
+    if path is None:
+        return 0
+    try:
+        with open(path, "w") as handle:
+            json.dump(document, handle, indent=indent)
+        return 0
+    except OSError as error:
+        print(f"{prog}: error: {flag}: {error}", file=sys.stderr)
+        return 1
 
 
 def check_output_dir(flag: str, path: str | None) -> None:

@@ -1,10 +1,11 @@
 """dsgd_sim/argparse_oneline.py: output paths refused before any work, in one line."""
 
+import json
 import os
 
 import pytest
 
-from dsgd_sim.argparse_oneline import check_output_dir, check_output_file
+from dsgd_sim.argparse_oneline import check_output_dir, check_output_file, write_json_output
 
 
 def test_a_writable_new_or_existing_file_and_none_pass(tmp_path):
@@ -58,3 +59,14 @@ def test_a_value_that_does_not_parse_names_its_flag():
     assert parse_flag("--timeout", parse_time, "30s") == 30.0
     with pytest.raises(ValueError, match=r"^--timeout: not a time: 'abc'$"):
         parse_flag("--timeout", parse_time, "abc")
+
+
+def test_an_output_that_cannot_be_written_after_all_is_one_line_and_status_1(tmp_path, capsys):
+    good = tmp_path / "out.json"
+    assert write_json_output("bench.py", "--json", str(good), {"rows": [1]}) == 0
+    assert json.loads(good.read_text()) == {"rows": [1]}
+    gone = tmp_path / "gone" / "out.json"  # its folder removed during the run
+    assert write_json_output("bench.py", "--json", str(gone), {"rows": [1]}) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("bench.py: error: --json: ")
+    assert write_json_output("bench.py", "--json", None, {}) == 0  # not asked for
