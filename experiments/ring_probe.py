@@ -52,6 +52,7 @@ from dsgd_sim.argparse_oneline import check_output_file  # noqa: E402
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from real.allreduce import MAX_BUFFER_BYTES, stream_gaps  # noqa: E402
+from real.comm import launched_by_mpi  # noqa: E402
 from real.comm_cli import add_comm_arguments, check_outputs_together, open_comm  # noqa: E402
 from real.local_launch import RankArgumentParser, own_error, report_error  # noqa: E402
 
@@ -249,9 +250,11 @@ def parse_args(argv=None):
         args.idle_s = parse_time(args.idle)
     except ValueError as error:
         parser.error(str(error))
-    if args.engine_rounds and args.backend in ("mpi", "nccl"):  # before building anything
+    backend = "mpi" if args.backend == "auto" and launched_by_mpi() else args.backend
+    if args.engine_rounds and backend in ("mpi", "nccl"):  # before building anything (every
+        # rank builds, and one leaving before MPI_Init would leave the others waiting in it)
         parser.error(f"--engine-rounds: C++ rounds run on torch.distributed with Gloo, not "
-                     f"--backend {args.backend}")
+                     f"--backend {backend}" + (" (mpiexec's)" if args.backend == "auto" else ""))
     if not 0 <= args.idle_s <= MAX_IDLE_S:
         parser.error(f"--idle: {args.idle!r} is not a time from 0 to {MAX_IDLE_S:g} s")
     if args.engine_max_bytes <= 0:

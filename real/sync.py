@@ -52,8 +52,9 @@ from real.data import ShardedBatches, load_dataset
 from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
-from real.local_launch import (env_rank, fast_exit, mpi_local_rank, placement_from_env,
-                               rendezvous, report_join_error, say, self_launch)
+from real.local_launch import (env_rank, fast_exit, mpi_local_rank, own_error,
+                               placement_from_env, rendezvous, report_join_error, say,
+                               self_launch)
 from real.local_launch import report_error as report_job_error
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
@@ -101,8 +102,8 @@ def run_worker(config: SyncConfig) -> int:
         comm = init(config.engine, config.backend, config.timeout_s, check_sizes=False)
     except ValueError as error:  # bad flags, a bad launcher variable, a device this node lacks
         return report_join_error("sync.py", error)
-    except CommError as error:
-        return report_error(rank == 0, error, 1)
+    except CommError as error:  # this rank could not join: perhaps its node's own fault
+        return report_error(True, own_error(error), 1)
     try:
         dataset = load_data_together(config, comm)
         train(config, comm, dataset, device)

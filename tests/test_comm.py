@@ -475,6 +475,7 @@ BAD_INPUTS = [  # (arguments, what the one line says); {missing}: a file in a fo
     (["real/allreduce.py", "--sizes", "4KB", "--trace", "{missing}"], "cannot write into"),
     (["real/demos/groups.py", "--bogus"], "unrecognized arguments: --bogus"),
     (["experiments/ring_probe.py", "--sizes", "64B", "--json", "{missing}"], "cannot write into"),
+    (["real/sync.py", "--steps", "2", "--json", "{missing}"], "cannot write into"),
     (["real/demos/groups.py", "--timeout", "0s"], "--timeout must be positive"),
 ]
 
@@ -504,18 +505,20 @@ def test_an_output_rank_0_cannot_write_ends_a_plain_launch_at_once(argv, says, t
     assert time.monotonic() - started < 45  # a bound, not a timing target: not the timeout
 
 
-@pytest.mark.parametrize("argv, env, says", [
-    (["real/sync.py", "--steps", "2"], {"LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not a whole number"),
+@pytest.mark.parametrize("argv, env, says, status", [
+    (["real/sync.py", "--steps", "2"], {"LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not a whole number",
+     2),
+    (["real/sync.py", "--steps", "2", "--timeout", "5s"], {}, "could not join", 1),  # no rank 0
     pytest.param(["real/allreduce.py", "--backend", "nccl"], {}, "backend nccl needs a CUDA GPU",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(),
-                                          reason="the case is a node without a CUDA GPU")),
+                 2, marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                             reason="the case is a node without a CUDA GPU")),
 ])
-def test_a_fault_of_one_node_is_said_by_its_own_rank(argv, env, says):
+def test_a_fault_of_one_node_is_said_by_its_own_rank(argv, env, says, status):
     # Rank 2 of 3 alone, as on a node of its own: it must say what stops it (rank 0, elsewhere,
     # would only see it never join), not stay quiet as ranks other than 0 do about bad flags.
     env = {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": "1", **env}
     run = subprocess.run([sys.executable, *argv], cwd=REPO, env={**child_env(), **env},
                          capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2, run.stderr
+    assert run.returncode == status, run.stderr
     assert "error: rank 2: " in run.stderr and says in run.stderr, run.stderr
