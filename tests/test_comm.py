@@ -522,3 +522,15 @@ def test_a_fault_of_one_node_is_said_by_its_own_rank(argv, env, says, status):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == status, run.stderr
     assert "error: rank 2: " in run.stderr and says in run.stderr, run.stderr
+
+
+def test_a_line_is_written_whole_to_a_file_or_to_a_stream_without_one(tmp_path, capsys):
+    import io
+    from real.local_launch import say
+    stream = io.StringIO()  # no file behind it: fileno() raises io.UnsupportedOperation
+    say("rank 1: done", stream)
+    assert stream.getvalue() == "rank 1: done\n"
+    with open(tmp_path / "out.txt", "w") as handle:  # a file: one os.write of the whole line
+        handle.write("first\n")
+        say("second", handle)
+    assert (tmp_path / "out.txt").read_text() == "first\nsecond\n"
