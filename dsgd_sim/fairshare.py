@@ -5,8 +5,9 @@
 water-filling: every job gets an equal share, and what a capped job cannot use goes to the others.
 Whenever a job starts or ends, the remaining work of every job is brought up to date and the next
 completion is rescheduled (``CappedFairShare``, where every job has the same cap, keeps one
-virtual clock instead, and a heap of the jobs' ends). Transfers that start together and are equally capped therefore all end
-at ``max(work/cap, jobs·work/capacity)``: the incast time of a parameter server.
+virtual clock instead, and a heap of the jobs' ends). Transfers that start together and are
+equally capped therefore all end at ``max(work/cap, jobs·work/capacity)``: the incast time of a
+parameter server.
 """
 
 from __future__ import annotations

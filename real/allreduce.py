@@ -216,7 +216,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int
 def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     from real.comm_cli import add_comm_arguments
     parser = RankArgumentParser(description="Time all-reduce algorithms (nccl-tests' algbw "
-                                               "and busbw).")
+                                            "and busbw).")
     parser.add_argument("--sizes", default="64KB,1MB,16MB", help="buffer sizes, comma-separated")
     parser.add_argument("--algorithms", default="ring,naive,backend",
                         help=f"comma-separated, from {', '.join(ALGORITHMS)} (ring@256KB: ring "

@@ -58,7 +58,8 @@ MAX_TIMEOUT_S = 1e6  # 11 days: longer is a typo; far longer overflows datetime 
 
 class JobError(ValueError):
     """Bad input that every rank of a job meets alike (its flags, its launcher), so rank 0 alone
-    need say it; other ``ValueError``s met while joining may be one node's own (a device it lacks)."""
+    need say it; other ``ValueError``s met while joining may be one node's own (a device it
+    lacks)."""
 
 
 def check_timeout(timeout_s: float, name: str = "timeout_s", given: str | None = None) -> None:

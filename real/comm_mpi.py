@@ -180,8 +180,8 @@ class MpiCommunicator(Communicator):
         world_size = env_int("WORLD_SIZE", 1) if "RANK" in os.environ else 1
         if MPI.COMM_WORLD.Get_size() == 1 and world_size > 1:
             raise JobError(f"torchrun started this process as one of {world_size} ranks, but "
-                             f"backend mpi joins the job mpiexec started, and there is none: "
-                             f"launch with mpiexec, or use --backend gloo under torchrun")
+                           f"backend mpi joins the job mpiexec started, and there is none: "
+                           f"launch with mpiexec, or use --backend gloo under torchrun")
         if _watchdog is None:
             _watchdog = Watchdog()
         return cls(MPI.COMM_WORLD.Dup(), timeout_s, check_sizes, is_world=True)

@@ -116,8 +116,8 @@ class TorchCommunicator(Communicator):
         launched = mpi_launch_size() if launched_by_mpi() else None  # mpiexec, not torchrun
         if launched and launched > 1:
             raise JobError(f"mpiexec started {launched} processes, but backend {backend} joins "
-                             f"a torch.distributed job, which needs torchrun (RANK, WORLD_SIZE, "
-                             f"MASTER_ADDR, MASTER_PORT): under mpiexec use --backend mpi")
+                           f"a torch.distributed job, which needs torchrun (RANK, WORLD_SIZE, "
+                           f"MASTER_ADDR, MASTER_PORT): under mpiexec use --backend mpi")
         timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "nccl":
             if not torch.cuda.is_available():

@@ -53,9 +53,8 @@ from real.emulate import ComputeFloor, EmulatedModel
 from real.grad_sync import MiB, make_grad_sync
 from real.layer_profile import LayerTimer
 from real.local_launch import (env_rank, fast_exit, mpi_local_rank, own_error,
-                               placement_from_env, rendezvous, report_join_error, say,
-                               self_launch)
-from real.local_launch import report_error as report_job_error
+                               placement_from_env, rendezvous, report_error as report_job_error,
+                               report_join_error, say, self_launch)
 from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
                                 write_checkpoint)
@@ -73,11 +72,11 @@ class ReplicaMismatch(RuntimeError):
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        rank = env_rank()
+        env_rank()
     except ValueError as error:
         print(f"sync.py: error: {error}", file=sys.stderr)
         return 2
-    config = parse_args(argv, quiet=rank != 0)
+    config = parse_args(argv)  # ranks other than 0 stay quiet (RankArgumentParser)
     if config.nproc_per_node:
         try:  # check what can be checked once, here, before starting any process
             dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)

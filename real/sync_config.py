@@ -118,10 +118,9 @@ class SyncConfig:
         return DatasetSpec.parse(self.dataset)
 
 
-def build_parser(quiet: bool = False) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     defaults = SyncConfig()
-    p = RankArgumentParser(prog="sync.py", description="Synchronous data-parallel SGD.",
-                           quiet=quiet)
+    p = RankArgumentParser(prog="sync.py", description="Synchronous data-parallel SGD.")
     p.add_argument("--model", default=defaults.model, help="lenet, mlp or mlp-large")
     p.add_argument("--dataset", default=defaults.dataset, help="synthetic or mnist:DIR")
     for name in ("num_samples", "batch_size", "steps", "warmup_steps", "checkpoint_every",
@@ -159,10 +158,10 @@ def check_outputs(config: SyncConfig) -> None:
     check_output_dir("--checkpoint-dir", config.checkpoint_dir)
 
 
-def parse_args(argv: list[str] | None = None, quiet: bool = False) -> SyncConfig:
+def parse_args(argv: list[str] | None = None) -> SyncConfig:
     """``SyncConfig`` from the command line; exits with status 2 and one line on bad input
-    (printed unless ``quiet``: ranks other than 0 pass ``quiet=True``)."""
-    parser = build_parser(quiet)
+    (printed by rank 0 alone: ``RankArgumentParser``)."""
+    parser = build_parser()
     args = vars(parser.parse_args(argv))
     try:
         args["emulate_compute_s"] = parse_flag("--emulate-compute", parse_time,
