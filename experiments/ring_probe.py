@@ -242,7 +242,7 @@ def parse_args(argv=None):
                              "rank's call to the next call's start ('stream_gap_s', one per "
                              "pair of calls; default: none)")
     parser.add_argument("--json", help="write the table here (rank 0)")
-    add_comm_arguments(parser)
+    add_comm_arguments(parser, gpu=False)
     args = parser.parse_args(argv)
     try:
         args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
@@ -251,7 +251,7 @@ def parse_args(argv=None):
     except ValueError as error:
         parser.error(str(error))
     backend = "mpi" if args.backend == "auto" and launched_by_mpi() else args.backend
-    if args.engine_rounds and backend in ("mpi", "nccl"):  # before building anything (every
+    if args.engine_rounds and backend == "mpi":  # before building anything (every
         # rank builds, and one leaving before MPI_Init would leave the others waiting in it)
         parser.error(f"--engine-rounds: C++ rounds run on torch.distributed with Gloo, not "
                      f"--backend {backend}" + (" (mpiexec's)" if args.backend == "auto" else ""))

@@ -314,8 +314,16 @@ def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int,
             times[i, it - warmup] = time.perf_counter() - start
             if spans is not None:
                 spans.append((names[i], start - t0, float(times[i, it - warmup])))
-    comm.all_reduce(times, op="max")
+    times = max_over_ranks(comm, times)
     return {name: statistics.median(times[i].tolist()) for i, name in enumerate(names)}
+
+
+def max_over_ranks(comm, values: torch.Tensor) -> torch.Tensor:
+    """Collective: the element-wise maximum of ``values`` over the ranks, on the CPU. It travels
+    on the communicator's device (NCCL reduces GPU tensors only)."""
+    on_device = values.to(comm.device)
+    comm.all_reduce(on_device, op="max")
+    return on_device.cpu()
 
 
 def stream_gaps(comm, count: int, warmup: int = 3) -> list[float]:
@@ -326,9 +334,10 @@ def stream_gaps(comm, count: int, warmup: int = 3) -> list[float]:
     Mbit/s the slowest rank's call ends 0.05-0.15 ms after rank 0's, so the gap after rank 0's
     own call is that much longer than the one the links get."""
     spans: list = []
-    time_size(comm, {"backend": backend_all_reduce}, torch.ones(1), count, warmup, spans)
-    slowest = torch.tensor([seconds for _, _, seconds in spans], dtype=torch.float64)
-    comm.all_reduce(slowest, op="max")
+    time_size(comm, {"backend": backend_all_reduce}, torch.ones(1, device=comm.device), count,
+              warmup, spans)
+    slowest = max_over_ranks(comm, torch.tensor([seconds for _, _, seconds in spans],
+                                                dtype=torch.float64))
     return [b_start - a_start - a_slowest for (_, a_start, _), (_, b_start, _), a_slowest
             in zip(spans, spans[1:], slowest.tolist())]
 
@@ -337,7 +346,8 @@ def write_trace(path: str, comm, spans: list[tuple[str, int, float, float]]) -> 
     """Gather every rank's (algorithm, bytes, start, seconds) spans; rank 0 writes the trace.
     Each rank's clock starts after a common barrier, so the tracks line up to within it."""
     names = sorted({name for name, _, _, _ in spans})
-    packed = torch.tensor([[names.index(n), b, s, d] for n, b, s, d in spans], dtype=torch.float64)
+    packed = torch.tensor([[names.index(n), b, s, d] for n, b, s, d in spans], dtype=torch.float64,
+                          device=comm.device)
     gathered = [torch.empty_like(packed) for _ in range(comm.world_size)] if comm.rank == 0 else None
     comm.gather(packed, gathered, dst=0)
     if comm.rank != 0:

@@ -300,9 +300,9 @@ def init(engine: str = "torch", backend: str | None = None, timeout_s: float = 3
     ``engine``: ``"torch"`` reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` as
     set by torchrun (single-node or multi-node c10d rendezvous); without them it starts a
     one-rank job. ``"mpi"`` uses ``MPI.COMM_WORLD``. ``"auto"`` picks ``"mpi"`` under mpiexec.
-    ``backend``: ``"gloo"`` or ``"nccl"`` for torch (default: NCCL when CUDA is available, else
-    Gloo); ``"mpi"`` selects the MPI engine. ``timeout_s``: the longest any operation waits for
-    its peers before raising (torch) or aborting the job (MPI).
+    ``backend``: ``"gloo"`` or ``"nccl"`` for torch (default: NCCL where this node has a GPU for
+    each of its processes, else Gloo); ``"mpi"`` selects the MPI engine. ``timeout_s``: the
+    longest any operation waits for its peers before raising (torch) or aborting the job (MPI).
     """
     if engine == "auto":
         engine = "mpi" if backend == "mpi" or (backend is None and launched_by_mpi()) else "torch"

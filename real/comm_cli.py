@@ -8,7 +8,8 @@ communicator they describe, and turning communication failures into one clear li
         ...
 
 ``--backend auto`` (the default) picks MPI when started by ``mpiexec`` and torch.distributed
-otherwise (NCCL if CUDA is available, else Gloo); ``--timeout`` bounds how long any operation
+otherwise (NCCL where the node has a GPU for each of its processes, else Gloo; Gloo alone for
+entry points whose tensors stay on the CPU); ``--timeout`` bounds how long any operation
 waits for a peer before the job fails with a message instead of hanging; ``--threads`` sets
 torch's CPU threads per rank (by default ``OMP_NUM_THREADS``, else this machine's cores shared
 among its ranks), so that ranks sharing a machine do not oversubscribe its cores.
@@ -25,17 +26,26 @@ import torch
 
 from dsgd_sim.units import parse_time
 
-from .comm import CommError, Communicator, check_timeout, init
+from .comm import CommError, Communicator, check_timeout, init, launched_by_mpi
 from .local_launch import MAX_THREADS, report_join_error
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
 
 
-def add_comm_arguments(parser: argparse.ArgumentParser, timeout: str = DEFAULT_TIMEOUT) -> None:
-    """Add ``--backend`` and ``--timeout`` to ``parser``."""
-    parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl", "mpi"),
-                        help="communication backend; auto: mpi under mpiexec, else nccl with "
-                             "CUDA, else gloo (default: %(default)s)")
+def add_comm_arguments(parser: argparse.ArgumentParser, timeout: str = DEFAULT_TIMEOUT,
+                       gpu: bool = True) -> None:
+    """Add ``--backend``, ``--timeout`` and ``--threads`` to ``parser``. ``gpu=False`` for an
+    entry point whose tensors stay on the CPU: it offers no ``nccl``, whose tensors live on GPUs,
+    and ``auto`` means Gloo outside mpiexec even on a node with GPUs."""
+    if gpu:
+        choices, auto = ("auto", "gloo", "nccl", "mpi"), ("nccl with a GPU for each process of "
+                                                          "the node, else gloo")
+    else:
+        choices, auto = ("auto", "gloo", "mpi"), "gloo (this program's tensors stay on the CPU)"
+    parser.add_argument("--backend", default="auto", choices=choices,
+                        help=f"communication backend; auto: mpi under mpiexec, else {auto} "
+                             f"(default: %(default)s)")
+    parser.set_defaults(backend_auto_gpu=gpu)
     parser.add_argument("--timeout", default=timeout,
                         help="how long an operation may wait for its peers before the job "
                              "fails, e.g. 20s (default: %(default)s)")
@@ -91,6 +101,8 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
         parser.error(f"--threads must be from 0 to {MAX_THREADS}, got {threads}")
     torch.set_num_threads(threads or default_threads())
     backend = None if args.backend == "auto" else args.backend
+    if backend is None and not args.backend_auto_gpu and not launched_by_mpi():
+        backend = "gloo"
     comm: Communicator | None = None
     try:
         try:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from .comm import (CommError, Communicator, DoneWork, JobError, Work, check_op, divide_for_avg,
                    launched_by_mpi, mpi_launch_size)
-from .local_launch import env_int
+from .local_launch import placement_from_env
 
 _TORCH_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM,
               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -86,6 +86,11 @@ class TorchWork(Work):
         return self.done or self.error is not None
 
 
+def gpus_here() -> int:
+    """The CUDA GPUs torch can use on this node (0 where it has none or no CUDA build)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 class TorchCommunicator(Communicator):
     """A :class:`~real.comm.Communicator` over a torch.distributed process group."""
 
@@ -109,8 +114,8 @@ class TorchCommunicator(Communicator):
 
     @classmethod
     def create(cls, backend: str | None, timeout_s: float, check_sizes: bool) -> TorchCommunicator:
-        if backend is None:
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend is None:  # NCCL where every process of this node can have a GPU of its own
+            backend = "nccl" if gpus_here() >= placement_from_env().local_world_size else "gloo"
         if backend not in ("gloo", "nccl"):
             raise JobError(f"the torch engine has backends gloo and nccl, not {backend!r}")
         launched = mpi_launch_size() if launched_by_mpi() else None  # mpiexec, not torchrun
@@ -120,9 +125,14 @@ class TorchCommunicator(Communicator):
                            f"MASTER_ADDR, MASTER_PORT): under mpiexec use --backend mpi")
         timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "nccl":
-            if not torch.cuda.is_available():
+            placement, gpus = placement_from_env(), gpus_here()
+            if not gpus:
                 raise ValueError("backend nccl needs a CUDA GPU, and torch sees none here")
-            torch.cuda.set_device(env_int("LOCAL_RANK", 0))
+            if placement.local_world_size > gpus:
+                raise ValueError(f"backend nccl needs a GPU for each process: this node runs "
+                                 f"{placement.local_world_size} (LOCAL_WORLD_SIZE) and torch sees "
+                                 f"{gpus}; use --backend gloo, or fewer processes per node")
+            torch.cuda.set_device(placement.local_rank)
         try:
             if "RANK" in os.environ:
                 dist.init_process_group(backend, timeout=timeout)

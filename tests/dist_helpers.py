@@ -57,6 +57,19 @@ def have_mpiexec() -> bool:
     return mpiexec_path() is not None
 
 
+def have_mpich_mpiexec() -> bool:
+    """``have_mpiexec()``, and the mpiexec is MPICH's, as the test bed's MPI jobs need (always
+    True with ``DSGD_REQUIRE_MPI=1``, likewise)."""
+    if os.environ.get("DSGD_REQUIRE_MPI") == "1":
+        return True
+    from real.testbed.bed import hydra_mpiexec
+    try:
+        hydra_mpiexec()
+    except ValueError:
+        return False
+    return have_mpiexec()
+
+
 @dataclass
 class Run:
     """What a multi-process run left behind: exit status, merged output, wall time."""

@@ -218,6 +218,8 @@ class ClockedComm:
     """One rank on a fake clock: a barrier takes ``barrier_s``, an all-reduce ``call_s`` (the
     benchmark's own max-reductions of its timings take no time)."""
 
+    device = torch.device("cpu")
+
     def __init__(self, clock: list[float], barrier_s: float, call_s: float):
         self.clock, self.barrier_s, self.call_s = clock, barrier_s, call_s
 

@@ -321,6 +321,37 @@ def test_init_rejects_unknown_engine_backend_and_timeout():
         init("torch", timeout_s=1e300)
 
 
+
+def test_nccl_needs_a_gpu_for_each_process_of_the_node(monkeypatch):
+    # A node with one GPU running two processes: NCCL cannot give each its own device.
+    import real.comm_torch as comm_torch
+    monkeypatch.setattr(comm_torch, "gpus_here", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match=r"a GPU for each process: this node runs 2 .* sees 1"):
+        init("torch", backend="nccl", timeout_s=5)
+    comm = init("torch", timeout_s=5)  # the default backend falls back to Gloo there
+    try:
+        assert comm.backend == "gloo" and comm.device == torch.device("cpu")
+    finally:
+        comm.close()
+
+
+def test_a_program_of_cpu_tensors_offers_no_nccl_and_runs_gloo_beside_gpus(monkeypatch, capsys):
+    # The demos and the probes keep their tensors on the CPU: on a node with a GPU for every
+    # process, their default is still Gloo, and --backend nccl is refused while parsing.
+    import argparse
+    import real.comm_torch as comm_torch
+    from real.comm_cli import add_comm_arguments, open_comm
+    monkeypatch.setattr(comm_torch, "gpus_here", lambda: 8)
+    parser = argparse.ArgumentParser(prog="demo")
+    add_comm_arguments(parser, gpu=False)
+    with open_comm(parser, parser.parse_args(["--timeout", "5s"])) as comm:
+        assert comm.backend == "gloo"
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--backend", "nccl"])
+    assert exit_.value.code == 2 and "invalid choice: 'nccl'" in capsys.readouterr().err
+
 # -- failures: a dead or stuck peer ---------------------------------------------------------------
 PEER_SCRIPT = """
 import os, sys, time, torch

@@ -3,7 +3,6 @@ rows and RESULTS.md; and the multi-node path (4 torchrun agents joined by c10d r
 test bed, which needs root: skipped with the reason where namespaces cannot be made)."""
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path

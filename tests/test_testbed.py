@@ -29,7 +29,7 @@ from real.testbed.config import parse_congestion_control
 from real.testbed.launch import substitute
 from real.testbed.probe import main as probe_main
 from tests.bed_helpers import needs_namespaces
-from tests.dist_helpers import have_mpiexec
+from tests.dist_helpers import have_mpich_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
 RATE_TOLERANCE = 0.05
@@ -551,8 +551,9 @@ print(comm.rank, comm.size, socket.gethostname(), total[0], flush=True)
 
 
 @needs_namespaces
-@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev); "
-                                               "with DSGD_REQUIRE_MPI=1 (CI) it runs and fails instead")
+@pytest.mark.skipif(not have_mpich_mpiexec(), reason="needs mpi4py and MPICH's mpiexec (./install.sh "
+                                                     "dev); with DSGD_REQUIRE_MPI=1 (CI) it runs and "
+                                                     "fails instead")
 def test_mpi_allreduce_runs_one_rank_per_host_over_the_shaped_links(tmp_path):
     script = tmp_path / "allreduce.py"
     script.write_text(MPI_SCRIPT)
@@ -566,8 +567,9 @@ def test_mpi_allreduce_runs_one_rank_per_host_over_the_shaped_links(tmp_path):
 
 
 @needs_namespaces
-@pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev); "
-                                               "with DSGD_REQUIRE_MPI=1 (CI) it runs and fails instead")
+@pytest.mark.skipif(not have_mpich_mpiexec(), reason="needs mpi4py and MPICH's mpiexec (./install.sh "
+                                                     "dev); with DSGD_REQUIRE_MPI=1 (CI) it runs and "
+                                                     "fails instead")
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to give 2 hosts one each")
 def test_an_mpi_job_runs_each_rank_on_its_hosts_core(tmp_path):
     # mpiexec runs on host 0, but starts each host's proxy through hydra_launcher.sh, which pins it
@@ -577,3 +579,20 @@ def test_an_mpi_job_runs_each_rank_on_its_hosts_core(tmp_path):
         result = bed.run(bed.mpiexec_command(f"{sys.executable} -c '{show}'"), timeout_s=60, ranks=[0])
     assert result.ok, result.hosts[0].stderr()[-2000:]
     assert sorted(result.hosts[0].stdout().splitlines()) == [f"host0 [{cores[0]}]", f"host1 [{cores[1]}]"]
+
+
+def test_an_mpi_job_without_mpichs_mpiexec_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    # Open MPI's mpiexec takes none of Hydra's options (-launcher-exec): the bed says so before
+    # it makes a namespace, rather than leaving mpiexec to print its usage.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mpiexec").write_text("#!/bin/sh\necho 'mpiexec (Open MPI) 5.0.11'\n")
+    (fake / "mpiexec").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake / "python"))
+    monkeypatch.setenv("PATH", str(fake))
+    with pytest.raises(ValueError, match=rf"needs MPICH's mpiexec \(Hydra\); {fake}/mpiexec is "):
+        bed_module.hydra_mpiexec()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mpiexec at all
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(ValueError, match="there is none here: pip install mpich"):
+        bed_module.hydra_mpiexec()

@@ -32,7 +32,7 @@ def run_demo(description: str, body, add_arguments=None, argv=None, min_ranks: i
     """Parse the common flags (and the demo's own), open the communicator, run ``body(comm, args)``.
     With fewer than ``min_ranks`` ranks, rank 0 says so in one line and every rank exits with 2."""
     parser = RankArgumentParser(description=description)
-    add_comm_arguments(parser)
+    add_comm_arguments(parser, gpu=False)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)

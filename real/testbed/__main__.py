@@ -119,6 +119,8 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = command_text(args.command, parser)
     try:
         bed = Testbed(config, args.out_dir)
+        if args.mpi:
+            command = bed.mpiexec_command(command)
     except ValueError as exc:
         parser.error(str(exc))
     status = 1
@@ -126,7 +128,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with bed:
             _say(f"test bed {bed.run_id}: {config.hosts} hosts, output in {bed.out_dir}")
             ranks = [0] if args.mpi else None
-            result = bed.run(bed.mpiexec_command(command) if args.mpi else command, timeout_s=args.timeout,
+            result = bed.run(command, timeout_s=args.timeout,
                              fail_fast=not args.no_fail_fast, echo=not args.quiet, ranks=ranks)
         status = result.exit_status()
         for host in result.hosts:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,29 @@ from real.testbed.config import TestbedConfig
 from real.testbed.launch import HostResult, OutputPump, RunResult
 
 HYDRA_LAUNCHER = Path(__file__).with_name("hydra_launcher.sh")
+
+
+def hydra_mpiexec() -> str:
+    """MPICH's ``mpiexec`` (its process manager, Hydra, starts a proxy on each host through the
+    bed's launcher; Open MPI's takes other options): the one beside this Python, where
+    ``pip install mpich`` puts it, else the one on the PATH. ``ValueError`` saying what was
+    found where neither is MPICH's."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    found = [path for path in dict.fromkeys([beside, shutil.which("mpiexec")])
+             if path and os.access(path, os.X_OK)]
+    for path in found:
+        try:
+            version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                     timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if "HYDRA" in version:
+            return path
+    if not found:
+        raise ValueError("an MPI job on the test bed needs MPICH's mpiexec, and there is none "
+                         "here: pip install mpich mpi4py (./install.sh dev does)")
+    raise ValueError(f"an MPI job on the test bed needs MPICH's mpiexec (Hydra); {found[0]} is "
+                     f"another MPI's: pip install mpich mpi4py, or put MPICH's first on the PATH")
 STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL (torchrun forwards SIGTERM to workers)
 
 
@@ -178,9 +202,10 @@ class Testbed:
 
     def mpiexec_command(self, command: str) -> str:
         """``command`` as one MPI job, one process per host, for ``run(..., ranks=[0])``: mpiexec
-        on host 0 starts Hydra's proxies on every host through ``hydra_launcher.sh``."""
+        on host 0 starts Hydra's proxies on every host through ``hydra_launcher.sh``.
+        ``ValueError`` where no MPICH mpiexec is found (``hydra_mpiexec``)."""
         hosts = ",".join(host.hostname for host in self.hosts)
-        return shlex.join(["mpiexec", "-launcher", "ssh", "-launcher-exec", str(HYDRA_LAUNCHER),
+        return shlex.join([hydra_mpiexec(), "-launcher", "ssh", "-launcher-exec", str(HYDRA_LAUNCHER),
                            "-hosts", hosts, "-ppn", "1", "-n", str(self.config.hosts), "sh", "-c", command])
 
     def run(self, command: str, timeout_s: float | None = None, fail_fast: bool = True,
