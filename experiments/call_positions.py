@@ -27,8 +27,8 @@ from pathlib import Path
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type, check_output_file
 from dsgd_sim.units import format_bytes, parse_size
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
-from experiments.measure import (BRACKET_STREAM_CALLS, add_bed_arguments, rank_command,
-                                 round_sizes_up_to, run_bracketed, testbed_config)
+from experiments.measure import (BENCHMARK_FLAGS, BRACKET_STREAM_CALLS, add_bed_arguments,
+                                 rank_command, round_sizes_up_to, run_bracketed, testbed_config)
 from experiments.model import NetworkInputs, predict_stream_rotation_s
 from real.allreduce import call_order
 from real.testbed.bed import run_reporting
@@ -93,8 +93,7 @@ def bed_command(args) -> str:
     return rank_command("real/allreduce.py", [
         "--sizes", ",".join(f"{n}B" for n in args.sizes), "--algorithms",
         ",".join(ALLREDUCE_ALGORITHMS), "--iters", str(args.iters), "--warmup", "1",
-        "--threads", "1", "--seed", str(args.seed), "--timeout", "120s"],
-        "bench.json") + " --trace {out}/trace.json"
+        "--seed", str(args.seed), *BENCHMARK_FLAGS], "bench.json") + " --trace {out}/trace.json"
 
 
 def run_bed(args, net: NetworkInputs, bed: int) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
 from dsgd_sim.units import format_bytes, parse_size
-from experiments.measure import add_bed_arguments, rank_command, testbed_config
+from experiments.measure import BENCHMARK_FLAGS, add_bed_arguments, rank_command, testbed_config
 from experiments.model import chain_ends
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import run_reporting
@@ -87,8 +87,7 @@ def launch_commands(args, folder: Path, launch: int) -> list[tuple[str, str]]:
     if args.benchmark:
         commands.append(("benchmark", rank_command("real/allreduce.py", [
             "--sizes", ",".join(f"{n}B" for n in args.benchmark), "--iters", str(args.iters),
-            "--warmup", "1", "--threads", "1", "--seed", str(args.seed), "--timeout", "120s",
-            "--json", str(folder / f"bench{launch}.json"),
+            "--warmup", "1", "--seed", str(args.seed), *BENCHMARK_FLAGS, "--json", str(folder / f"bench{launch}.json"),
             "--trace", str(folder / f"trace{launch}.json")])))
     return commands
 

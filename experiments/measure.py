@@ -261,6 +261,11 @@ def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = D
             "transfers": [{"bytes": n, "median_s": t} for n, t in zip(sizes, medians)]}
 
 
+# real/allreduce.py's flags wherever an experiment runs it: one torch thread a rank, a timeout
+# no shaped link reaches, and Gloo, the engine the model prices (NCCL on a machine with GPUs).
+BENCHMARK_FLAGS = ("--threads", "1", "--timeout", "120s", "--backend", "gloo")
+
+
 def rank_command(script: str, args: list[str], json_name: str | None = None) -> str:
     """``script`` on every host as rank ``{rank}`` of ``{hosts}``; with ``json_name``, writing
     ``{out}/json_name``."""
@@ -331,7 +336,7 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
     for name, sizes, iters in groups:
         args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
                 ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
-                "--timeout", "120s", "--threads", "1"]
+                *BENCHMARK_FLAGS]
         commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
     files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), commands,
                                   tuple(f"{name}.json" for name, _, _ in groups), config.label,

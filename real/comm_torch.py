@@ -8,10 +8,13 @@ communicator's; a group translates them to the world ranks torch.distributed wan
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import itertools
 import os
+import sys
+import tempfile
 import threading
 import time
 
@@ -86,6 +89,33 @@ class TorchWork(Work):
         return self.done or self.error is not None
 
 
+@contextlib.contextmanager
+def stderr_kept_unless_failed():
+    """Hold what this process writes to its stderr (file descriptor 2, so torch's C++ log too)
+    inside the block: written out after it when it succeeds, dropped when it raises. A join that
+    fails has torch log the error with dozens of C++ stack frames before it raises; the caller
+    says it in one line. With ``TORCH_CPP_LOG_LEVEL`` set, nothing is held (the user asked for
+    torch's log)."""
+    if "TORCH_CPP_LOG_LEVEL" in os.environ:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        text = memoryview(held.read())
+        while text:
+            text = text[os.write(2, text):]
+
+
 def gpus_here() -> int:
     """The CUDA GPUs torch can use on this node (0 where it has none or no CUDA build)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -134,11 +164,12 @@ class TorchCommunicator(Communicator):
                                  f"{gpus}; use --backend gloo, or fewer processes per node")
             torch.cuda.set_device(placement.local_rank)
         try:
-            if "RANK" in os.environ:
-                dist.init_process_group(backend, timeout=timeout)
-            else:  # not launched by torchrun: a job of one rank
-                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                        timeout=timeout)
+            with stderr_kept_unless_failed():
+                if "RANK" in os.environ:
+                    dist.init_process_group(backend, timeout=timeout)
+                else:  # not launched by torchrun: a job of one rank
+                    dist.init_process_group(backend, store=dist.HashStore(), rank=0,
+                                            world_size=1, timeout=timeout)
         except (RuntimeError, ValueError) as error:
             raise CommError(f"could not join the torch.distributed job ({backend}, timeout "
                             f"{timeout_s:g} s): {error}") from error
