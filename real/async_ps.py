@@ -186,19 +186,24 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
     for proc in procs:
         proc.start()
     server, workers = procs[0], procs[1:]
-    # One look at which are alive per pass: a second look could find the last one gone and
-    # leave wait() an empty list, which it would wait on for ever.
-    while alive := [proc for proc in procs if proc.is_alive()]:
-        mp_connection.wait([proc.sentinel for proc in alive])
-        if not server.is_alive() and not server_joined.is_set():
-            for worker in workers:
-                worker.terminate()
+    wait_for_processes(server, workers, server_joined)
     for proc in procs:
         proc.join()
     codes = [proc.exitcode for proc in procs]
     if codes[0] != 0:
         return codes[0] if codes[0] and codes[0] > 0 else 1
     return 1 if any(code and code > 0 for code in codes[1:]) else 0
+
+
+def wait_for_processes(server, workers: list, server_joined, wait=mp_connection.wait) -> None:
+    """Return once the server and every worker have ended; stop the workers if the server ends
+    before it joined the job. One look at which are alive per pass: a second look could find the
+    last one gone and leave ``wait`` an empty list, which it would wait on for ever."""
+    while alive := [proc for proc in (server, *workers) if proc.is_alive()]:
+        wait([proc.sentinel for proc in alive])
+        if not server.is_alive() and not server_joined.is_set():
+            for worker in workers:
+                worker.terminate()
 
 
 def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int,

@@ -489,3 +489,49 @@ def test_under_mpiexec_the_backend_is_mpi_unless_one_is_named(monkeypatch):
     assert AsyncConfig().backend == "mpi" and AsyncConfig(backend="gloo").backend == "gloo"
     monkeypatch.delenv("PMI_RANK")
     assert AsyncConfig().backend == "gloo"
+
+
+class FakeProcess:
+    """A process the launcher watches: alive for its first ``looks`` calls of is_alive()."""
+
+    def __init__(self, name: str, looks: int):
+        self.sentinel, self.looks, self.terminated = name, looks, False
+
+    def is_alive(self) -> bool:
+        self.looks -= 1
+        return self.looks >= 0
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+
+class Event:
+    def __init__(self, is_set: bool):
+        self.value = is_set
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+def test_the_launcher_never_waits_on_an_empty_list_when_the_last_process_ends_between_looks():
+    # Before, the launcher looked twice a pass: "is any alive?", then "which are?" for wait()'s
+    # list. A process that ended between the two looks left that list empty, and wait([])
+    # blocks for ever.
+    from real.async_ps import wait_for_processes
+    waited = []
+
+    def wait(sentinels):
+        assert sentinels, "wait() given no process: it would block for ever"
+        waited.append(sentinels)
+
+    # The server has ended (after joining); the worker is alive at one look and gone at the next.
+    server, worker = FakeProcess("server", looks=0), FakeProcess("worker", looks=1)
+    wait_for_processes(server, [worker], Event(True), wait)
+    assert waited == [["worker"]] and not worker.terminated
+
+
+def test_the_launcher_stops_the_workers_when_the_server_ends_before_joining():
+    from real.async_ps import wait_for_processes
+    server, worker = FakeProcess("server", looks=1), FakeProcess("worker", looks=3)
+    wait_for_processes(server, [worker], Event(False), lambda sentinels: None)
+    assert worker.terminated
