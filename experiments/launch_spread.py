@@ -87,7 +87,8 @@ def launch_commands(args, folder: Path, launch: int) -> list[tuple[str, str]]:
     if args.benchmark:
         commands.append(("benchmark", rank_command("real/allreduce.py", [
             "--sizes", ",".join(f"{n}B" for n in args.benchmark), "--iters", str(args.iters),
-            "--warmup", "1", "--seed", str(args.seed), *BENCHMARK_FLAGS, "--json", str(folder / f"bench{launch}.json"),
+            "--warmup", "1", "--seed", str(args.seed), *BENCHMARK_FLAGS,
+            "--json", str(folder / f"bench{launch}.json"),
             "--trace", str(folder / f"trace{launch}.json")])))
     return commands
 

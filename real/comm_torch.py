@@ -144,8 +144,9 @@ class TorchCommunicator(Communicator):
 
     @classmethod
     def create(cls, backend: str | None, timeout_s: float, check_sizes: bool) -> TorchCommunicator:
+        placement, gpus = placement_from_env(), gpus_here()
         if backend is None:  # NCCL where every process of this node can have a GPU of its own
-            backend = "nccl" if gpus_here() >= placement_from_env().local_world_size else "gloo"
+            backend = "nccl" if gpus >= placement.local_world_size else "gloo"
         if backend not in ("gloo", "nccl"):
             raise JobError(f"the torch engine has backends gloo and nccl, not {backend!r}")
         launched = mpi_launch_size() if launched_by_mpi() else None  # mpiexec, not torchrun
@@ -155,7 +156,6 @@ class TorchCommunicator(Communicator):
                            f"MASTER_ADDR, MASTER_PORT): under mpiexec use --backend mpi")
         timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "nccl":
-            placement, gpus = placement_from_env(), gpus_here()
             if not gpus:
                 raise ValueError("backend nccl needs a CUDA GPU, and torch sees none here")
             if placement.local_world_size > gpus:

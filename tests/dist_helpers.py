@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import signal
 import socket
 import subprocess
@@ -38,9 +37,10 @@ def free_port() -> int:
 
 
 def mpiexec_path() -> str | None:
-    """``mpiexec`` on the PATH, or next to this Python (where ``pip install mpich`` puts it)."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return shutil.which("mpiexec") or (beside if os.access(beside, os.X_OK) else None)
+    """The ``mpiexec`` the tests launch with: the first of ``bed.mpiexec_candidates`` (beside
+    this Python, where ``pip install mpich`` puts it, else on the PATH), or None."""
+    from real.testbed.bed import mpiexec_candidates
+    return next(iter(mpiexec_candidates()), None)
 
 
 def have_mpiexec() -> bool:

@@ -27,16 +27,22 @@ from real.testbed.config import TestbedConfig
 from real.testbed.launch import HostResult, OutputPump, RunResult
 
 HYDRA_LAUNCHER = Path(__file__).with_name("hydra_launcher.sh")
+STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL (torchrun forwards SIGTERM to workers)
+
+
+def mpiexec_candidates() -> list[str]:
+    """Every ``mpiexec`` this process could run, best first: the one beside this Python (where
+    ``pip install mpich`` puts it, with the mpi4py it serves), then the one on the PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return [path for path in dict.fromkeys([beside, shutil.which("mpiexec")])
+            if path and os.access(path, os.X_OK)]
 
 
 def hydra_mpiexec() -> str:
     """MPICH's ``mpiexec`` (its process manager, Hydra, starts a proxy on each host through the
-    bed's launcher; Open MPI's takes other options): the one beside this Python, where
-    ``pip install mpich`` puts it, else the one on the PATH. ``ValueError`` saying what was
-    found where neither is MPICH's."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    found = [path for path in dict.fromkeys([beside, shutil.which("mpiexec")])
-             if path and os.access(path, os.X_OK)]
+    bed's launcher; Open MPI's takes other options), the first of ``mpiexec_candidates`` that
+    is. ``ValueError`` saying what was found where none is MPICH's."""
+    found = mpiexec_candidates()
     for path in found:
         try:
             version = subprocess.run([path, "--version"], capture_output=True, text=True,
@@ -50,7 +56,6 @@ def hydra_mpiexec() -> str:
                          "here: pip install mpich mpi4py (./install.sh dev does)")
     raise ValueError(f"an MPI job on the test bed needs MPICH's mpiexec (Hydra); {found[0]} is "
                      f"another MPI's: pip install mpich mpi4py, or put MPICH's first on the PATH")
-STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL (torchrun forwards SIGTERM to workers)
 
 
 @dataclass(frozen=True)
@@ -205,8 +210,9 @@ class Testbed:
         on host 0 starts Hydra's proxies on every host through ``hydra_launcher.sh``.
         ``ValueError`` where no MPICH mpiexec is found (``hydra_mpiexec``)."""
         hosts = ",".join(host.hostname for host in self.hosts)
-        return shlex.join([hydra_mpiexec(), "-launcher", "ssh", "-launcher-exec", str(HYDRA_LAUNCHER),
-                           "-hosts", hosts, "-ppn", "1", "-n", str(self.config.hosts), "sh", "-c", command])
+        return shlex.join([hydra_mpiexec(), "-launcher", "ssh", "-launcher-exec",
+                           str(HYDRA_LAUNCHER), "-hosts", hosts, "-ppn", "1",
+                           "-n", str(self.config.hosts), "sh", "-c", command])
 
     def run(self, command: str, timeout_s: float | None = None, fail_fast: bool = True,
             echo: bool = False, env: dict[str, str] | None = None, ranks: list[int] | None = None) -> RunResult:
