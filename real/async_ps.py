@@ -44,8 +44,8 @@ from tqdm import tqdm
 from real.comm import CommError, init
 from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
-from real.local_launch import (env_int, env_rank, rendezvous, report_error, report_join_error,
-                               say)
+from real.local_launch import (env_rank, launcher_local_ranks, rendezvous, report_error,
+                               report_join_error, say)
 from real.ps_config import AsyncConfig, parse_args
 from real.ps_protocol import ProtocolError
 from real.ps_server import ParameterServer, WorkersLost
@@ -110,7 +110,7 @@ def run_process(config: AsyncConfig, joined=None) -> int:
         joined.set()
     try:
         try:  # bad input every rank finds alike: the server says it once
-            local = env_int("LOCAL_WORLD_SIZE", comm.world_size)
+            local = launcher_local_ranks() or comm.world_size
             torch.set_num_threads(config.threads or default_threads(local))
             if comm.world_size < 2:
                 raise ValueError("a parameter server needs at least 2 processes (a server and a "

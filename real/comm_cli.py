@@ -27,7 +27,7 @@ import torch
 from dsgd_sim.units import parse_time
 
 from .comm import CommError, Communicator, check_timeout, init, launched_by_mpi
-from .local_launch import MAX_THREADS, report_join_error
+from .local_launch import MAX_THREADS, launcher_local_ranks, report_join_error
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
 
@@ -57,10 +57,10 @@ def add_comm_arguments(parser: argparse.ArgumentParser, timeout: str = DEFAULT_T
 def default_threads(local_ranks: int | None = None) -> int:
     """torch threads for one rank: ``OMP_NUM_THREADS`` when set (torchrun sets it to 1 for several
     ranks per node; the test bed to the cores per host), else the cores this process may use
-    divided among the ranks on this machine (``local_ranks``, else ``LOCAL_WORLD_SIZE``, else 1).
-    Spare threads
-    matter: an idle OpenMP thread spins for a while before it sleeps, and on shared cores that
-    spinning takes the time another rank needs to move its data."""
+    divided among the ranks on this machine (``local_ranks``, else what the launcher says:
+    torchrun's ``LOCAL_WORLD_SIZE`` or mpiexec's local size, else 1). Spare threads matter: an
+    idle OpenMP thread spins for a while before it sleeps, and on shared cores that spinning
+    takes the time another rank needs to move its data."""
     try:
         threads = int(os.environ.get("OMP_NUM_THREADS", "0"))
     except ValueError:
@@ -69,8 +69,8 @@ def default_threads(local_ranks: int | None = None) -> int:
         return threads
     if local_ranks is None:
         try:
-            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        except ValueError:
+            local_ranks = launcher_local_ranks() or 1
+        except ValueError:  # a launcher variable that is no number: the join says so
             local_ranks = 1
     return max(1, len(os.sched_getaffinity(0)) // max(1, local_ranks))
 

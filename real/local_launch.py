@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser
 
-from .comm import JobError, check_timeout
+from .comm import JobError, check_timeout, launched_by_mpi
 
 # A launcher such as torchrun stops every rank once one exits: ranks that stay quiet about a bad
 # input wait this long, so that rank 0 has surely printed its error line first.
@@ -65,6 +65,16 @@ def mpi_local_rank() -> tuple[int, int]:
         if rank_var in os.environ and size_var in os.environ:
             return env_int(rank_var, 0), env_int(size_var, 1)
     return 0, 1
+
+
+def launcher_local_ranks() -> int | None:
+    """How many ranks the launcher started on this machine: torchrun's ``LOCAL_WORLD_SIZE``, else
+    mpiexec's (MPICH or Open MPI); None under neither. ``ValueError`` if one is not a number."""
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        return env_int("LOCAL_WORLD_SIZE", 1)
+    if launched_by_mpi():
+        return mpi_local_rank()[1]
+    return None
 
 
 def say(line: str, stream=None) -> None:

@@ -214,6 +214,25 @@ def test_default_threads_follow_omp_num_threads_else_share_the_cores_among_local
     assert default_threads() == cores
 
 
+@pytest.mark.parametrize("local_vars", [{"PMI_RANK": "0", "MPI_LOCALRANKID": "0",
+                                         "MPI_LOCALNRANKS": "4"},
+                                        {"OMPI_COMM_WORLD_RANK": "0",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}])
+def test_default_threads_share_the_cores_among_the_ranks_mpiexec_started_here(monkeypatch,
+                                                                              local_vars):
+    # mpiexec sets no LOCAL_WORLD_SIZE: each of its ranks once took every core's worth of
+    # threads, and 2 ranks on 2 cores ran the MPI ring 30 times slower
+    from real.comm_cli import default_threads
+    from real.local_launch import launcher_local_ranks
+    for name in ("OMP_NUM_THREADS", "LOCAL_WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in local_vars.items():
+        monkeypatch.setenv(name, value)
+    assert launcher_local_ranks() == 4
+    assert default_threads() == max(1, len(os.sched_getaffinity(0)) // 4)
+
+
 class ClockedComm:
     """One rank on a fake clock: a barrier takes ``barrier_s``, an all-reduce ``call_s`` (the
     benchmark's own max-reductions of its timings take no time)."""
