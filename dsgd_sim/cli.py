@@ -308,7 +308,7 @@ def run_all(args, runs: Runs) -> None:
                     else None
                 result = SyncSimulation(config, trace=trace, on_iteration=bar.update).run()
                 runs.sync_results.append(result)
-                runs.summaries.append(summarize(result, baseline_iteration_s(config)))
+                runs.summaries.append(summarize(result, baseline_iteration_s(config, result)))
                 runs.traces += [trace] if trace else []
             if do_async:
                 trace = Trace(process_name="async: workers and parameter server", pid=1) \

@@ -139,10 +139,12 @@ class AsyncConfig:
         rate_bps = min(self.cluster.bandwidth_bps / self.servers, self.cluster.server_bandwidth_bps)
         return self.cluster.latency_s + 8.0 * self.shard_bytes / rate_bps
 
-    def single_worker_update_s(self) -> float:
-        """Expected seconds per update with one worker at normal speed (no contention, no
-        straggler): the baseline of speedup."""
-        return self.workload.compute.mean_s + 2 * self.transfer_alone_s() + self.service_s
+    def single_worker_update_s(self, compute_s: float | None = None) -> float:
+        """Seconds per update with one worker at normal speed (no contention, no straggler): the
+        baseline of speedup. ``compute_s``: a gradient's compute (a run's own mean draw, see
+        ``AsyncResult.drawn_compute_s``); else the expected one."""
+        compute_s = self.workload.compute.mean_s if compute_s is None else compute_s
+        return compute_s + 2 * self.transfer_alone_s() + self.service_s
 
 
 @dataclass
@@ -156,6 +158,7 @@ class AsyncResult:
     dropped: int  # gradients discarded for exceeding max_staleness
     dropped_compute_s: float  # compute seconds spent on them
     cycle_s: dict[str, float] = field(default_factory=dict)  # mean seconds per gradient, by phase
+    drawn_s: np.ndarray | None = None  # each applied update's compute draw, at normal speed
 
     @property
     def makespan_s(self) -> float:
@@ -211,15 +214,17 @@ class AsyncSimulation:
         self.ends: list[float] = []
         self.stale: list[int] = []
         self.who: list[int] = []
+        self.drawn: list[float] = []  # each applied update's compute draw, at normal speed
         self.dropped, self.dropped_compute_s = 0, 0.0
         self.totals = _Totals()
         self.finished = self.env.event()
 
-    def _draw(self, worker: int) -> float:
+    def _draw(self) -> float:
+        """The next compute time drawn, at normal speed."""
         if not self.draws:
             sample = self.config.workload.compute.sample(self.rng, self.DRAWS_PER_REFILL)
             self.draws = sample.tolist()[::-1]
-        return self.draws.pop() * self.slowdown[worker]
+        return self.draws.pop()
 
     def _compute(self, seconds: float, delay_s: float):
         """Wait ``delay_s`` (the reply's latency), then compute for ``seconds`` of one core."""
@@ -234,7 +239,8 @@ class AsyncSimulation:
         """Loop: compute, push, wait for the server, take the reply; until the workload is done."""
         env, version, delay_s = self.env, 0, 0.0
         while True:
-            compute_s = self._draw(worker)
+            drawn = self._draw()
+            compute_s = drawn * self.slowdown[worker]
             compute_start = env.now + delay_s
             yield from self._compute(compute_s, delay_s)
             computed = env.now
@@ -245,6 +251,8 @@ class AsyncSimulation:
             arrival = env.now + self.latency_s
             busy_s = computed - compute_start
             staleness, head, end, version, last = self._serve(worker, version, arrival, busy_s)
+            if staleness is not None:
+                self.drawn.append(drawn)
             self._account(busy_s, computed, arrival, head, end)
             if self.trace is not None and len(self.ends) <= self.trace_updates:
                 self._trace_cycle(worker, compute_start, computed, arrival, head, end, staleness)
@@ -319,4 +327,5 @@ class AsyncSimulation:
         return AsyncResult(self.config, np.asarray(self.ends),
                            np.asarray(self.stale, dtype=np.int64),
                            np.asarray(self.who, dtype=np.int64), self.dropped,
-                           self.dropped_compute_s, self.totals.means())
+                           self.dropped_compute_s, self.totals.means(),
+                           np.asarray(self.drawn))

@@ -55,7 +55,8 @@ def _speedup_points(configs: list[SyncConfig], summaries: list[dict]):
         k_sync = min(config.k_sync, count) if config.k_sync else None
         sub = replace(config, cluster=config.cluster.with_replicas(count), k_sync=k_sync,
                       iterations=min(config.iterations, 50))
-        speedups.append(summarize(SyncSimulation(sub).run(), baseline_iteration_s(sub))["speedup"])
+        result = SyncSimulation(sub).run()
+        speedups.append(summarize(result, baseline_iteration_s(sub, result))["speedup"])
     return counts, speedups
 
 

@@ -3,6 +3,7 @@ and async SGD alone and side by side, with a one-line verdict."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -14,13 +15,16 @@ from .units import (format_bandwidth_bps, format_bytes, format_count, format_rat
                     format_time)
 
 
-def baseline_iteration_s(config: SyncConfig) -> float:
+def baseline_iteration_s(config: SyncConfig, result: SyncResult | None = None) -> float:
     """Mean iteration time of the same workload on one replica at normal speed (no straggler:
     with half the replicas slowed, one replica alone would be a straggler by rounding). A
-    replica alone that shares no cores and needs no server computes and nothing else: its
-    expected compute time, exactly (a simulated sample would add its own noise to the speedup);
-    otherwise one replica simulated."""
+    replica alone that shares no cores and needs no server computes and nothing else: the mean
+    of the compute times ``result``'s run drew (the same draws one replica would have made, so
+    that one replica's speedup is exactly 1 and the draws' own noise cancels in the ratio), or,
+    without a run, the expected compute time; otherwise one replica simulated."""
     if config.cluster.cores is None and config.algorithm != "ps":
+        if result is not None and math.isfinite(result.drawn_compute_s):
+            return result.drawn_compute_s
         return config.workload.compute.mean_s
     cluster = replace(config.cluster.with_replicas(1), straggler_fraction=0.0)
     single = replace(config, cluster=cluster, k_sync=None)
@@ -163,9 +167,12 @@ def summarize_async(result: AsyncResult) -> dict:
     config = result.config
     staleness = result.staleness
     applied = len(staleness)
-    single_s = config.single_worker_update_s()
     # as real/ps_server.py counts: after the first round (start-up), where more than a round is left
     skip, start_s, rate = timed_rate(result.update_end_s, config.cluster.replicas)
+    # the timed updates' own compute draws, as one worker alone would have drawn them: one
+    # worker's speedup is then exactly 1, and the draws' noise cancels in the ratio
+    drawn = result.drawn_s[skip:] if result.drawn_s is not None else []
+    single_s = config.single_worker_update_s(float(np.mean(drawn)) if len(drawn) else None)
     rate = result.updates_per_s if rate is None else rate
     cycle = result.cycle_s
     return {

@@ -122,6 +122,9 @@ class SyncResult:
     exposed_comm_s: np.ndarray
     idle_s: np.ndarray
     comm_s: np.ndarray
+    drawn_compute_s: float = math.nan
+    """Mean of every compute time the run drew, at normal speed (before any straggler's slowdown
+    or core sharing): what one replica alone would have computed with the same draws."""
 
 
 class SyncSimulation:
@@ -142,6 +145,7 @@ class SyncSimulation:
         self.trace, self.trace_iterations = trace, trace_iterations
         self.on_iteration = on_iteration
         self.iterations: list[_Iteration] = []
+        self.drawn_s, self.drawn_count = 0.0, 0  # every compute draw at normal speed, summed
         self.computing: dict[int, simpy.Process] = {}
         self.procs: list[simpy.Process] = []
         self.comm = (_ParameterServer(self) if config.algorithm == PARAMETER_SERVER
@@ -158,7 +162,10 @@ class SyncSimulation:
         return self.iterations[index]
 
     def _new_iteration(self, index: int) -> _Iteration:
-        draws = self.config.workload.compute.sample(self.rng, self.replicas) * self.slowdown
+        drawn = self.config.workload.compute.sample(self.rng, self.replicas)
+        self.drawn_s += float(drawn.sum())
+        self.drawn_count += len(drawn)
+        draws = drawn * self.slowdown
         needed = self.config.gradients_used if self.replicas > 1 else 1
         it = _Iteration(self.env, index, draws, len(self.buckets), needed)
         self.iterations.append(it)
@@ -283,7 +290,7 @@ class SyncSimulation:
         comm = np.array([sum(e - s for s, e in it.comm_spans) + np.mean(it.own_comm_s)
                          for it in its])
         return SyncResult(self.config, iteration, compute, exposed, iteration - compute - exposed,
-                          comm)
+                          comm, self.drawn_s / max(1, self.drawn_count))
 
 
 class _AllReduceStream:

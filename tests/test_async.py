@@ -98,6 +98,19 @@ def test_one_worker_has_no_staleness_and_pays_compute_push_apply_reply():
         == pytest.approx(cycle)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_one_worker_of_random_compute_has_a_speedup_of_exactly_one(seed):
+    # against the expected compute, a run's own 100 exponential draws once gave one worker 0.946x
+    from dsgd_sim.report import summarize_async
+    workload = from_preset("resnet50").with_grad_bytes(1_000_000).with_compute(Exponential(0.08))
+    config = AsyncConfig(ClusterConfig(1, 10e9, 1e-4), workload, 100, seed=seed,
+                         service_time_s=0.003)
+    summary = summarize_async(AsyncSimulation(config).run())
+    assert summary["speedup"] == pytest.approx(1.0)
+    assert summary["single_worker_update_time_s"] != pytest.approx(
+        config.single_worker_update_s(), rel=1e-6)  # the draws, not the expectation
+
+
 @pytest.mark.parametrize("bound", [0, 1, 4])
 def test_max_staleness_bounds_every_applied_update(bound):
     unbounded = AsyncSimulation(free_comm(16, 3000)).run()

@@ -139,10 +139,24 @@ def test_one_straggler_sets_the_pace():
     assert result.idle_s.mean() == pytest.approx((7 * 0.2) / 8)
 
 
-def test_the_one_replica_baseline_is_the_expected_compute_not_a_sample():
-    # a sample of a few exponential draws is noisy enough to give a speedup over linear
+def test_without_a_run_the_one_replica_baseline_is_the_expected_compute():
     for seed in range(5):
         assert baseline_iteration_s(free_comm_config(2, 3, seed=seed)) == MU
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_the_one_replica_baseline_uses_the_runs_own_draws(replicas):
+    # against the expected compute, 100 exponential draws once gave one replica a speedup of
+    # 0.85x, and a few draws can give more than linear; with the run's own draws one replica is
+    # exactly 1x and free communication never beats linear (a max is never below a mean)
+    for seed in range(5):
+        config = free_comm_config(replicas, 3, seed=seed)
+        result = SyncSimulation(config).run()
+        speedup = summarize(result, baseline_iteration_s(config, result))["speedup"]
+        if replicas == 1:
+            assert speedup == pytest.approx(1.0)
+        else:
+            assert 1.0 <= speedup <= replicas + 1e-9
 
 
 @pytest.mark.parametrize("fraction", [0.125, 0.5, 0.6, 1.0])
