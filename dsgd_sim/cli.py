@@ -25,7 +25,7 @@ from tqdm import tqdm
 from . import convergence
 from .argparse_oneline import OneLineArgumentParser, argparse_type as _typed, check_output_file
 from .cluster import ClusterConfig
-from .collectives import ALGORITHM_NAMES, PARAMETER_SERVER, load_round_costs
+from .collectives import ALGORITHM_NAMES, PARAMETER_SERVER, load_round_costs, round_cost_notes
 from .compute import parse_compute
 from .parameter_server import DEFAULT_SERVER_MEMORY_BPS, AsyncConfig, AsyncSimulation
 from .presets import DEFAULT_PRESET, PRESETS
@@ -33,7 +33,7 @@ from .replay import ReplayConfig
 from .report import (async_config_json, baseline_iteration_s, config_json, format_async,
                      format_async_sweep, format_side_by_side, format_single, format_sweep,
                      summarize, summarize_async, verdict)
-from .sync import SyncConfig, SyncSimulation
+from .sync import SyncConfig, SyncSimulation, make_buckets
 from .trace import Trace
 from .units import parse_bandwidth, parse_count, parse_size, parse_time
 from .workload import MAX_BATCH, MAX_GRAD_BYTES, Workload, from_preset, load_profile
@@ -118,8 +118,10 @@ def parse_stragglers(text: str) -> tuple[float, float]:
     """``0.1:3``: a tenth of the replicas compute three times slower."""
     fraction_text, sep, factor_text = text.partition(":")
     try:
+        if not sep:
+            raise ValueError
         fraction = float(fraction_text)
-        factor = float(factor_text) if sep else 2.0
+        factor = float(factor_text)
     except ValueError:
         raise ValueError(f"stragglers {text!r} must be FRACTION:FACTOR, e.g. 0.1:3") from None
     if not (math.isfinite(fraction) and 0 <= fraction <= 1):
@@ -272,6 +274,16 @@ def build_configs(args) -> list[SyncConfig]:
         configs.append(SyncConfig(cluster, workload, args.algorithm, args.iterations, args.seed,
                                   args.k_sync, args.bucket_size, args.overlap))
     return configs
+
+
+def input_notes(args, configs: list[SyncConfig]) -> list[str]:
+    """Notes on what the sync run takes on trust: a round-cost table used beyond what it
+    measured."""
+    costs = configs[0].cluster.round_costs if configs and args.mode != "async" else None
+    if costs is None:
+        return []
+    buckets = [b.grad_bytes for b in make_buckets(configs[0].workload, configs[0].bucket_bytes)]
+    return round_cost_notes(costs, args.algorithm, [c.cluster.replicas for c in configs], buckets)
 
 
 def build_async_configs(args, configs: list[SyncConfig]) -> list[AsyncConfig]:
@@ -455,6 +467,18 @@ def check_flags_apply(args, given: dict[str, str]) -> None:
         for dest in dests:
             if dest in given:
                 raise ValueError(f"{given[dest]} applies to {where}; this run would ignore it")
+    if "overlap" in given and "bucket_size" not in given:
+        raise ValueError("--overlap all-reduces each bucket during backward, and without "
+                         "--bucket-size the gradient is one bucket, ready when backward ends: "
+                         "give --bucket-size (25MB, as DDP)")
+    if "ps_memory_bandwidth" in given and "ps_service_time" in given:
+        raise ValueError("--ps-service-time gives the server's apply time, which "
+                         "--ps-memory-bandwidth would otherwise set: give one of them")
+    if "round_costs" in given and args.mode == "sync" and not args.replay:
+        for dest in ("latency", "bandwidth"):
+            if dest in given:
+                raise ValueError(f"{given[dest]}: with --round-costs every round of the sync "
+                                 f"run costs what it measured; this run would ignore it")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -467,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = Runs(configs, build_async_configs(args, configs))
     except ValueError as error:
         parser.error(str(error))
+    for note in input_notes(args, configs):
+        print(note, file=sys.stderr)
     run_all(args, runs)
     try:
         print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 Rounds = list[tuple[int, float]]
 
@@ -107,6 +107,7 @@ class RoundCosts:
     first_s: tuple[float, ...]
     next_s: tuple[float, ...]
     reduce_s: tuple[float, ...] = ()
+    ranks: int | None = None  # how many ranks the table was measured on, where known
 
     def __post_init__(self):
         n = len(self.sizes_bytes)
@@ -187,9 +188,29 @@ def load_round_costs(path: str) -> RoundCosts:
         raise ValueError(f"round costs {path!r}: expected a list of rows, or an object with "
                          f"'results' (experiments/ring_probe.py --json)")
     try:
-        return RoundCosts.from_rows(rows)
+        costs = RoundCosts.from_rows(rows)
     except ValueError as error:
         raise ValueError(f"round costs {path!r}: {error}") from None
+    ranks = data.get("world_size") if isinstance(data, dict) else None
+    return replace(costs, ranks=ranks) if isinstance(ranks, int) and ranks > 0 else costs
+
+
+def round_cost_notes(costs: RoundCosts, algorithm: str, replicas: list[int],
+                     bucket_bytes: list[float]) -> list[str]:
+    """What a user should know of a measured table used beyond what it measured: other rank
+    counts than its own, and rounds larger than its largest (priced along its last two points)."""
+    notes = []
+    others = sorted({p for p in replicas if p > 1 and costs.ranks and p != costs.ranks})
+    if others:
+        counts = ", ".join(f"{p:,}" for p in others)
+        notes.append(f"note: the round costs were measured on {costs.ranks} ranks; each round of "
+                     f"the {counts}-replica all-reduce is priced as one of theirs")
+    largest = max((size for p in replicas if p > 1 for n in bucket_bytes if n > 0
+                   for _, size in ALGORITHMS[algorithm](p, n)), default=0.0)
+    if largest > costs.sizes_bytes[-1]:
+        notes.append(f"note: rounds of up to {largest:,.0f} B are priced beyond the round costs' "
+                     f"largest size ({costs.sizes_bytes[-1]:,.0f} B), along its last two points")
+    return notes
 
 
 def allreduce_time_s(algorithm: str, p: int, n_bytes: float, latency_s: float,

@@ -122,6 +122,10 @@ BAD_INPUTS = [
     (["--mode", "sync", "--ps-bandwidth", "1Gbps"], "--ps-bandwidth applies to a parameter server"),
     (["--lr", "0.5"], "--lr applies to --replay"),
     (["--staleness-lr"], "--staleness-lr applies to --replay"),
+    (["--overlap"], "without --bucket-size the gradient is one bucket"),
+    (["--mode", "async", "--ps-service-time", "1ms", "--ps-memory-bandwidth", "10GB/s"],
+     "give one of them"),
+    (["--stragglers", "0.1"], "'0.1' must be FRACTION:FACTOR"),
 ]
 
 
@@ -216,6 +220,36 @@ def test_bad_round_costs_file_is_one_line_and_status_2(tmp_path, content, named)
     done = run_cli("--round-costs", str(path), "--iterations", "2")
     assert done.returncode == 2
     assert named in done.stderr and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_round_costs_used_beyond_what_they_measured_say_so_on_stderr(tmp_path):
+    table = tmp_path / "rounds.json"
+    table.write_text(json.dumps({"probe": "ring rounds", "world_size": 2, "results": [
+        {"bytes": 1_000_000, "first_s": 0.100, "next_s": 0.110},
+        {"bytes": 4_000_000, "first_s": 0.400, "next_s": 0.440}]}))
+    done = run_cli("--replicas", "2,4", "--grad-bytes", "20MB", "--mode", "sync",
+                   "--iterations", "2", "--round-costs", str(table))
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note:")]
+    # 2 replicas match the table's ranks; a 2-replica ring of 20 MB sends rounds of 10 MB
+    assert len(notes) == 2
+    assert "measured on 2 ranks" in notes[0] and "the 4-replica all-reduce" in notes[0]
+    assert "10,000,000 B" in notes[1] and "4,000,000 B" in notes[1]
+    quiet = run_cli("--replicas", "2", "--grad-bytes", "8MB", "--mode", "sync", "--iterations",
+                    "2", "--round-costs", str(table))
+    assert quiet.returncode == 0 and "note:" not in quiet.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--bandwidth", "1Gbps"), ("--latency", "1ms")])
+def test_round_costs_refuse_a_network_the_sync_run_would_not_use(tmp_path, flag, value):
+    table = tmp_path / "rounds.json"
+    table.write_text('[{"bytes": 64, "first_s": 0.1, "next_s": 0.1}, '
+                     '{"bytes": 128, "first_s": 0.2, "next_s": 0.2}]')
+    done = run_cli("--round-costs", str(table), "--mode", "sync", flag, value)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"{flag}: with --round-costs" in done.stderr
+    # where an async run uses the network too, the flag counts
+    assert run_cli("--round-costs", str(table), "--iterations", "2", flag, value).returncode == 0
 
 
 def test_round_costs_refuse_the_parameter_server_which_has_no_rounds(tmp_path):
