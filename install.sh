@@ -2,13 +2,16 @@
 # Installs dsgd and everything it needs into the current Python environment.
 #
 #   ./install.sh            the package (simulator and real trainers)
+#   ./install.sh mpi        + mpi4py and mpich (a working mpiexec)
 #   ./install.sh dev        + what the tests and the experiments need: pytest, mpi4py and mpich
 #                             (MPI), ninja; as root with apt-get: iproute2 (the test bed), and a
 #                             C++ compiler and Python's headers where missing (the C++ ring rounds)
 #
 # A torch that is already installed is kept. When there is none, the CPU build is installed
 # (TORCH_SPEC, default torch==2.13.0), so that the plain requirement in pyproject.toml never
-# downloads the several-GB CUDA build by accident.
+# downloads the several-GB CUDA build by accident: PyPI's Linux torch is the CUDA build, so the
+# CPU one comes from PyTorch's CPU wheel index (TORCH_INDEX_URL; empty: pip's own sources only)
+# where that index can be reached.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -23,8 +26,18 @@ done
 
 if ! "$PY" -c 'import torch' 2>/dev/null; then
     spec=${TORCH_SPEC:-torch==2.13.0}
-    echo "install.sh: no torch found; installing $spec (CPU)"
-    "$PY" -m pip install -q "$spec"
+    index=${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}
+    from=()
+    if [[ -n "$index" ]] && "$PY" -c 'import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=10).close()' "$index" 2>/dev/null; then
+        from=(--extra-index-url "$index")  # its +cpu build outranks PyPI's of the same version
+        echo "install.sh: no torch found; installing $spec (CPU) from $index"
+    else
+        echo "install.sh: no torch found; installing $spec from pip's own sources" \
+             "(${index:-TORCH_INDEX_URL is empty}${index:+ cannot be reached}; on Linux, PyPI's" \
+             "torch is the CUDA build)"
+    fi
+    "$PY" -m pip install -q ${from[@]+"${from[@]}"} "$spec"
 fi
 
 "$PY" -m pip install -q -e ".${extras:+[$extras]}"
