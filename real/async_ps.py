@@ -118,7 +118,12 @@ def run_process(config: AsyncConfig, joined=None) -> int:
             config.check_warmup(comm.world_size - 1)
         except ValueError as error:
             return report_error(PROG, comm.rank == 0, error, 2)
-        dataset = load_data_together(config, comm)
+        try:
+            dataset = load_data_together(config, comm)
+        except CommError as error:  # every rank takes part: any of them may be the one lost
+            raise StartupLost(f"rank {comm.rank}: a rank was lost while the job started (every "
+                              f"rank loads its data together, so the job ends): "
+                              f"{own_words(error, comm.rank)}") from None
         if comm.rank == 0:
             serve(config, comm)
         else:
@@ -128,12 +133,23 @@ def run_process(config: AsyncConfig, joined=None) -> int:
         return 2
     except ValueError as error:
         return fail(error, 2)
-    except (CommError, ProtocolError, WorkersLost, ServerStopped, OSError) as error:
+    except (CommError, ProtocolError, WorkersLost, ServerStopped, OSError, StartupLost) as error:
         if comm.rank != 0 and isinstance(error, CommError):
-            error = f"rank {comm.rank}: lost the server (rank 0): {error}"
+            error = f"rank {comm.rank}: lost the server (rank 0): {own_words(error, comm.rank)}"
         return fail(error, 1)
     finally:
         comm.close()
+
+
+def own_words(error, rank: int) -> str:
+    """``error``'s text without the ``rank N: `` it may open with, for a line that names the
+    rank already."""
+    text, prefix = str(error), f"rank {rank}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+class StartupLost(Exception):
+    """A rank was lost during the job's collective start-up, before serving began."""
 
 
 def fail(error, status: int) -> int:

@@ -402,6 +402,30 @@ def test_a_server_that_cannot_join_ends_the_workers_waiting_for_it():
     assert time.monotonic() - started < 60
 
 
+class StartupComm:
+    """Rank 1 of 3 whose first collective (loading the data together) meets a lost rank."""
+    rank, world_size, device = 1, 3, torch.device("cpu")
+
+    def all_reduce(self, tensor, op="sum"):
+        from real.comm import CommError
+        raise CommError(f"all_reduce({op}) failed: Connection closed by peer")
+
+    def close(self):
+        pass
+
+
+def test_a_rank_lost_while_the_job_starts_is_not_blamed_on_the_server(monkeypatch, capfd):
+    # a worker killed before serving began once made the others say they had lost the server
+    import real.async_ps as async_ps
+    from real.ps_config import parse_args
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(async_ps, "init", lambda *args, **kwargs: StartupComm())
+    assert async_ps.run_process(parse_args(["--updates", "10", "--no-progress"])) == 1
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "rank 1: a rank was lost while the job started" in err[0], err
+    assert "lost the server" not in err[0]
+
+
 @pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
 def test_runs_under_mpiexec(tmp_path):
     summary_path = tmp_path / "mpi.json"
