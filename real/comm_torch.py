@@ -178,13 +178,16 @@ class TorchCommunicator(Communicator):
     # -- plumbing ------------------------------------------------------------------------
     def guard(self, what: str, action):
         """Run ``action``; turn the library's error into a :class:`CommError` naming ``what``."""
+        start = time.monotonic()
         try:
             return action()
         except CommError:
             raise
         except (RuntimeError, dist.DistError) as error:
-            raise CommError(f"rank {self.rank}: {what} failed (timeout {self.timeout_s:g} s; a "
-                            f"peer may have died or called another operation): {error}") from error
+            raise CommError(f"rank {self.rank}: {what} failed after "
+                            f"{time.monotonic() - start:.1f} s (a peer died, hung past the "
+                            f"{self.timeout_s:g} s timeout, or called another operation): "
+                            f"{error}") from error
 
     def world(self, rank: int) -> int:
         """This communicator's ``rank`` as a rank of the default (world) group."""

@@ -301,9 +301,10 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         write_json(config.json, summary)
     if timer and timer.samples:
         timer.write(config.profile_out, config.model, config.batch_size, comm.world_size)
-    rate = summary["samples_per_s"]
+    rate, loss = summary["samples_per_s"], summary["final_loss"]
+    loss_text = "-" if loss is None or not math.isfinite(loss) else f"{loss:.4f}"  # emulated: none
     print(f"done: {config.steps} steps on {comm.world_size} ranks, "
-          f"{'-' if rate is None else f'{rate:.0f}'} samples/s, loss {summary['final_loss']:.4f}, "
+          f"{'-' if rate is None else f'{rate:.0f}'} samples/s, loss {loss_text}, "
           f"weights sha256 {summary['weights_sha256'][:16]}", flush=True)
 
 
