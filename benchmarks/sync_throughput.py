@@ -17,6 +17,8 @@ per-round ratio to DDP, and the median per-step compute, exposed communication a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import platform
@@ -57,8 +59,9 @@ def worker(rank, world_size, port, jobs, out_dir, rounds, seed):
             order.shuffle(shuffled)  # the same order on every rank: same seed
             for job in shuffled:
                 name = f"{job['sync']}-{job['allreduce']}-{round_index}.json"
-                train(SyncConfig(**job, json=os.path.join(out_dir, name)), comm, dataset,
-                      torch.device("cpu"))
+                with contextlib.redirect_stdout(io.StringIO()):  # each run's own done line:
+                    train(SyncConfig(**job, json=os.path.join(out_dir, name)), comm, dataset,
+                          torch.device("cpu"))  # the table below says it per row
     finally:
         comm.close()
 

@@ -336,6 +336,10 @@ def verdict(sync_config: SyncConfig, sync: dict, asyn: dict) -> str:
     samples = asyn["updates"] * sync_config.workload.batch_size
     network = format_bandwidth_bps(sync_config.cluster.bandwidth_bps)
     work = f"the {asyn['updates']:,} gradients ({samples:,} samples)"
+    if abs(async_s - sync_s) <= 1e-3 * max(async_s, sync_s):  # as alike as the figures show
+        return (f"verdict: sync and async finish {work} together on {network}: "
+                f"{format_time(sync_s)} each, and async's gradients are "
+                f"{asyn['staleness_mean']:.3g} updates stale on average")
     if async_s < sync_s:
         return (f"verdict: async finishes {work} first on {network}: {format_time(async_s)} "
                 f"against {format_time(sync_s)} for sync ({sync_s / async_s:.3g}x sooner), "

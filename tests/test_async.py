@@ -188,6 +188,15 @@ def test_default_run_shows_sync_and_async_side_by_side_with_a_verdict(capsys):
     assert len(verdict) == 1 and verdict[0].startswith("verdict: sync finishes")
 
 
+def test_a_tie_is_called_a_tie(capsys):
+    # free communication and constant compute: both take the same time; "1x sooner" said nothing
+    assert main(["--params", "0", "--compute", "80ms", "--iterations", "5"]) == 0
+    verdict = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("verdict:")]
+    assert verdict[0].startswith("verdict: sync and async finish") and "together" in verdict[0]
+    assert "sooner" not in verdict[0]
+
+
 def test_async_json_has_the_documented_keys(tmp_path):
     out = tmp_path / "run.json"
     assert main(["--mode", "async", "--replicas", "8", "--iterations", "400", "--servers", "2",
