@@ -141,8 +141,8 @@ class AsyncConfig:
 
     def single_worker_update_s(self, compute_s: float | None = None) -> float:
         """Seconds per update with one worker at normal speed (no contention, no straggler): the
-        baseline of speedup. ``compute_s``: a gradient's compute (a run's own mean draw, see
-        ``AsyncResult.drawn_compute_s``); else the expected one."""
+        baseline of speedup. ``compute_s``: a gradient's compute (the mean of a run's own draws,
+        ``AsyncResult.drawn_s``); else the expected one."""
         compute_s = self.workload.compute.mean_s if compute_s is None else compute_s
         return compute_s + 2 * self.transfer_alone_s() + self.service_s
 
