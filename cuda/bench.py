@@ -35,7 +35,6 @@ Needs an NVIDIA GPU, torch with CUDA and CuPy (pip install cupy-cuda12x).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -281,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     try:
         if args.json:
-            write_json(args.json, report(gpu, copy_GBps, rows, args, command))
+            conv_profile.write_json(args.json, report(gpu, copy_GBps, rows, args, command))
         if args.profile:
             k, size = args.profile_mask, max(args.sizes)
             profile = conv_profile.conv_profile(
@@ -307,12 +306,6 @@ def report(gpu: str, copy_GBps: float, rows: list[dict], args, command: str) -> 
             "bytes_per_pixel": BYTES_PER_PIXEL, "command": command,
             "torch": torch.__version__, "cuda": torch.version.cuda, "cupy": cupy.__version__,
             "results": rows}
-
-
-def write_json(path: str, document: dict) -> None:
-    with open(path, "w") as handle:
-        json.dump(document, handle, indent=1)
-        handle.write("\n")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 
 PROFILE_FORMAT = "dsgd-profile/1"
 
@@ -42,6 +44,20 @@ def conv_profile(samples_s: list[float], *, variant: str, mask_size: int, height
 
 def write_profile(path: str, profile: dict) -> None:
     """Writes profile as JSON to path."""
-    with open(path, "w") as handle:
-        json.dump(profile, handle, indent=1)
-        handle.write("\n")
+    write_json(path, profile)
+
+
+def write_json(path: str, document: dict) -> None:
+    """``document`` as JSON in ``path``, put in place whole: a write that fails leaves what
+    was there (this folder runs without the dsgd package, whose ``write_atomically`` it mirrors)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(document, handle, indent=1)
+            handle.write("\n")
+        os.chmod(part, 0o644)
+        os.replace(part, path)
+    except BaseException:
+        os.unlink(part)
+        raise

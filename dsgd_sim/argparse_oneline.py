@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import sys
+import tempfile
+from typing import Callable
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -71,6 +73,65 @@ def check_output_file(flag: str, path: str | None) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {parent}")
+    # root passes every access() check: try a file beside it, as the output will be written
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".write-check-")
+    except OSError as error:
+        raise ValueError(f"{flag} {path!r}: cannot write into {parent} "
+                         f"({error.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_output_files(outputs: dict[str, str | None]) -> None:
+    """``check_output_file`` for each ``{flag: path}``, and no two outputs on one path (the one
+    written last would replace the other)."""
+    seen: dict[str, str] = {}
+    for flag, path in outputs.items():
+        check_output_file(flag, path)
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise ValueError(f"{seen[key]} and {flag} name the same file {path!r}")
+        seen[key] = flag
+
+
+def write_atomically(path: str, write: Callable, binary: bool = False) -> None:
+    """Call ``write(handle)`` on a new file beside ``path``, then put it in ``path``'s place:
+    a write that fails (a full disk, a size limit) leaves what was there whole, never a file cut
+    short. ``OSError`` if it cannot be written."""
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as handle:
+            write(handle)
+        mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o666 & ~_umask()
+        os.chmod(part, mode)  # mkstemp makes its file private; an output keeps the usual mode
+        os.replace(part, path)
+    except BaseException:
+        if os.path.exists(part):
+            os.unlink(part)
+        raise
+
+
+def write_text_atomically(path, text: str) -> None:
+    """``path``'s text is ``text``, or what it was before where the write fails."""
+    write_atomically(path, lambda handle: handle.write(text))
+
+
+def save_figure(figure, path, **options) -> None:
+    """``figure.savefig(path, **options)``, written atomically (``write_atomically``)."""
+    image_format = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or None
+    write_atomically(path, lambda handle: figure.savefig(handle, format=image_format,
+                                                         **options), binary=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json_output(prog: str, flag: str, path: str | None, document, indent: int = 1) -> int:
@@ -80,8 +141,7 @@ def write_json_output(prog: str, flag: str, path: str | None, document, indent: 
     if path is None:
         return 0
     try:
-        with open(path, "w") as handle:
-            json.dump(document, handle, indent=indent)
+        write_atomically(path, lambda handle: json.dump(document, handle, indent=indent))
         return 0
     except OSError as error:
         print(f"{prog}: error: {flag}: {error}", file=sys.stderr)

@@ -23,7 +23,8 @@ from dataclasses import replace
 from tqdm import tqdm
 
 from . import convergence
-from .argparse_oneline import OneLineArgumentParser, argparse_type as _typed, check_output_file
+from .argparse_oneline import (OneLineArgumentParser, argparse_type as _typed,
+                               check_output_files, write_atomically)
 from .cluster import ClusterConfig
 from .collectives import ALGORITHM_NAMES, PARAMETER_SERVER, load_round_costs, round_cost_notes
 from .compute import parse_compute
@@ -397,8 +398,7 @@ def write_outputs(args, runs: Runs) -> None:
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.json:
-        with open(args.json, "w") as handle:
-            json.dump(document, handle, indent=2)
+        write_atomically(args.json, lambda handle: json.dump(document, handle, indent=2))
     if args.trace:
         _write_traces(args.trace, runs.traces)
     if args.plot:
@@ -413,16 +413,15 @@ def _write_traces(path: str, traces: list[Trace]) -> None:
         data = trace.to_json()
         events += data["traceEvents"]
         dropped += data["otherData"]["dropped_events"]
-    with open(path, "w") as handle:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms",
-                   "otherData": {"dropped_events": dropped}}, handle)
+    write_atomically(path, lambda handle: json.dump(
+        {"traceEvents": events, "displayTimeUnit": "ms",
+         "otherData": {"dropped_events": dropped}}, handle))
 
 
 def check_output_paths(args) -> None:
     """Refuse unusable output files before simulating, not after (``ValueError`` names them)."""
-    for flag, path in (("--json", args.json), ("--trace", args.trace), ("--plot", args.plot)):
-        if not (flag == "--json" and path == "-"):
-            check_output_file(flag, path)
+    check_output_files({"--json": None if args.json == "-" else args.json,
+                        "--trace": args.trace, "--plot": args.plot})
     if args.plot:
         from .plot import supported_formats
         extension = os.path.splitext(args.plot)[1].lstrip(".").lower()

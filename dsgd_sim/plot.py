@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from .argparse_oneline import save_figure  # noqa: E402
 from .report import baseline_iteration_s, summarize  # noqa: E402
 from .sync import SyncConfig, SyncSimulation  # noqa: E402
 from .trace import Trace  # noqa: E402
@@ -114,5 +115,5 @@ def plot_run(path: str, runs) -> None:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .argparse_oneline import write_atomically
+
 
 @dataclass
 class Trace:
@@ -50,5 +52,4 @@ class Trace:
 
     def write(self, path: str) -> None:
         """Write the trace to ``path`` (``OSError`` if it cannot be written)."""
-        with open(path, "w") as handle:
-            json.dump(self.to_json(), handle)
+        write_atomically(path, lambda handle: json.dump(self.to_json(), handle))

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from dsgd_sim.argparse_oneline import save_figure
+
 from .configs import (MBIT, AsyncRunConfig, Experiment, SyncRunConfig, push_window, replay_stored,
                       rows_named, warmup_updates)
 from .model import NetworkInputs
@@ -237,5 +239,5 @@ def plot(rows_: list[dict], path) -> None:
         ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from dsgd_sim.argparse_oneline import save_figure
+
 from .configs import MBIT, Experiment, push_window, replay_stored, rows_named, warmup_updates
 from .model import NetworkInputs, predict_allreduce_stream_s
 from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
@@ -261,5 +263,5 @@ def plot(rows_: list[dict], path) -> None:
         ax.grid(True, alpha=0.3)
     axes.flat[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)

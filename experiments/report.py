@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsgd_sim.argparse_oneline import save_figure, write_text_atomically
 from dsgd_sim.units import format_time
 
 from .fidelity import MEDIAN_TARGET, WORST_TARGET, by_experiment, summarise
@@ -74,7 +75,7 @@ def results_markdown(results: list[dict], fidelity_rows: list[dict], header: lis
 
 def write_results_md(results: list[dict], fidelity_rows: list[dict], path: Path,
                      header: list[str], folder: str = "results/") -> None:
-    Path(path).write_text(results_markdown(results, fidelity_rows, header, folder))
+    write_text_atomically(path, results_markdown(results, fidelity_rows, header, folder))
 
 
 def plot_allreduce(rows: list[dict], path: Path) -> None:
@@ -103,7 +104,7 @@ def plot_allreduce(rows: list[dict], path: Path) -> None:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)
 
 
@@ -126,7 +127,7 @@ def plot_sync(rows: list[dict], path: Path) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)
 
 
@@ -153,5 +154,5 @@ def plot_async(rows: list[dict], path: Path) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)

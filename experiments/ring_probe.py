@@ -48,7 +48,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import check_output_file  # noqa: E402
+from dsgd_sim.argparse_oneline import check_output_file, write_text_atomically  # noqa: E402
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from real.allreduce import MAX_BUFFER_BYTES, stream_gaps  # noqa: E402
@@ -323,7 +323,7 @@ def main(argv=None) -> None:
                 print(f"stream of {args.stream_gaps} calls: median gap "
                       f"{statistics.median(record['stream_gap_s']) * 1e3:.3f} ms")
             if args.json:
-                Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+                write_text_atomically(args.json, json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

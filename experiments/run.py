@@ -35,7 +35,7 @@ from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
-                                       check_output_dir)
+                                       check_output_dir, write_text_atomically)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_POLICIES,  # noqa: E402
                                  ADDRESS_LAYOUTS, SCHEDULING_POLICIES, parse_congestion_control)
 
@@ -282,8 +282,8 @@ def regenerate(results: list[dict], meta: dict) -> dict:
 
 def write_report(rows: list[dict], report: str) -> dict:
     """Write fidelity.json and the report (``report_texts``); their summary."""
-    (RESULTS / "fidelity.json").write_text(json.dumps(rows, indent=1) + "\n")
-    REPORT.write_text(report)
+    write_text_atomically(RESULTS / "fidelity.json", json.dumps(rows, indent=1) + "\n")
+    write_text_atomically(REPORT, report)
     return summarise(rows)
 
 
@@ -399,7 +399,7 @@ def main(argv=None) -> int:
         return 130
     meta = json.loads((RESULTS / "run.json").read_text())
     meta["wall_s"] = time.monotonic() - started
-    (RESULTS / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+    write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
     summary = regenerate(load_results(list(EXPERIMENTS)), meta)
     print(f"fidelity: {summary['rows']} rows, median |error| {summary['median_abs_error']:.1%}, "
           f"worst {summary['worst_abs_error']:.1%} ({summary['worst_config']})")
@@ -449,7 +449,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
         return 2
     for path, plot, module, result in updated.values():
         module.plot(result["rows"], plot)
-        path.write_text(json.dumps(result, indent=1) + "\n")
+        write_text_atomically(path, json.dumps(result, indent=1) + "\n")
     print(json.dumps(write_report(*texts)))
     return 0
 
@@ -476,7 +476,7 @@ def measure_all(args) -> list[dict]:
     points = [p for e in args.experiments for p in e.points]
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
                                   ring_bytes(points, rate)) for rate in rates]
-    (RESULTS / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
+    write_text_atomically(RESULTS / "calibration.json", json.dumps(calibration, indent=1) + "\n")
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta = {"command": "python experiments/run.py" + (" --quick" if args.quick else "")
             + (f" --out {args.out}" if args.out else "")
@@ -496,7 +496,7 @@ def measure_all(args) -> list[dict]:
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
             "wall_s": 0.0}
-    (RESULTS / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+    write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
     results = []
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
@@ -504,7 +504,7 @@ def measure_all(args) -> list[dict]:
         result["command"] = meta["command"]
         result["inputs"] = {str(rate): net_by_rate[rate].as_dict() for rate in experiment.bandwidths_bps}
         result["repeatability"] = repeatability(result["rows"], RESULTS / f"{experiment.name}.json")
-        (RESULTS / f"{experiment.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+        write_text_atomically(RESULTS / f"{experiment.name}.json", json.dumps(result, indent=1) + "\n")
         results.append(result)
     return results
 

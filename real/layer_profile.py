@@ -16,6 +16,8 @@ import time
 
 from torch import nn
 
+from dsgd_sim.argparse_oneline import write_atomically
+
 PROFILE_FORMAT = "dsgd-profile/1"
 
 
@@ -57,8 +59,8 @@ class LayerTimer:
                 "source": "real/sync.py"}
 
     def write(self, path: str, model_name: str, batch_size: int, world_size: int) -> None:
-        with open(path, "w") as handle:
-            json.dump(self.profile(model_name, batch_size, world_size), handle, indent=1)
+        write_atomically(path, lambda handle: json.dump(
+            self.profile(model_name, batch_size, world_size), handle, indent=1))
 
     def close(self) -> None:
         for handle in self.handles:

@@ -19,6 +19,7 @@ import pickle
 import statistics
 from dataclasses import dataclass, field
 
+from dsgd_sim.argparse_oneline import write_text_atomically
 from dsgd_sim.trace import Trace
 
 from .replica_state import gather_bytes
@@ -87,6 +88,4 @@ def write_trace(comm, recorder: StepRecorder, path: str | None, title: str) -> N
 def write_json(path: str, summary: dict) -> None:
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
              for k, v in summary.items()}
-    with open(path, "w") as handle:
-        json.dump(clean, handle, indent=1)
-        handle.write("\n")
+    write_text_atomically(path, json.dumps(clean, indent=1) + "\n")

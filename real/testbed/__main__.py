@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _units,
-                                       check_output_dir, check_output_file)
+                                       check_output_dir, check_output_file, write_atomically)
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
@@ -143,8 +143,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         result = getattr(bed, "last_result", None)
         if args.json and result is not None:
             record = {"run_id": bed.run_id, "config": config.as_dict(), **result.as_dict()}
-            with open(args.json, "w") as sink:
-                json.dump(record, sink, indent=2)
+            write_atomically(args.json, lambda sink: json.dump(record, sink, indent=2))
     return status
 
 
@@ -172,8 +171,7 @@ def cmd_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             _say(f"  {t['bytes']} B: median {format_time(t['median_s'])}, {t['goodput_bps'] / 1e6:.2f} Mbit/s; "
                  f"shaper model {format_time(t['shaper_model_s'])} ({t['shaper_model_error']:+.2%})")
     if args.json:
-        with open(args.json, "w") as sink:
-            json.dump(record, sink, indent=2)
+        write_atomically(args.json, lambda sink: json.dump(record, sink, indent=2))
     return 0
 
 

@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a script: import the repository, not rea
 import torch
 import torch.distributed as dist
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, write_atomically
 from real.local_launch import env_int
 from real.testbed.probe import byte_counts
 
@@ -118,8 +118,7 @@ def main() -> None:
                   "bulk": [{"bytes": n, "seconds": bulk(rank, n, args.repeats, args.idle)} for n in args.sizes]}
         dist.barrier()
         if rank == 0:
-            with open(args.json, "w") as sink:
-                json.dump(record, sink)
+            write_atomically(args.json, lambda sink: json.dump(record, sink))
     finally:
         dist.destroy_process_group()
 

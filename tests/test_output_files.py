@@ -1,0 +1,68 @@
+"""Output files: checked before the work, written whole or not at all, never two on one path."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from dsgd_sim.argparse_oneline import check_output_file, write_atomically
+
+
+def test_a_write_that_fails_leaves_the_file_that_was_there_whole(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"kept": true}\n')
+    os.chmod(path, 0o640)
+
+    def cut_short(handle):
+        handle.write('{"half": ')
+        raise OSError(27, "File too large")
+
+    with pytest.raises(OSError):
+        write_atomically(path, cut_short)
+    assert json.loads(path.read_text()) == {"kept": True}
+    assert os.listdir(tmp_path) == ["run.json"]  # no part-written file left beside it
+    write_atomically(path, lambda handle: handle.write('{"new": 1}\n'))
+    assert json.loads(path.read_text()) == {"new": 1}
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640  # the file keeps its mode
+
+
+def test_a_new_output_gets_the_usual_mode_not_a_private_one(tmp_path):
+    path = tmp_path / "new.json"
+    write_atomically(path, lambda handle: handle.write("{}"))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~mask
+
+
+def test_a_file_system_that_takes_no_files_is_refused_before_the_work():
+    # access() says yes to root everywhere; /proc takes no new files
+    with pytest.raises(ValueError, match="cannot write into /proc"):
+        check_output_file("--json", "/proc/dsgd-output.json")
+
+
+def test_the_simulator_under_a_file_size_limit_keeps_the_old_output(tmp_path):
+    # a full disk or a size limit met while writing once left the JSON cut short
+    out = tmp_path / "run.json"
+    out.write_text('{"kept": true}\n')
+    done = subprocess.run(
+        ["bash", "-c", f"ulimit -f 1; exec {sys.executable} -m dsgd_sim --mode sync "
+                       f"--replicas 1,2,4,8,16,32,64 --iterations 200 --json {out}"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert json.loads(out.read_text()) == {"kept": True}
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "dsgd_sim", "--iterations", "2", "--json", "{out}", "--trace", "{out}"],
+    ["-m", "dsgd_sim", "--iterations", "2", "--trace", "{out}", "--plot", "{out}"],
+])
+def test_two_outputs_on_one_path_are_refused(tmp_path, argv):
+    out = str(tmp_path / "same.json")
+    done = subprocess.run([sys.executable, *[a.replace("{out}", out) for a in argv]],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "name the same file" in done.stderr
