@@ -116,6 +116,37 @@ def stderr_kept_unless_failed():
             text = text[os.write(2, text):]
 
 
+JOIN_GRACE_S = 5.0  # beyond twice --timeout, before a join that never returns is given up
+
+
+@contextlib.contextmanager
+def join_deadline(timeout_s: float, rank: int, backend: str):
+    """Inside the block this process joins the job; if it has not come back 2 ``timeout_s`` +
+    ``JOIN_GRACE_S`` later (torch's own timeout applies to each of its steps), say so in one
+    line and end the process (status 1). torch's store
+    client waits for ever on a server that takes the connection and never answers, whatever the
+    timeout it was given; the main thread is then inside C++ and only another thread can act."""
+    stderr = os.dup(2)  # before stderr_kept_unless_failed holds file descriptor 2
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    prog = os.path.basename(sys.argv[0]) or "python"
+    deadline_s = 2 * timeout_s + JOIN_GRACE_S
+
+    def give_up():
+        line = (f"{prog}: error: rank {rank}: could not join the torch.distributed job "
+                f"({backend}): no answer from the store at {where} in {deadline_s:g} s\n")
+        os.write(stderr, line.encode())
+        os._exit(1)
+
+    timer = threading.Timer(deadline_s, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        os.close(stderr)
+
+
 def gpus_here() -> int:
     """The CUDA GPUs torch can use on this node (0 where it has none or no CUDA build)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -164,7 +195,7 @@ class TorchCommunicator(Communicator):
                                  f"{gpus}; use --backend gloo, or fewer processes per node")
             torch.cuda.set_device(placement.local_rank)
         try:
-            with stderr_kept_unless_failed():
+            with join_deadline(timeout_s, placement.rank, backend), stderr_kept_unless_failed():
                 if "RANK" in os.environ:
                     dist.init_process_group(backend, timeout=timeout)
                 else:  # not launched by torchrun: a job of one rank

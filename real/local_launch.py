@@ -52,10 +52,24 @@ def env_int(name: str, default: int) -> int:
 
 
 def placement_from_env() -> Placement:
-    """The torchrun variables, or one rank of one when they are absent."""
+    """The torchrun variables, or one rank of one when they are absent; ``ValueError`` naming
+    the variable where they do not describe a rank of a job (a rank not below the size, a size
+    below 1, a size without a rank)."""
+    if "WORLD_SIZE" in os.environ and "RANK" not in os.environ and env_int("WORLD_SIZE", 1) != 1:
+        raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} is set but RANK is not: "
+                         f"set both (torchrun does), or neither for a job of one process")
     world_size = env_int("WORLD_SIZE", 1)
-    return Placement(env_int("RANK", 0), world_size, env_int("LOCAL_RANK", 0),
-                     env_int("LOCAL_WORLD_SIZE", world_size))
+    placement = Placement(env_int("RANK", 0), world_size, env_int("LOCAL_RANK", 0),
+                          env_int("LOCAL_WORLD_SIZE", world_size))
+    for rank, size, rank_name, size_name in [
+            (placement.rank, placement.world_size, "RANK", "WORLD_SIZE"),
+            (placement.local_rank, placement.local_world_size, "LOCAL_RANK", "LOCAL_WORLD_SIZE")]:
+        if size < 1:
+            raise ValueError(f"environment variable {size_name}={size} must be at least 1")
+        if not 0 <= rank < size:
+            raise ValueError(f"environment variable {rank_name}={rank} must be from 0 to "
+                             f"{size_name} - 1 = {size - 1}")
+    return placement
 
 
 def mpi_local_rank() -> tuple[int, int]:

@@ -558,6 +558,45 @@ def test_a_fault_of_one_node_is_said_by_its_own_rank(argv, env, says, status):
     assert len(lines) == 1 and "error: rank 2: " in lines[0] and says in lines[0], run.stderr
 
 
+@pytest.mark.parametrize("env, says", [
+    ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK=5 must be from 0 to WORLD_SIZE - 1 = 1"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),
+    ({"RANK": "0", "WORLD_SIZE": "-3"}, "WORLD_SIZE=-3 must be at least 1"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"},
+     "LOCAL_RANK=3 must be from 0"),
+    # once trained alone as a job of one, exit 0
+    ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 is set but RANK is not"),
+])
+def test_launcher_variables_that_describe_no_rank_are_refused_at_once(env, says):
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    base = {k: v for k, v in child_env().items() if k not in names}
+    run = subprocess.run([sys.executable, "real/allreduce.py", "--sizes", "4KB"], cwd=REPO,
+                         env={**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", **env},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], run.stderr
+
+
+def test_a_store_that_takes_the_connection_and_never_answers_ends_the_join():
+    # torch's store client once waited for ever here, whatever --timeout said
+    import socket
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        env = {**child_env(), "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(silent.getsockname()[1])}
+        started = time.monotonic()
+        run = subprocess.run([sys.executable, "real/allreduce.py", "--sizes", "4KB",
+                              "--timeout", "1s"], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert run.returncode == 1, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rank 1: could not join" in lines[0], run.stderr
+    assert "no answer from the store at 127.0.0.1" in lines[0]
+    assert time.monotonic() - started < 45  # a bound, not a timing target: not for ever
+
+
 def test_a_line_is_written_whole_to_a_file_or_to_a_stream_without_one(tmp_path, capsys):
     import io
     from real.local_launch import say
