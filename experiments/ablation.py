@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -57,12 +58,13 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
-from experiments.configs import bed_label  # noqa: E402
+from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label  # noqa: E402
 from experiments.model import (REDUCES_BETWEEN_ROUNDS, ChainEnds, ChainRounds,  # noqa: E402
                                NetworkInputs, ends_of, predict_allreduce_stream_s,
                                predict_call_alone_s, with_chain_ends)
 
 RESULTS = Path(__file__).resolve().parent / "results"
+MAX_HOSTS = 64  # the most hosts a test bed has (real/testbed/config.py)
 
 GROUPS = {
     "all": lambda r: True,
@@ -179,6 +181,42 @@ def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = 
     return out
 
 
+def check_rows(rows) -> list[dict]:
+    """``rows`` as ``allreduce.json`` stores them, or ``ValueError`` naming the first bad row:
+    each of a known algorithm on 2 to ``MAX_HOSTS`` hosts (the model's work grows with the
+    hosts: a million would run for hours), a whole positive number of bytes and a positive,
+    finite ``measured_s`` (the error is relative to it)."""
+    if not isinstance(rows, list):
+        raise ValueError("'rows' is not a list")
+    for k, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ValueError(f"row {k} is not an object")
+        if not _is_whole(r.get("hosts"), 2, MAX_HOSTS):
+            raise ValueError(f"row {k}: hosts must be a whole number from 2 to {MAX_HOSTS}, "
+                             f"got {r.get('hosts')!r}")
+        if not _is_whole(r.get("bytes"), 1, math.inf):
+            raise ValueError(f"row {k}: bytes must be a positive whole number, "
+                             f"got {r.get('bytes')!r}")
+        measured_s = r.get("measured_s")
+        if not (_is_number(measured_s) and 0 < measured_s < math.inf):
+            raise ValueError(f"row {k}: measured_s must be a positive finite number of seconds, "
+                             f"got {measured_s!r}")
+        if r.get("algorithm") not in ALLREDUCE_ALGORITHMS:
+            raise ValueError(f"row {k}: algorithm must be one of "
+                             f"{', '.join(ALLREDUCE_ALGORITHMS)}, got {r.get('algorithm')!r}")
+    return rows
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_whole(value, low: float, high: float) -> bool:
+    """``value`` a whole number from ``low`` to ``high`` (an int, or a float such as 4.0)."""
+    return _is_number(value) and low <= value <= high and math.isfinite(value) \
+        and value == int(value)
+
+
 def ablation(calibration: list[dict], rows: list[dict], tables: dict | None = None) -> dict:
     """Per group and model: (rows, median |error|, worst |error|); ``tables`` as ``errors``."""
     nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
@@ -204,15 +242,24 @@ def main(argv=None) -> int:
     try:
         calibration = json.loads((folder / "calibration.json").read_text())
         allreduce = json.loads((folder / "allreduce.json").read_text())
+    except (OSError, ValueError) as error:
+        parser.error(f"cannot read the results in {folder}: {error}")
+    try:
+        rows = check_rows(allreduce.get("rows") if isinstance(allreduce, dict) else None)
+    except ValueError as error:
+        parser.error(f"the results in {folder} are not as experiments/run.py writes them: "
+                     f"allreduce.json: {error}")
+    if not rows:
+        parser.error(f"{folder / 'allreduce.json'} has no rows: nothing to compare")
+    try:
         if args.model:
             nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
-            rows = allreduce["rows"]
             for r, p in zip(rows, predictions(rows, nets, args.model, allreduce.get("rounds"))):
                 print(f"{r['config']}: predicted {p * 1e3:.3f} ms, measured "
                       f"{r['measured_s'] * 1e3:.3f} ms, {p / r['measured_s'] - 1:+.1%}")
             return 0
-        table = ablation(calibration, allreduce["rows"], allreduce.get("rounds"))
-    except (OSError, ValueError) as error:
+        table = ablation(calibration, rows, allreduce.get("rounds"))
+    except ValueError as error:
         parser.error(f"cannot read the results in {folder}: {error}")
     except (AttributeError, KeyError, TypeError, ZeroDivisionError) as error:
         parser.error(f"the results in {folder} are not as experiments/run.py writes them: "

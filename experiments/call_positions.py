@@ -20,11 +20,13 @@ Needs root (the test bed), as every experiment does.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type, check_output_file
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
+                                       write_json_output)
 from dsgd_sim.units import format_bytes, parse_size
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
 from experiments.measure import (BENCHMARK_FLAGS, BRACKET_STREAM_CALLS, add_bed_arguments,
@@ -37,6 +39,9 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CALIBRATION = REPO / "experiments" / "results" / "full" / "calibration.json"
 BED_TIMEOUT_S = 900.0
 MAX_BEDS = 20
+# the figures of a calibration record that the model reads (NetworkInputs.from_calibration)
+CALIBRATION_FIELDS = ("goodput_bps", "gloo.latency_s", "gloo.all_reduce_1_element_s.median",
+                      "latency_s", "frame_bytes", "duplex.goodput_bps", "gloo.stream_gap_s.median")
 
 
 def position(algorithms: list[str], calls: list[int], k: int) -> str:
@@ -139,6 +144,24 @@ def print_summary(beds: list[dict]) -> None:
                   f"({min(predicted):.3f}-{max(predicted):.3f}); {error:+.1%}")
 
 
+def check_calibration(path: str, record: dict) -> None:
+    """Refuse a calibration record where a figure the model reads (``CALIBRATION_FIELDS``) is
+    given and is not a positive finite number: ``ValueError`` naming the file and the field (a
+    rate of 0 or a latency of ``"abc"`` would fail only once the test beds have run). A figure
+    left out passes: ``from_calibration`` refuses a record without the ones it needs."""
+    for name in CALIBRATION_FIELDS:
+        value = record
+        for key in name.split("."):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and 0 < value < math.inf):
+                raise ValueError(f"--calibration {path}: {name} must be a positive finite "
+                                 f"number, got {value!r}")
+
+
 def load_calibration(path: str, bandwidth_bps: float) -> NetworkInputs:
     """The calibration record at ``bandwidth_bps`` in a run's ``calibration.json``."""
     try:
@@ -148,7 +171,9 @@ def load_calibration(path: str, bandwidth_bps: float) -> NetworkInputs:
             rates = ", ".join(f"{r / 1e6:g}" for r in sorted(by_rate)) or "none"
             raise ValueError(f"no calibration at {bandwidth_bps / 1e6:g} Mbit/s "
                              f"(it has {rates} Mbit/s)")
-        return NetworkInputs.from_calibration(by_rate[bandwidth_bps])
+        net = NetworkInputs.from_calibration(by_rate[bandwidth_bps])
+        check_calibration(path, by_rate[bandwidth_bps])
+        return net
     except (OSError, json.JSONDecodeError, TypeError, KeyError) as error:
         raise ValueError(f"--calibration {path}: not a run's calibration.json ({error})") \
             from error
@@ -197,11 +222,9 @@ def main(argv=None) -> int:
     if status:
         return status
     print_summary(beds)
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "calibration": args.calibration,
-            "beds": beds}, indent=1))
-    return 0
+    return write_json_output("call_positions", "--json", args.json, {
+        "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "calibration": args.calibration,
+        "beds": beds})
 
 
 if __name__ == "__main__":

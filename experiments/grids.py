@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from experiments.fidelity import WORST_TARGET
 
 LARGE_BYTES = 1_000_000  # an all-reduce call this large or larger is paced by the links
@@ -192,11 +192,9 @@ def main(argv=None) -> int:
     for b in biased:
         print(f"- {b['experiment']}: {b['config']}: mean {b['mean_error']:+.1%}, "
               f"sd {b['sd_error']:.1%} over {b['grids']} grids")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"grids": list(grids), "kinds": kinds,
-                                               "misses": missed, "biases": biased},
-                                              indent=1) + "\n")
-    return 0
+    return write_json_output("experiments.grids", "--json", args.json,
+                             {"grids": list(grids), "kinds": kinds, "misses": missed,
+                              "biases": biased})
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from dsgd_sim.units import format_bytes, parse_size
 from experiments.measure import BENCHMARK_FLAGS, add_bed_arguments, rank_command, testbed_config
 from experiments.model import chain_ends
@@ -162,10 +162,8 @@ def main(argv=None) -> int:
     if status:
         return status
     print_ranges(launches)
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "launches": launches}, indent=1))
-    return 0
+    return write_json_output("launch_spread", "--json", args.json, {
+        "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "launches": launches})
 
 
 if __name__ == "__main__":
