@@ -26,7 +26,8 @@ from . import convergence
 from .argparse_oneline import (OneLineArgumentParser, argparse_type as _typed,
                                check_output_files, write_atomically)
 from .cluster import ClusterConfig
-from .collectives import ALGORITHM_NAMES, PARAMETER_SERVER, load_round_costs, round_cost_notes
+from .collectives import (ALGORITHM_NAMES, PARAMETER_SERVER, allreduce_time_s, load_round_costs,
+                          round_cost_notes)
 from .compute import parse_compute
 from .parameter_server import DEFAULT_SERVER_MEMORY_BPS, AsyncConfig, AsyncSimulation
 from .presets import DEFAULT_PRESET, PRESETS
@@ -43,7 +44,8 @@ MAX_REPLICAS = 65_536
 MAX_SECONDS = 1e6  # a compute step or a latency longer than 11 days is a typo, not a workload
 MAX_BYTES = MAX_GRAD_BYTES  # 1 PB of gradients
 MAX_SLOWDOWN = 1e3
-MAX_ITERATIONS = 10_000_000
+MAX_ITERATIONS = 1_000_000  # a sync run keeps every iteration: 1M of 16 replicas take ~2 GB
+MAX_REPLICA_ITERATIONS = 50_000_000  # iterations x replicas of one sync run: ~40 bytes each
 MIN_BPS = 1.0  # slower is a typo; far slower overflows transfer times to infinity
 MODES = ("sync", "async", "both")
 
@@ -268,12 +270,27 @@ def build_configs(args) -> list[SyncConfig]:
             raise ValueError("--round-costs times the rounds of an all-reduce; the ps algorithm "
                              "has none (use --bandwidth and --latency)")
         round_costs = load_round_costs(args.round_costs)
+    if args.mode != "async":
+        largest = max(args.replicas)
+        if args.iterations * largest > MAX_REPLICA_ITERATIONS:
+            raise ValueError(f"--iterations {args.iterations:,} of {largest:,} replicas is "
+                             f"{args.iterations * largest:,} replica-iterations; a sync run keeps "
+                             f"them all in memory, at most {MAX_REPLICA_ITERATIONS:,}")
     configs = []
     for replicas in args.replicas:
         cluster = ClusterConfig(replicas, args.bandwidth, args.latency, args.ps_bandwidth,
                                 fraction, factor, args.cores, round_costs)
         configs.append(SyncConfig(cluster, workload, args.algorithm, args.iterations, args.seed,
                                   args.k_sync, args.bucket_size, args.overlap))
+        if round_costs is not None:  # a steep last slope can price a large round past any time
+            for bucket in make_buckets(workload, args.bucket_size):
+                seconds = allreduce_time_s(args.algorithm, replicas, bucket.grad_bytes, 0.0, 1.0,
+                                           round_costs)
+                if not seconds <= MAX_SECONDS:
+                    raise ValueError(f"--round-costs {args.round_costs!r} prices an all-reduce of "
+                                     f"{bucket.grad_bytes:,} B on {replicas:,} replicas at "
+                                     f"{seconds:g} s (its last two sizes, extended), over "
+                                     f"{MAX_SECONDS:g} s")
     return configs
 
 

@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass, replace
 
 Rounds = list[tuple[int, float]]
+MAX_ROUND_S = 1e6  # a measured round longer than 11 days is a typo, not a measurement
 
 
 def ring(p: int, n_bytes: float) -> Rounds:
@@ -120,24 +121,30 @@ class RoundCosts:
         if any(b <= a for a, b in zip(self.sizes_bytes, self.sizes_bytes[1:])) \
                 or not all(math.isfinite(n) and n > 0 for n in self.sizes_bytes):
             raise ValueError(f"round-cost sizes must be positive and increasing, got {self.sizes_bytes}")
-        if not all(math.isfinite(t) and t > 0 for t in (*self.first_s, *self.next_s)):
-            raise ValueError("round-cost times must be positive seconds")
-        if not all(math.isfinite(t) and t >= 0 for t in self.reduce_s):
-            raise ValueError("reduce times must be seconds >= 0")
+        if not all(math.isfinite(t) and 0 < t <= MAX_ROUND_S for t in (*self.first_s, *self.next_s)):
+            raise ValueError(f"round-cost times must be positive seconds, at most {MAX_ROUND_S:g}")
+        if not all(math.isfinite(t) and 0 <= t <= MAX_ROUND_S for t in self.reduce_s):
+            raise ValueError(f"reduce times must be seconds from 0 to {MAX_ROUND_S:g}")
 
     @classmethod
     def from_rows(cls, rows: list[dict]) -> "RoundCosts":
         """From ``[{"bytes": n, "first_s": t1, "next_s": t2}, ...]`` (any order), with
-        ``reduce_s`` too where every row has it."""
+        ``reduce_s`` too where every row has it (a table of Gloo's own rounds below the
+        Python-driven ones that add: no additions)."""
         try:
+            if any(isinstance(r[k], bool) for r in rows for k in ("bytes", "first_s", "next_s")):
+                raise TypeError("true or false where a number belongs")
             rows = sorted(rows, key=lambda r: float(r["bytes"]))
-            reduce = tuple(float(r["reduce_s"]) for r in rows) if all("reduce_s" in r for r in rows) \
-                else ()
-            return cls(tuple(float(r["bytes"]) for r in rows), tuple(float(r["first_s"]) for r in rows),
-                       tuple(float(r["next_s"]) for r in rows), reduce)
+            table = [tuple(float(r[k]) for r in rows) for k in ("bytes", "first_s", "next_s")]
+            reduce = tuple(float(r["reduce_s"]) for r in rows) \
+                if all("reduce_s" in r for r in rows) else ()
         except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise ValueError(f"bad round-cost rows ({error}): each needs bytes, first_s and next_s") \
                 from None
+        try:
+            return cls(*table, reduce)
+        except OverflowError as error:
+            raise ValueError(f"bad round-cost rows: {error}") from None
 
     def as_rows(self) -> list[dict]:
         rows = [{"bytes": n, "first_s": a, "next_s": b}
@@ -187,6 +194,10 @@ def load_round_costs(path: str) -> RoundCosts:
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"round costs {path!r}: expected a list of rows, or an object with "
                          f"'results' (experiments/ring_probe.py --json)")
+    with_reduce = sum("reduce_s" in r for r in rows)
+    if 0 < with_reduce < len(rows):
+        raise ValueError(f"round costs {path!r}: reduce_s on {with_reduce} of {len(rows)} rows; "
+                         f"give it on all or none")
     try:
         costs = RoundCosts.from_rows(rows)
     except ValueError as error:

@@ -123,6 +123,8 @@ BAD_INPUTS = [
     (["--lr", "0.5"], "--lr applies to --replay"),
     (["--staleness-lr"], "--staleness-lr applies to --replay"),
     (["--overlap"], "without --bucket-size the gradient is one bucket"),
+    (["--iterations", "2000000"], "'2000000'"),
+    (["--replicas", "65536", "--iterations", "1000"], "65,536,000 replica-iterations"),
     (["--mode", "async", "--ps-service-time", "1ms", "--ps-memory-bandwidth", "10GB/s"],
      "give one of them"),
     (["--stragglers", "0.1"], "'0.1' must be FRACTION:FACTOR"),
@@ -212,6 +214,15 @@ def test_round_costs_from_a_probe_file_time_every_round_as_measured(tmp_path):
      '"next_s": 0.1}]', "positive and increasing"),
     pytest.param('[{"bytes": 1, "first_s": 0.1, "next_s": 0.1}, {"bytes": 1' + "0" * 400
                  + ', "first_s": 0.1, "next_s": 0.1}]', "too large", id="huge-size"),
+    # these once ran to every figure NaN (and NaN in the JSON), or were read without a word
+    ('[{"bytes": 1, "first_s": 1e308, "next_s": 1e308}, {"bytes": 2, "first_s": 1e308, '
+     '"next_s": 1e308}]', "at most 1e+06"),
+    ('[{"bytes": 1, "first_s": 1e-3, "next_s": 1e-3}, {"bytes": 2, "first_s": 1e5, '
+     '"next_s": 1e5}]', "its last two sizes, extended"),
+    ('[{"bytes": true, "first_s": 1, "next_s": 1}, {"bytes": 2, "first_s": 1, "next_s": 1}]',
+     "true or false"),
+    ('[{"bytes": 1, "first_s": 1, "next_s": 1, "reduce_s": 0}, {"bytes": 2, "first_s": 1, '
+     '"next_s": 1}]', "reduce_s on 1 of 2 rows"),
 ])
 def test_bad_round_costs_file_is_one_line_and_status_2(tmp_path, content, named):
     path = tmp_path / "rounds.json"
