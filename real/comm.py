@@ -293,6 +293,18 @@ def mpi_launch_size() -> int | None:
     return None
 
 
+MPI_LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def check_mpi_variables() -> None:
+    """``JobError`` naming a variable of mpiexec's that holds no whole number."""
+    for name in MPI_LAUNCH_VARIABLES:
+        text = os.environ.get(name)
+        if text is not None and not text.strip().isdigit():
+            raise JobError(f"environment variable {name}={text!r} is not a whole number "
+                           f"(mpiexec sets it)")
+
+
 def init(engine: str = "torch", backend: str | None = None, timeout_s: float = 30.0,
          check_sizes: bool = True) -> Communicator:
     """Join the job this process was launched into and return the world communicator.
@@ -314,6 +326,7 @@ def init(engine: str = "torch", backend: str | None = None, timeout_s: float = 3
         raise JobError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     check_timeout(timeout_s)
     if engine == "mpi":
+        check_mpi_variables()  # before MPI_Init, which aborts in many lines on a bad one
         from .comm_mpi import MpiCommunicator
         return MpiCommunicator.create(timeout_s, check_sizes)
     from .comm_torch import TorchCommunicator

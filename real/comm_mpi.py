@@ -25,7 +25,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from .comm import CommError, Communicator, JobError, Work, check_op, divide_for_avg
+from .comm import (CommError, Communicator, JobError, Work, check_op, divide_for_avg,
+                   mpi_launch_size)
 from .local_launch import env_int
 
 try:
@@ -182,6 +183,12 @@ class MpiCommunicator(Communicator):
             raise JobError(f"torchrun started this process as one of {world_size} ranks, but "
                            f"backend mpi joins the job mpiexec started, and there is none: "
                            f"launch with mpiexec, or use --backend gloo under torchrun")
+        launched = mpi_launch_size()
+        if launched is not None and launched != MPI.COMM_WORLD.Get_size():
+            # every such process is alone: each says it (a JobError only rank 0 would say)
+            raise ValueError(f"mpiexec's variables say {launched} processes (PMI_SIZE or "
+                           f"OMPI_COMM_WORLD_SIZE), but MPI started "
+                           f"{MPI.COMM_WORLD.Get_size()}: launch with mpiexec, not by setting them")
         if _watchdog is None:
             _watchdog = Watchdog()
         return cls(MPI.COMM_WORLD.Dup(), timeout_s, check_sizes, is_world=True)

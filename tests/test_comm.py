@@ -578,6 +578,24 @@ def test_launcher_variables_that_describe_no_rank_are_refused_at_once(env, says)
     assert len(lines) == 1 and says in lines[0], run.stderr
 
 
+@needs_mpi
+@pytest.mark.parametrize("env, says", [
+    # once trained alone as "rank 5", exit 0
+    ({"PMI_RANK": "5", "PMI_SIZE": "2"}, "mpiexec's variables say 2 processes"),
+    # once six lines of MPICH's abort, exit 16
+    ({"PMI_RANK": "0", "PMI_SIZE": "abc"}, "PMI_SIZE='abc' is not a whole number"),
+])
+def test_mpiexec_variables_set_by_hand_are_refused_in_one_line(env, says):
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    base = {k: v for k, v in child_env().items() if k not in names}
+    run = subprocess.run([sys.executable, "real/allreduce.py", "--backend", "mpi", "--sizes",
+                          "4KB"], cwd=REPO, env={**base, **env}, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], run.stderr
+
+
 def test_a_store_that_takes_the_connection_and_never_answers_ends_the_join():
     # torch's store client once waited for ever here, whatever --timeout said
     import socket
