@@ -98,23 +98,34 @@ def _number(value, what: str, path: str, maximum: float) -> float:
     return float(value)
 
 
+def _byte_count(value, what: str, path: str) -> int:
+    """A whole number of gradient bytes (0.5 B is no size a tensor has)."""
+    size = _number(value, what, path, MAX_GRAD_BYTES)
+    if size != int(size):
+        raise ValueError(f"profile {path}: {what} must be a whole number of bytes, got {value!r}")
+    return int(size)
+
+
 def _profile_layers(data: dict, path: str, mean_compute_s: float) -> tuple[Layer, ...]:
     raw = data.get("layers")
     if raw is None:
-        grad_bytes = int(_number(data.get("grad_bytes"), "grad_bytes (or layers)", path,
-                                 MAX_GRAD_BYTES))
-        return (Layer("gradient", grad_bytes, 0.0),)
+        return (Layer("gradient", _byte_count(data.get("grad_bytes"), "grad_bytes (or layers)",
+                                              path), 0.0),)
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"profile {path}: 'layers' must be a non-empty list")
     layers = []
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict):
             raise ValueError(f"profile {path}: layers[{i}] must be an object")
-        size = _number(entry.get("grad_bytes"), f"layers[{i}].grad_bytes", path, MAX_GRAD_BYTES)
+        size = _byte_count(entry.get("grad_bytes"), f"layers[{i}].grad_bytes", path)
         backward = _number(entry.get("backward_s", 0.0), f"layers[{i}].backward_s", path,
                            MAX_TIME_S)
-        layers.append(Layer(str(entry.get("name", f"layer{i}")), int(size),
+        layers.append(Layer(str(entry.get("name", f"layer{i}")), size,
                             backward / mean_compute_s))
+    total_bytes = sum(layer.grad_bytes for layer in layers)
+    if total_bytes > MAX_GRAD_BYTES:
+        raise ValueError(f"profile {path}: the layers' gradients come to {total_bytes:,} B, over "
+                         f"{MAX_GRAD_BYTES:g}")
     total_share = sum(layer.backward_share for layer in layers)
     if total_share > 1.0:  # per-layer timings (with their overhead) exceed a whole step: rescale
         layers = [replace(layer, backward_share=layer.backward_share / total_share)

@@ -165,7 +165,11 @@ def test_bad_input_gives_one_line_and_status_2(args, named, capsys):
                                                   + "0" * 400 + "}", id="huge-grad-bytes"),
                                      pytest.param('{"compute_s": [0.01], "grad_bytes": 1, '
                                                   '"batch_size": 1' + "0" * 400 + "}",
-                                                  id="huge-batch")])
+                                                  id="huge-batch"),
+                                     # once taken as 0 B, and as 3e15 B over the 1e15 cap
+                                     '{"compute_s": [0.01], "grad_bytes": 0.5}',
+                                     '{"compute_s": [0.01], "layers": [{"grad_bytes": 1e15}, '
+                                     '{"grad_bytes": 1e15}, {"grad_bytes": 1e15}]}'])
 def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
     path = tmp_path / "profile.json"
     path.write_text(content)
