@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
-from dsgd_sim.argparse_oneline import check_output_file, parse_flag
+from dsgd_sim.argparse_oneline import check_output_files, parse_flag, write_atomically
 from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
 from real.comm import check_op, combine_into, divide_for_avg
@@ -234,18 +234,20 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     args = parser.parse_args(argv)
     try:
         args.size_bytes = [parse_flag("--sizes", parse_size, s) for s in args.sizes.split(",")]
-        args.segment_bytes = parse_flag("--segment", parse_size, args.segment)
+        args.segment_bytes = parse_flag("--segment", lambda text: parse_segment(text, args.dtype),
+                                       args.segment)
     except ValueError as error:
         parser.error(str(error))
     args.algorithm_names = args.algorithms.split(",")
     for name in args.algorithm_names:
-        try:
-            if name.split("@")[0] not in ALGORITHMS or "@" in name and (
-                    not name.startswith("ring@") or parse_size(name[5:]) <= 0):
-                raise ValueError
-        except ValueError:
+        if name.split("@")[0] not in ALGORITHMS or "@" in name and not name.startswith("ring@"):
             parser.error(f"--algorithms: unknown {name!r} (choose from {', '.join(ALGORITHMS)}; "
                          f"ring@SIZE sets ring's segment size)")
+        if name.startswith("ring@"):
+            try:
+                parse_segment(name[len("ring@"):], args.dtype)
+            except ValueError as error:
+                parser.error(f"--algorithms: {name!r}: {error}")
     itemsize = torch.empty(0, dtype=DTYPES[args.dtype]).element_size()
     bad = [s for s in args.size_bytes if s <= 0 or s % itemsize]
     if bad:
@@ -253,14 +255,24 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     if max(args.size_bytes) > MAX_BUFFER_BYTES:
         parser.error(f"--sizes: {max(args.size_bytes)} bytes is more than this benchmark allocates "
                      f"({format_bytes(MAX_BUFFER_BYTES)} per buffer)")
-    if args.segment_bytes < itemsize:
-        parser.error(f"--segment: {args.segment!r} is smaller than one {args.dtype} element")
     if not (1 <= args.iters <= MAX_ITERS and 0 <= args.warmup <= MAX_ITERS):
         parser.error(f"--iters must be from 1 to {MAX_ITERS:,} and --warmup from 0 to "
                      f"{MAX_ITERS:,} (got {args.iters}, {args.warmup})")
     if not 0 <= args.seed <= MAX_SEED:
         parser.error(f"--seed must be a whole number from 0 to {MAX_SEED:,}, got {args.seed}")
     return parser, args
+
+
+def parse_segment(text: str, dtype: str) -> int:
+    """Ring's segment size ``text`` (``--segment`` or ``ring@SIZE``) in bytes; ``ValueError``
+    unless it holds at least one ``dtype`` element and at most the largest buffer allowed."""
+    size = parse_size(text)
+    if size < torch.empty(0, dtype=DTYPES[dtype]).element_size():
+        raise ValueError(f"{text!r} is smaller than one {dtype} element")
+    if size > MAX_BUFFER_BYTES:
+        raise ValueError(f"{text!r} is more than the largest buffer this benchmark allocates "
+                         f"({format_bytes(MAX_BUFFER_BYTES)})")
+    return size
 
 
 def format_bytes_exact(n: int) -> str:
@@ -381,8 +393,7 @@ def print_table(rows: list[dict]) -> None:
 
 def check_outputs(args) -> None:
     """ValueError naming an output rank 0 could not write."""
-    check_output_file("--json", args.json)
-    check_output_file("--trace", args.trace)
+    check_output_files({"--json": args.json, "--trace": args.trace})
 
 
 def main(argv=None) -> None:
@@ -426,8 +437,7 @@ def write_json(args, comm, rows) -> None:
             "machine": {"node": platform.node(), "cpus": os.cpu_count(),
                         "processor": platform.processor() or platform.machine()},
             "results": rows}
-    with open(args.json, "w") as f:
-        json.dump(meta, f, indent=2)
+    write_atomically(args.json, lambda handle: json.dump(meta, handle, indent=2))
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def load_latest_checkpoint(directory: str) -> tuple[int, dict] | None:
         except Exception as exc:  # a damaged file of any kind: fall back to an older one
             _set_aside(path, f"unreadable checkpoint {path}: {exc}")
             continue
-        if isinstance(state, dict) and state.get("step") == step:
+        if isinstance(state, dict) and isinstance(state.get("step"), int) and state["step"] == step:
             return step, state
         _set_aside(path, f"checkpoint {path}: its step does not match its name")
     return None

@@ -25,7 +25,9 @@ and the data position of a run is its step number alone: resuming needs no other
 from __future__ import annotations
 
 import gzip
+import math
 import os
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -140,7 +142,7 @@ def read_idx(path: str) -> np.ndarray:
         try:
             with gzip.open(path, "rb") as handle:
                 raw = handle.read()
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise DataError(f"corrupt gzip file {path}: {exc}") from None
         data = np.frombuffer(raw, dtype=np.uint8)
     else:
@@ -156,7 +158,7 @@ def _parse_idx(data: np.ndarray, path: str) -> np.ndarray:
     if len(data) < header_bytes:
         raise DataError(f"truncated IDX header in {path}")
     dims = tuple(int(d) for d in np.frombuffer(bytes(data[4:header_bytes]), dtype=">u4"))
-    expected = header_bytes + int(np.prod(dims))
+    expected = header_bytes + math.prod(dims)  # exact: numpy's product could wrap around
     if len(data) != expected:
         raise DataError(f"IDX file {path} holds {len(data)} bytes, its header {dims} "
                         f"says {expected}")
@@ -175,15 +177,18 @@ def mnist_dataset(directory: str) -> Dataset:
     """MNIST training images and labels from the IDX files in ``directory``, checked for sense."""
     if not os.path.isdir(directory):
         raise DataError(f"MNIST directory not found: {directory}")
-    images = read_idx(_find(directory, MNIST_FILES["images"]))
+    images_path = _find(directory, MNIST_FILES["images"])
+    images = read_idx(images_path)
     labels = read_idx(_find(directory, MNIST_FILES["labels"]))
     if images.ndim != 3 or images.shape[1:] != INPUT_SHAPE[1:]:
         raise DataError(f"MNIST images in {directory} have shape {images.shape}, "
                         f"expected (n, {INPUT_SHAPE[1]}, {INPUT_SHAPE[2]})")
+    if len(images) == 0:
+        raise DataError(f"MNIST file {images_path} holds no images")
     if labels.ndim != 1 or len(labels) != len(images):
         raise DataError(f"MNIST in {directory}: {len(images)} images but labels of shape "
                         f"{labels.shape}")
-    if len(labels) and int(labels.max()) >= NUM_CLASSES:
+    if int(labels.max()) >= NUM_CLASSES:
         raise DataError(f"MNIST labels in {directory} go up to {int(labels.max())}, "
                         f"expected < {NUM_CLASSES}")
     images = images.reshape(len(images), -1)

@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import check_output_file, parse_flag
+from dsgd_sim.argparse_oneline import check_output_files, parse_flag
 from dsgd_sim.compute import ComputeModel, Constant, parse_compute
 from dsgd_sim.parameter_server import leaves_a_round
 from dsgd_sim.units import parse_time
@@ -20,6 +20,7 @@ from .comm import launched_by_mpi
 from .data import DatasetSpec
 from .local_launch import RankArgumentParser, check_launch_settings
 from .models import MODELS
+from .sync_config import MAX_LR
 
 BACKENDS = ("gloo", "mpi")
 STALENESS_LR = ("none", "inverse")  # inverse: lr / (1 + staleness)
@@ -36,7 +37,7 @@ class AsyncConfig:
     updates: int = 1000              # stop once the server applied this many gradients (0: no limit)
     warmup_updates: int | None = None  # updates left out of updates_per_s (None: the first round)
     time_s: float = 0.0              # stop after this many seconds of training (0: no limit)
-    lr: float = 0.1                  # the server's SGD learning rate
+    lr: float = 0.1                  # the server's SGD learning rate, at most MAX_LR
     momentum: float = 0.0            # the server's SGD momentum (applied in arrival order)
     max_staleness: int | None = None  # drop (and have recomputed) gradients staler than this
     push_window: int = 0             # gradients the server receives at once (0: every worker's)
@@ -77,6 +78,9 @@ class AsyncConfig:
             raise ValueError(f"--warmup-updates must be at least 0, got {self.warmup_updates}")
         if not (self.lr > 0 and math.isfinite(self.lr)) or not 0 <= self.momentum < 1:
             raise ValueError(f"need lr > 0 and 0 <= momentum < 1, got {self.lr}, {self.momentum}")
+        if self.lr > MAX_LR:
+            raise ValueError(f"--lr must be at most {MAX_LR:.7g} (the largest float32), "
+                             f"got {self.lr:g}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError(f"--max-staleness must be at least 0, got {self.max_staleness}")
         if self.staleness_lr not in STALENESS_LR:
@@ -96,8 +100,7 @@ class AsyncConfig:
 
     def check_outputs(self) -> None:
         """ValueError naming an output the server (rank 0, which writes them) could not write."""
-        check_output_file("--json", self.json)
-        check_output_file("--trace", self.trace)
+        check_output_files({"--json": self.json, "--trace": self.trace})
 
     def check_warmup(self, workers: int) -> None:
         """ValueError where ``--warmup-updates`` would leave a round or less of ``--updates`` to

@@ -10,7 +10,9 @@ import argparse
 import math
 from dataclasses import dataclass, fields
 
-from dsgd_sim.argparse_oneline import check_output_dir, check_output_file, parse_flag
+import torch
+
+from dsgd_sim.argparse_oneline import check_output_dir, check_output_files, parse_flag
 from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import parse_time
 
@@ -22,6 +24,7 @@ from .models import MODELS
 
 ALLREDUCE_CHOICES = ("backend", "ring", "naive")
 BACKENDS = ("gloo", "nccl", "mpi")
+MAX_LR = float(torch.finfo(torch.float32).max)  # SGD scales float32 gradients by it (sync, async)
 
 
 @dataclass
@@ -33,7 +36,7 @@ class SyncConfig:
     num_samples: int = 16384         # size of the synthetic dataset (ignored for MNIST)
     batch_size: int = 32             # per rank; the global batch is world_size × batch_size
     steps: int = 200                 # optimizer steps in the whole run (restarts included)
-    lr: float = 0.05                 # SGD learning rate
+    lr: float = 0.05                 # SGD learning rate, at most MAX_LR
     momentum: float = 0.9            # SGD momentum
     sync: str = "bucketed"           # per-param | flat | bucketed | ddp
     allreduce: str = "backend"       # backend (the library's own) | ring | naive (hand-written)
@@ -80,6 +83,9 @@ class SyncConfig:
         if not (0 < self.lr < math.inf) or not 0 <= self.momentum < 1:
             raise ValueError(f"need a finite lr > 0 and 0 <= momentum < 1, got {self.lr}, "
                              f"{self.momentum}")
+        if self.lr > MAX_LR:
+            raise ValueError(f"--lr must be at most {MAX_LR:.7g} (the largest float32), "
+                             f"got {self.lr:g}")
         check_launch_settings(self.seed, self.master_port, self.nproc_per_node, self.threads,
                               self.timeout_s)
         if self.device not in ("cpu", "cuda"):
@@ -152,9 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 def check_outputs(config: SyncConfig) -> None:
     """ValueError naming an output rank 0 could not write: a file in a missing folder, a folder
     that is a file."""
-    for flag, path in (("--json", config.json), ("--trace", config.trace),
-                       ("--profile-out", config.profile_out)):
-        check_output_file(flag, path)
+    check_output_files({"--json": config.json, "--trace": config.trace,
+                        "--profile-out": config.profile_out})
     check_output_dir("--checkpoint-dir", config.checkpoint_dir)
 
 

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from dist_helpers import REPO, child_env
 from dsgd_sim.argparse_oneline import check_output_file, write_atomically
 
 
@@ -59,10 +60,16 @@ def test_the_simulator_under_a_file_size_limit_keeps_the_old_output(tmp_path):
 @pytest.mark.parametrize("argv", [
     ["-m", "dsgd_sim", "--iterations", "2", "--json", "{out}", "--trace", "{out}"],
     ["-m", "dsgd_sim", "--iterations", "2", "--trace", "{out}", "--plot", "{out}"],
+    ["real/sync.py", "--steps", "2", "--json", "{out}", "--profile-out", "{out}"],
+    ["real/async_ps.py", "--nproc-per-node", "2", "--updates", "2", "--json", "{out}",
+     "--trace", "{out}"],
+    ["real/allreduce.py", "--sizes", "4KB", "--json", "{out}", "--trace", "{out}"],
 ])
 def test_two_outputs_on_one_path_are_refused(tmp_path, argv):
     out = str(tmp_path / "same.json")
     done = subprocess.run([sys.executable, *[a.replace("{out}", out) for a in argv]],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "name the same file" in done.stderr
+                          capture_output=True, text=True, timeout=60, cwd=REPO, env=child_env())
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "name the same file" in errors[0], done.stderr
+    assert not os.path.exists(out)
