@@ -27,13 +27,14 @@ NOTES: dict[str, list[str]] = {
         "**Where it holds.** Over the thirteen full grids (2,236 rows, 1,716 of them all-reduce "
         "calls): every call of 1 MB or more within 7.9% (1,014 rows, median 0.3%), every call at "
         "50 Mbit/s within 5.8% (median 0.1%), and the median row of every grid 0.4–0.8%. Every "
-        "row of eleven of the twelve quick grids was within 8%. In the ninth (quick-4481a5a) the "
+        "row of twelve of the thirteen quick grids was within 8%. In the ninth (quick-4481a5a) the "
         "ring's 64 kB call on 4 hosts at 200 Mbit/s came out −12.0% (3.615 ms priced, 4.108 "
         "measured): the call took as long as the probe's ring-driven 16 KiB chains back to back "
         "(3.95–4.03 ms to their 6th round's end), where the model had its first rounds on the "
         "tokens the gap between calls refills. In the tenth (quick-34112bf) the same row came out "
         "−4.6% (3.610 ms priced, 3.785 measured), in the eleventh (quick-eb589ab) +1.0% (3.872, "
-        "3.834), in the twelfth (quick-e8ba919) +1.2% (3.875, 3.828).",
+        "3.834), in the twelfth (quick-e8ba919) +1.2% (3.875, 3.828), in "
+        "the thirteenth (quick-2c812b9) −1.6% (3.725, 3.786).",
         "**Where it misses, and why.** 57 of the 2,236 rows missed 8%, all of them all-reduce "
         "calls under 1 MB: 46 on 4 or 8 hosts at 200 or 1000 Mbit/s, and 11 on 2 hosts (the naive "
         "ring's 256 kB at 200 Mbit/s −17.5% once; 64 kB calls at 1000 Mbit/s ten times, up to "
