@@ -8,6 +8,7 @@ Under torchrun the environment says who we are (``RANK``, ``LOCAL_RANK``, ``WORL
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -201,6 +202,9 @@ def self_launch(worker, config, nproc: int, address: str | None, port: int) -> i
     address, port = rendezvous(address, port)
     context = mp.start_processes(_child, args=(worker, config, nproc, address, port),
                                  nprocs=nproc, join=False, start_method="spawn")
+    # ending the other ranks when one fails is what this launcher means to do; torch would
+    # log a warning line for each, after the failing rank's own one-line error
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     try:
         while not context.join():
             pass

@@ -281,6 +281,18 @@ def test_cuda_without_gpus_says_so():
         pick_device(SyncConfig(device="cuda"), 0, 1)
 
 
+def test_a_self_launched_job_that_refuses_a_checkpoint_says_it_in_one_line(tmp_path):
+    # the launcher ending the other rank once added torch's "Terminating process" warning
+    args = ["--model", "mlp", "--steps", "2", "--num-samples", "64", "--batch-size", "8",
+            "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "2", "--no-progress"]
+    assert run_cli(args).returncode == 0
+    refused = run_cli([*args, "--nproc-per-node", "2"])  # twice the global batch
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "sync.py: error: checkpoint of step 2 belongs to another run: global_batch_size 8 "
+        "there, 16 here"]
+
+
 def test_finished_run_resumes_at_its_end_and_refuses_another_runs_checkpoint(tmp_path):
     args = ["--model", "mlp", "--steps", "4", "--num-samples", "64", "--batch-size", "8",
             "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "2", "--no-progress"]
