@@ -129,9 +129,15 @@ def restore_or_start(comm, directory: str | None, model: nn.Module,
     ``RestoreError`` on every rank when the checkpoint belongs to another run or is malformed;
     the file is left as it is.
     """
-    found = load_latest_checkpoint(directory) if comm.rank == 0 and directory else None
-    problem = (_restore_locally(checkpoint_path(directory, found[0]), found[1], model, optimizer,
-                                run) if found else "")
+    found, problem = None, ""
+    if comm.rank == 0 and directory:
+        try:
+            found = load_latest_checkpoint(directory)
+        except OSError as error:  # said to every rank below, so that none waits for rank 0
+            problem = f"cannot read the checkpoints in {directory}: {error}"
+    if found:
+        problem = _restore_locally(checkpoint_path(directory, found[0]), found[1], model,
+                                   optimizer, run)
     header = torch.tensor([found[0] if found else 0, int(bool(found)), int(bool(problem)),
                            int(bool(found) and not problem
                                and found[1]["world_size"] == comm.world_size)],

@@ -63,3 +63,27 @@ def test_writer_leaves_no_temporary_files(tmp_path):
     (tmp_path / f"{TEMP_PREFIX}stale").write_bytes(b"partial")
     save_checkpoint(str(tmp_path), 1, state(1))
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000001.pt"]
+
+
+class OneRank:
+    """Rank 0 of one: the collectives before a refusal (a broadcast of the header) do nothing."""
+    rank, world_size, device = 0, 1, torch.device("cpu")
+
+    def broadcast(self, tensor, src=0):
+        pass
+
+
+def test_a_checkpoint_folder_rank_0_cannot_read_is_said_to_every_rank(tmp_path, monkeypatch):
+    # rank 0 once left the job on such an error before telling the others, who waited out
+    # their --timeout
+    import pytest
+    import real.replica_state as replica_state
+
+    def unreadable(directory):
+        raise PermissionError(13, "Permission denied", directory)
+
+    monkeypatch.setattr(replica_state, "load_latest_checkpoint", unreadable)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(replica_state.RestoreError, match="cannot read the checkpoints in"):
+        replica_state.restore_or_start(OneRank(), str(tmp_path), model, optimizer, {"seed": 0})
