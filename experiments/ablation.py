@@ -62,9 +62,9 @@ from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label  # noqa: E402
 from experiments.model import (REDUCES_BETWEEN_ROUNDS, ChainEnds, ChainRounds,  # noqa: E402
                                NetworkInputs, ends_of, predict_allreduce_stream_s,
                                predict_call_alone_s, with_chain_ends)
+from real.testbed.config import MAX_HOSTS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MAX_HOSTS = 64  # the most hosts a test bed has (real/testbed/config.py)
 
 GROUPS = {
     "all": lambda r: True,

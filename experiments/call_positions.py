@@ -171,9 +171,8 @@ def load_calibration(path: str, bandwidth_bps: float) -> NetworkInputs:
             rates = ", ".join(f"{r / 1e6:g}" for r in sorted(by_rate)) or "none"
             raise ValueError(f"no calibration at {bandwidth_bps / 1e6:g} Mbit/s "
                              f"(it has {rates} Mbit/s)")
-        net = NetworkInputs.from_calibration(by_rate[bandwidth_bps])
         check_calibration(path, by_rate[bandwidth_bps])
-        return net
+        return NetworkInputs.from_calibration(by_rate[bandwidth_bps])
     except (OSError, json.JSONDecodeError, TypeError, KeyError) as error:
         raise ValueError(f"--calibration {path}: not a run's calibration.json ({error})") \
             from error

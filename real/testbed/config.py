@@ -73,6 +73,7 @@ IP_HEADER_BYTES = 20
 TCP_HEADER_BYTES = 32  # 20 + 12 bytes of the timestamp option (net.ipv4.tcp_timestamps=1)
 SHAPER_TIMER_SLACK_S = 1e-3  # the bucket holds at least this long at the rate (see burst_bytes)
 MIN_BURST_FRAMES = 10
+MAX_HOSTS = 64  # hosts of one test bed
 TC_MAX_BYTES = 2**32 - 1  # tc keeps a bucket and a queue limit in 32 bits
 SCHEDULING_POLICIES = ("batch", "normal")
 HOST_CORES_POLICIES = ("spread", "own", "shared")
@@ -138,8 +139,8 @@ class TestbedConfig:
     as the one before it; ``random``: the machine's default, a fresh random layout per process."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.hosts <= 64:
-            raise ValueError(f"hosts must be between 1 and 64, got {self.hosts}")
+        if not 1 <= self.hosts <= MAX_HOSTS:
+            raise ValueError(f"hosts must be between 1 and {MAX_HOSTS}, got {self.hosts}")
         if not 1 <= self.bandwidth_bps < math.inf:  # tc takes whole bits per second
             raise ValueError(f"bandwidth must be a finite rate of at least 1 bit/s, "
                              f"got {self.bandwidth_bps} bit/s")
