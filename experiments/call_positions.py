@@ -12,8 +12,10 @@ between, here traced), and prints for every size, algorithm and position (the tw
 it, ``naive<ring<backend``: a naive call after a ring call after Gloo's) the median of the
 slowest rank's calls there, and what the model predicts for that position
 (``experiments.model.predict_stream_rotation_s``) from the bed's own probes and a network
-calibration (``--calibration``: a run's ``calibration.json``). Then, per position, the range
-over the beds of both and the median error. ``--json FILE`` writes every bed's figures.
+calibration (``--calibration``: a run's ``calibration.json``, or ``measure``: calibrate the
+network of this machine first, on a 2-host bed at the rate, as a quick run does). Then, per
+position, the range over the beds of both and the median error. ``--json FILE`` writes every
+bed's figures and its probes' round table.
 Needs root (the test bed), as every experiment does.
 """
 
@@ -30,13 +32,15 @@ from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, che
 from dsgd_sim.units import format_bytes, parse_size
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
 from experiments.measure import (BENCHMARK_FLAGS, BRACKET_STREAM_CALLS, add_bed_arguments,
-                                 rank_command, round_sizes_up_to, run_bracketed, testbed_config)
+                                 calibrate_rate, rank_command, round_sizes_up_to, run_bracketed,
+                                 testbed_config)
 from experiments.model import NetworkInputs, predict_stream_rotation_s
 from real.allreduce import call_order
 from real.testbed.bed import run_reporting
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CALIBRATION = REPO / "experiments" / "results" / "full" / "calibration.json"
+MEASURE = "measure"  # --calibration: calibrate this machine's network first
 BED_TIMEOUT_S = 900.0
 MAX_BEDS = 20
 # the figures of a calibration record that the model reads (NetworkInputs.from_calibration)
@@ -101,8 +105,9 @@ def bed_command(args) -> str:
         "--seed", str(args.seed), *BENCHMARK_FLAGS], "bench.json") + " --trace {out}/trace.json"
 
 
-def run_bed(args, net: NetworkInputs, bed: int) -> dict:
-    """One bed's figures: per size and position, measured and predicted seconds."""
+def run_bed(args, net: NetworkInputs, bed: int) -> tuple[dict, dict]:
+    """One bed's figures (per size and position, measured and predicted seconds) and the round
+    table its probes gave (``run_bracketed``), from which they were predicted."""
     files, rounds = run_bracketed(
         testbed_config(args.hosts, args.bandwidth), [bed_command(args)],
         ("bench.json", "trace.json"), f"bed {bed} ({bed_label(args.hosts, args.bandwidth)})",
@@ -127,7 +132,7 @@ def run_bed(args, net: NetworkInputs, bed: int) -> dict:
         print(f"bed {bed}, {size}: " + ", ".join(
             f"{p} {r['measured_s'] * 1e3:.3f} ms ({r['predicted_s'] * 1e3:.3f})"
             for p, r in rows.items()), flush=True)
-    return figures
+    return figures, rounds
 
 
 def print_summary(beds: list[dict]) -> None:
@@ -190,9 +195,11 @@ def parse_args(argv=None):
                         help="the probe's sizes reach this one, as the point of the all-reduce "
                              "experiment whose largest size it is (default 16MB)")
     parser.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
-                        help="a run's calibration.json (default: the committed full grid's)")
+                        help="a run's calibration.json (default: the committed full grid's), "
+                             f"or '{MEASURE}': calibrate this machine's network first (about "
+                             "10 s; needed on any other machine)")
     parser.add_argument("--seed", type=int, default=0, help="the benchmark's buffers' seed")
-    parser.add_argument("--json", help="write every bed's figures here")
+    parser.add_argument("--json", help="write every bed's figures and probes here")
     args = parser.parse_args(argv)
     try:
         check_output_file("--json", args.json)
@@ -210,20 +217,37 @@ def parse_args(argv=None):
     return parser, args
 
 
+def measured_calibration(bandwidth_bps: float) -> tuple[NetworkInputs, dict]:
+    """This machine's network at ``bandwidth_bps``, calibrated now on a 2-host test bed (the
+    quick run's calibration, without ring rounds: each bed's own probes give those), and its
+    record."""
+    record = calibrate_rate(bandwidth_bps, quick=True)
+    return NetworkInputs.from_calibration(record), record
+
+
 def main(argv=None) -> int:
     parser, args = parse_args(argv)
-    try:
-        net = load_calibration(args.calibration, args.bandwidth)
-    except ValueError as error:
-        parser.error(str(error))
-    status, beds = run_reporting(
-        "call_positions", lambda: [run_bed(args, net, bed) for bed in range(args.beds)])
+    net, calibration = None, args.calibration
+    if args.calibration != MEASURE:
+        try:
+            net = load_calibration(args.calibration, args.bandwidth)
+        except ValueError as error:
+            parser.error(str(error))
+
+    def work():
+        nonlocal net, calibration
+        if args.calibration == MEASURE:
+            net, calibration = measured_calibration(args.bandwidth)
+        return [run_bed(args, net, bed) for bed in range(args.beds)]
+
+    status, beds = run_reporting("call_positions", work)
     if status:
         return status
-    print_summary(beds)
+    print_summary([figures for figures, _ in beds])
+    # each bed's probes too, so that its calls can be priced again by a later model
     return write_json_output("call_positions", "--json", args.json, {
-        "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "calibration": args.calibration,
-        "beds": beds})
+        "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "calibration": calibration,
+        "beds": [figures for figures, _ in beds], "probes": [rounds for _, rounds in beds]})
 
 
 if __name__ == "__main__":

@@ -102,14 +102,34 @@ def test_a_failing_bed_is_one_line_and_status_1(tmp_path, monkeypatch, capsys):
         "call_positions: bed 0 (H=2 1000Mbps): exit 1: no route to host\n"
 
 
+def test_measure_calibrates_this_machine_first_and_keeps_the_record(tmp_path, monkeypatch,
+                                                                   capsys):
+    from experiments import call_positions
+    seen = []
+    monkeypatch.setattr(call_positions, "calibrate_rate",
+                        lambda rate, quick: seen.append((rate, quick)) or dict(CALIBRATION))
+
+    def bed(args, net, index):
+        assert net.rate_bps == 1e9  # priced from the record just measured
+        return {"64 KB": {"ring<naive<backend": {"measured_s": 1e-3, "predicted_s": 1e-3}}}, {}
+
+    monkeypatch.setattr(call_positions, "run_bed", bed)
+    out = tmp_path / "positions.json"
+    assert main(["--hosts", "2", "--beds", "1", "--calibration", "measure",
+                 "--json", str(out)]) == 0
+    assert seen == [(1e9, True)]
+    assert json.loads(out.read_text())["calibration"] == CALIBRATION
+
+
 @needs_namespaces
 def test_one_bed_reports_every_position_measured_and_predicted(tmp_path, capsys):
     path, out = tmp_path / "calibration.json", tmp_path / "positions.json"
     path.write_text(json.dumps([CALIBRATION]))
     assert main(["--hosts", "2", "--beds", "1", "--iters", "6", "--probe-up-to", "64KB",
                  "--calibration", str(path), "--json", str(out)]) == 0
-    beds = json.loads(out.read_text())["beds"]
-    rows = beds[0]["64 KB"]
+    record = json.loads(out.read_text())
+    rows = record["beds"][0]["64 KB"]
+    assert len(record["probes"]) == 1 and record["probes"][0]["results"]
     assert {"ring (median)", "naive (median)", "backend (median)"} <= set(rows)
     assert sum("<" in p for p in rows) == 9
     for row in rows.values():
