@@ -71,8 +71,25 @@ def timed_rate(applied_s, workers: int, warmup_updates: int | None = None) -> tu
     skip = workers if warmup_updates is None else warmup_updates
     skip = skip if leaves_a_round(skip, workers, applied) else 0
     start_s = float(applied_s[skip - 1]) if skip else 0.0
-    window_s = (float(applied_s[-1]) if applied else 0.0) - start_s
-    return skip, start_s, (applied - skip) / window_s if window_s > 0 else None
+    timed = [float(t) for t in applied_s[skip:]]
+    end_s = _end_of_whole_bursts(timed, start_s)
+    counted = sum(1 for t in timed if start_s < t <= end_s)
+    window_s = end_s - start_s
+    return skip, start_s, counted / window_s if window_s > 0 else None
+
+
+def _end_of_whole_bursts(timed_s: list[float], start_s: float) -> float:
+    """Where the timed window ends: at the last update, unless updates share instants. Workers
+    of equal compute whose gradients the server applies in no time arrive in bursts, and a run
+    stops at its last update, so the burst at its last instant may be cut short (64 workers, 130
+    updates: 2 of a burst of 64), which would halve the rate; then the window ends at the
+    instant before the last one, where there is one after ``start_s``."""
+    if not timed_s:
+        return start_s
+    instants = sorted(set(timed_s))
+    if len(instants) < len(timed_s) and len(instants) > 1 and instants[-2] > start_s:
+        return instants[-2]
+    return instants[-1]
 
 
 @dataclass(frozen=True)

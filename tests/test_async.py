@@ -9,7 +9,7 @@ import pytest
 from dsgd_sim import ClusterConfig, from_preset
 from dsgd_sim.cli import main
 from dsgd_sim.compute import Constant, Exponential
-from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
+from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation, timed_rate
 from dsgd_sim.trace import Trace
 
 MU = 0.08
@@ -227,6 +227,29 @@ def test_the_rate_leaves_out_the_first_round_as_a_real_server_counts(updates, ti
         assert asyn["warmup_updates"] == 0
         assert asyn["updates_per_s"] == pytest.approx(16 / ends[-1])
         assert "note: 16 updates leave no round of 8 workers" in text
+
+
+@pytest.mark.parametrize("updates", [129, 130, 2049])
+def test_bursts_of_updates_cut_short_by_the_run_do_not_lower_the_rate(updates, tmp_path):
+    # 64 workers of equal compute, free communication and an apply that takes no time: each
+    # round's 64 updates land at one instant, and the run stops inside a burst; counting the
+    # stub of that burst over a whole round halved the rate (412.5/s at 130 updates)
+    out = tmp_path / "run.json"
+    assert main(["--mode", "async", "--replicas", "64", "--grad-bytes", "0", "--latency", "0",
+                 "--compute", "const:80ms", "--ps-service-time", "0", "--iterations",
+                 str(updates), "--json", str(out)]) == 0
+    asyn = json.loads(out.read_text())["async"]
+    assert asyn["updates_per_s"] == pytest.approx(64 / 0.08)
+    assert asyn["speedup"] == pytest.approx(64)
+
+
+def test_a_rate_over_distinct_instants_counts_every_update_after_the_start_up():
+    # no two updates at one instant: the last update ends the window, as a real server counts
+    assert timed_rate([1.0, 2.0, 3.0, 4.5, 6.0], 2) == (2, 2.0, 3 / 4.0)
+    # a burst at the start's instant began before the window; the cut burst at the end is left out
+    assert timed_rate([1.0, 1.0, 2.0, 2.0, 3.0], 2) == (2, 1.0, 2 / 1.0)
+    # one instant after the start-up: nothing earlier to end at, so the whole burst counts
+    assert timed_rate([1.0, 1.0, 2.0, 2.0], 2, 1) == (1, 1.0, 2 / 1.0)
 
 
 def test_a_sweep_marks_the_worker_counts_too_many_for_its_updates(capsys):
