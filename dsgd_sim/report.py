@@ -111,11 +111,16 @@ def describe_run(config: SyncConfig) -> str:
         sizes = cluster.round_costs.sizes_bytes
         network = (f"measured all-reduce rounds ({len(sizes)} sizes, {format_bytes(sizes[0])} to "
                    f"{format_bytes(sizes[-1])})")
-    return (f"synchronous SGD, {config.algorithm}, {cluster.replicas} replicas, "
+    return (f"synchronous SGD, {config.algorithm}, {counted(cluster.replicas, 'replica')}, "
             f"{network}{''.join(', ' + e for e in extras)}\n"
             f"workload: {workload.name}, {format_bytes(workload.grad_bytes)} of gradients "
             f"({params} fp32), batch {workload.batch_size}/replica, "
             f"compute {workload.compute.describe()}")
+
+
+def counted(n: int, noun: str) -> str:
+    """``counted(1, "replica")`` -> ``'1 replica'``; ``(16, "replica")`` -> ``'16 replicas'``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _share(part: float, whole: float) -> str:
@@ -149,7 +154,7 @@ def format_sweep(configs: list[SyncConfig], summaries: list[dict]) -> str:
     """One row per replica count."""
     header = (f"{'replicas':>8} {'iteration':>10} {'compute':>10} {'exp. comm':>10} {'idle':>10} "
               f"{'samples/s':>10} {'speedup':>8} {'effic.':>7} {'busbw':>11}")
-    rows = [describe_run(configs[0]).replace(f"{configs[0].cluster.replicas} replicas",
+    rows = [describe_run(configs[0]).replace(counted(configs[0].cluster.replicas, "replica"),
                                              "sweep of replicas"), "", header]
     for config, s in zip(configs, summaries):
         rows.append(f"{config.cluster.replicas:>8} {format_time(s['iteration_time_s']):>10} "
@@ -219,8 +224,8 @@ def describe_async(config: AsyncConfig) -> str:
     cluster = config.cluster
     bound = ("unbounded" if config.max_staleness is None
              else f"at most {config.max_staleness} (drop and recompute)")
-    servers = f"{config.servers} server{'s' if config.servers > 1 else ''}"
-    return (f"async: {cluster.replicas} workers + {servers} (NIC "
+    return (f"async: {counted(cluster.replicas, 'worker')} + "
+            f"{counted(config.servers, 'server')} (NIC "
             f"{format_bandwidth_bps(cluster.server_bandwidth_bps)} each), apply "
             f"{format_time(config.service_s)} per update, staleness {bound}")
 
@@ -241,7 +246,7 @@ def _dropped_text(s: dict) -> str:
 def format_async(config: AsyncConfig, s: dict) -> str:
     """The table printed for an async run alone."""
     cluster = config.cluster
-    rows = [f"asynchronous SGD, parameter server, {cluster.replicas} workers, "
+    rows = [f"asynchronous SGD, parameter server, {counted(cluster.replicas, 'worker')}, "
             f"{format_bandwidth_bps(cluster.bandwidth_bps)}, {format_time(cluster.latency_s)} latency",
             describe_run(config_as_sync(config)).split("\n")[1], describe_async(config), "",
             f"  update time      {format_time(s['update_time_s']):>10}   {_rate_text(s)}",
@@ -299,8 +304,8 @@ def format_side_by_side(sync_config: SyncConfig, sync: dict, async_config: Async
     gradients = sync_config.gradients_used
     header = describe_run(sync_config).split("\n")
     header[0] = header[0].replace("synchronous SGD, ", "synchronous SGD (") \
-        .replace(f", {sync_config.cluster.replicas} replicas", f") against asynchronous SGD "
-                 f"(parameter server), {sync_config.cluster.replicas} replicas", 1)
+        .replace(f", {counted(sync_config.cluster.replicas, 'replica')}", f") against asynchronous "
+                 f"SGD (parameter server), {counted(sync_config.cluster.replicas, 'replica')}", 1)
     pct = lambda part: f" ({part / t:.1%})" if t > 0 else ""  # noqa: E731
     rows = header + [describe_async(async_config), "",
         _side("", f"sync ({sync_config.algorithm})", "async (parameter server)"),
@@ -358,7 +363,7 @@ def format_async_sweep(configs: list[AsyncConfig], summaries: list[dict],
     """One row per worker count; with sync results, which finishes the same gradients first."""
     header = (f"{'workers':>8} {'updates/s':>10} {'update':>10} {'speedup':>8} "
               f"{'stale mean':>10} {'p99':>6} {'max':>6}" + ("   first" if sync_summaries else ""))
-    rows = [describe_async(configs[0]).replace(f"{configs[0].cluster.replicas} workers",
+    rows = [describe_async(configs[0]).replace(counted(configs[0].cluster.replicas, "worker"),
                                                "sweep of workers"), "", header]
     for i, (config, s) in enumerate(zip(configs, summaries)):
         row = (f"{config.cluster.replicas:>8} {s['updates_per_s']:>10.4g} "

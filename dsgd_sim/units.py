@@ -105,7 +105,8 @@ def _scaled(value: float, steps: list[tuple[float, str]], digits: int) -> str:
 
 def format_bytes(n_bytes: float, digits: int = 3) -> str:
     """``102400000`` -> ``'102 MB'`` (SI, as nccl-tests)."""
-    return _scaled(n_bytes, [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB"), (1, "B")], digits)
+    return _scaled(n_bytes, [(1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB"),
+                             (1, "B")], digits)
 
 
 def format_time(seconds: float, digits: int = 3) -> str:
@@ -129,7 +130,7 @@ def format_bandwidth_bps(bits_per_s: float, digits: int = 3) -> str:
 
 def format_count(count: float, digits: int = 3) -> str:
     """``25557032`` -> ``'25.6M'``."""
-    for factor, name in [(1e9, "B"), (1e6, "M"), (1e3, "K")]:
+    for factor, name in [(1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")]:
         if abs(count) >= factor:
             return f"{count / factor:.{digits}g}{name}"
     return f"{count:g}"

@@ -295,3 +295,16 @@ def test_a_full_disk_names_the_output_it_could_not_write(tmp_path, monkeypatch, 
     out = tmp_path / "run.json"
     assert main(["--iterations", "2", "--json", str(out)]) == 1
     assert f"cannot write {out}: No space left on device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, header", [
+    (["--mode", "sync", "--replicas", "1"], "synchronous SGD, ring, 1 replica, "),
+    (["--mode", "sync", "--replicas", "2"], "synchronous SGD, ring, 2 replicas, "),
+    (["--mode", "async", "--replicas", "1"], "asynchronous SGD, parameter server, 1 worker, "),
+    (["--mode", "both", "--replicas", "1"], "(parameter server), 1 replica, "),
+])
+def test_one_replica_or_worker_is_said_in_the_singular(argv, header, capsys):
+    assert main([*argv, "--iterations", "4"]) == 0
+    out = capsys.readouterr().out
+    assert header in out
+    assert "1 replicas" not in out and "1 workers" not in out

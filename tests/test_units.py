@@ -1,7 +1,7 @@
 import pytest
 
-from dsgd_sim.units import (format_bandwidth_bps, format_bytes, format_rate_Bps, format_time,
-                            parse_bandwidth, parse_count, parse_size, parse_time)
+from dsgd_sim.units import (format_bandwidth_bps, format_bytes, format_count, format_rate_Bps,
+                            format_time, parse_bandwidth, parse_count, parse_size, parse_time)
 
 
 @pytest.mark.parametrize("text, bits_per_s", [
@@ -57,3 +57,10 @@ def test_formatting_uses_readable_units():
     assert format_time(5e-6) == "5 us"
     assert format_rate_Bps(1.25e9) == "1.25 GB/s"
     assert format_bandwidth_bps(1e10) == "10 Gbps"
+
+
+def test_the_largest_sizes_it_parses_print_in_their_own_unit():
+    # 1PB parses, so it prints as 1 PB, not "1e+03 TB"; its 2.5e14 parameters as 250T
+    assert format_bytes(parse_size("1PB")) == "1 PB"
+    assert format_count(parse_size("1PB") / 4) == "250T"
+    assert format_count(25_557_032) == "25.6M"
