@@ -86,6 +86,11 @@ def config_json(config: SyncConfig) -> dict:
     }
 
 
+def counted(n: int, noun: str) -> str:
+    """``counted(1, "replica")`` -> ``'1 replica'``; ``(16, "replica")`` -> ``'16 replicas'``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def describe_run(config: SyncConfig) -> str:
     """Two header lines naming what was simulated."""
     cluster, workload = config.cluster, config.workload
@@ -116,11 +121,6 @@ def describe_run(config: SyncConfig) -> str:
             f"workload: {workload.name}, {format_bytes(workload.grad_bytes)} of gradients "
             f"({params} fp32), batch {workload.batch_size}/replica, "
             f"compute {workload.compute.describe()}")
-
-
-def counted(n: int, noun: str) -> str:
-    """``counted(1, "replica")`` -> ``'1 replica'``; ``(16, "replica")`` -> ``'16 replicas'``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _share(part: float, whole: float) -> str:
