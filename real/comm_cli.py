@@ -27,7 +27,7 @@ import torch
 from dsgd_sim.units import parse_time
 
 from .comm import CommError, Communicator, check_timeout, init, launched_by_mpi
-from .local_launch import MAX_THREADS, launcher_local_ranks, report_join_error
+from .local_launch import MAX_THREADS, launcher_local_ranks, own_error, report_join_error
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
 
@@ -93,8 +93,8 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
     """Open the communicator ``args`` describe; close it on the way out, error or not.
 
     A :class:`CommError` raised inside the block (a dead peer), or an ``OSError`` (an output
-    that cannot be written after all), is printed as one line and the process exits with
-    status 1: a message, not a traceback."""
+    that cannot be written after all), is printed as one line, ``rank N: `` on ranks other than
+    0, and the process exits with status 1: a message, not a traceback."""
     timeout_s = timeout_from_args(parser, args)
     threads = getattr(args, "threads", 0)
     if not 0 <= threads <= MAX_THREADS:
@@ -110,8 +110,8 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
         except ValueError as error:  # bad flags, a backend this node lacks, a bad variable
             sys.exit(report_join_error(parser.prog, error))
         yield comm
-    except (CommError, OSError) as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr, flush=True)
+    except (CommError, OSError) as error:  # each rank that meets it says it, naming itself
+        print(f"{parser.prog}: error: {own_error(error)}", file=sys.stderr, flush=True)
         sys.exit(1)
     finally:
         if comm is not None:

@@ -125,12 +125,13 @@ def speaks_for_job() -> bool:
 
 def own_error(error) -> str:
     """``error`` as one rank's own, for a line every rank may print: ``rank N: ...`` on ranks
-    other than 0."""
+    other than 0 (once: an error that names its rank already is left as it is)."""
+    text = str(error)
     try:
         rank = env_rank()
     except ValueError:
-        return str(error)
-    return f"rank {rank}: {error}" if rank else str(error)
+        return text
+    return f"rank {rank}: {text}" if rank and not text.startswith(f"rank {rank}: ") else text
 
 
 def report_join_error(prog: str, error: ValueError) -> int:

@@ -18,6 +18,7 @@ import torch
 from dist_helpers import REPO, child_env, have_mpiexec, run_function, run_script
 from real.allreduce import ring_all_reduce
 from real.comm import CommError, init
+from real.local_launch import own_error
 
 WORLD = 3
 needs_mpi = pytest.mark.skipif(not have_mpiexec(), reason="mpi4py/mpiexec not installed "
@@ -542,6 +543,7 @@ def test_an_output_rank_0_cannot_write_ends_a_plain_launch_at_once(argv, says, t
     (["real/sync.py", "--steps", "2"], {"LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not a whole number",
      2),
     (["real/sync.py", "--steps", "2", "--timeout", "5s"], {}, "could not join", 1),  # no rank 0
+    (["real/demos/collectives.py", "--timeout", "5s"], {}, "could not join", 1),  # open_comm's
     pytest.param(["real/allreduce.py", "--backend", "nccl"], {}, "backend nccl needs a CUDA GPU",
                  2, marks=pytest.mark.skipif(torch.cuda.is_available(),
                                              reason="the case is a node without a CUDA GPU")),
@@ -556,6 +558,15 @@ def test_a_fault_of_one_node_is_said_by_its_own_rank(argv, env, says, status):
     assert run.returncode == status, run.stderr
     lines = run.stderr.strip().splitlines()  # one line: not torch's C++ log with its stack frames
     assert len(lines) == 1 and "error: rank 2: " in lines[0] and says in lines[0], run.stderr
+
+
+def test_a_rank_names_itself_once_in_its_own_error(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert own_error(CommError("could not join")) == "rank 3: could not join"
+    assert own_error(CommError("rank 3: recv failed")) == "rank 3: recv failed"
+    monkeypatch.setenv("RANK", "0")
+    assert own_error(CommError("could not join")) == "could not join"
 
 
 @pytest.mark.parametrize("env, says", [
