@@ -2,7 +2,7 @@
 with the code, so that regenerating a report keeps them).
 
 Each note says what the model takes from the test bed, where its predictions hold and where they
-miss, with the figures over the thirteen full grids the README lists (``python -m
+miss, with the figures over the fourteen full grids the README lists (``python -m
 experiments.grids`` over those folders gives every one), and what mattered most on the way. How
 each finding was made, the changes tried and dropped, and every grid's own figures with the
 commands that reproduce them are in ``experiments/LOG.md``, the lab notebook, which is kept by
@@ -24,9 +24,9 @@ NOTES: dict[str, list[str]] = {
         "costs a latency-bound round, and one they do not waits for its bytes at the link's rate. "
         "The rates, the bucket and the gap come from the calibration and the point's own probes; "
         "nothing is fitted to the calls.",
-        "**Where it holds.** Over the thirteen full grids (2,236 rows, 1,716 of them all-reduce "
-        "calls): every call of 1 MB or more within 7.9% (1,014 rows, median 0.3%), every call at "
-        "50 Mbit/s within 5.8% (median 0.1%), and the median row of every grid 0.4–0.8%. Every "
+        "**Where it holds.** Over the fourteen full grids (2,408 rows, 1,848 of them all-reduce "
+        "calls): every call of 1 MB or more within 7.9% (1,092 rows, median 0.3%), every call at "
+        "50 Mbit/s within 5.8% (median 0.15%), and the median row of every grid 0.4–0.8%. Every "
         "row of twelve of the thirteen quick grids was within 8%. In the ninth (quick-4481a5a) the "
         "ring's 64 kB call on 4 hosts at 200 Mbit/s came out −12.0% (3.615 ms priced, 4.108 "
         "measured): the call took as long as the probe's ring-driven 16 KiB chains back to back "
@@ -35,20 +35,22 @@ NOTES: dict[str, list[str]] = {
         "−4.6% (3.610 ms priced, 3.785 measured), in the eleventh (quick-eb589ab) +1.0% (3.872, "
         "3.834), in the twelfth (quick-e8ba919) +1.2% (3.875, 3.828), in "
         "the thirteenth (quick-2c812b9) −1.6% (3.725, 3.786).",
-        "**Where it misses, and why.** 57 of the 2,236 rows missed 8%, all of them all-reduce "
-        "calls under 1 MB: 46 on 4 or 8 hosts at 200 or 1000 Mbit/s, and 11 on 2 hosts (the naive "
-        "ring's 256 kB at 200 Mbit/s −17.5% once; 64 kB calls at 1000 Mbit/s ten times, up to "
-        "+43.0%, where in the tenth, eleventh and twelfth grids the naive ring's call ran on the "
-        "tokens the other two left: 0.252, 0.250 and 0.278 ms, priced 0.360, 0.346 and 0.315). "
+        "**Where it misses, and why.** 65 of the 2,408 rows missed 8%, all of them all-reduce "
+        "calls under 1 MB: 52 on 4 or 8 hosts at 200 or 1000 Mbit/s, and 13 on 2 hosts (the naive "
+        "ring's 256 kB at 200 Mbit/s −17.5% once, the ring's 256 kB at 1000 Mbit/s +8.3% once; "
+        "64 kB calls at 1000 Mbit/s eleven times, up to +45.3%, where in the tenth, eleventh, "
+        "twelfth and fourteenth grids the naive ring's call ran on the tokens the other two left: "
+        "0.252, 0.250, 0.278 and 0.254 ms, priced 0.360, 0.346, 0.315 and 0.370). "
         "With 4 to 8 ranks on the machine's 2 cores, a small round costs the ranks' wake-ups more "
         "than the link's bytes, and those do not repeat. They vary from one launch of the same "
         "processes to the next, and within a launch from second to second. Which rows miss "
-        "changes from grid to grid: 16 rows missed at least once, none in more than 6 of the 13 "
+        "changes from grid to grid: 17 rows missed at least once, none in more than 7 of the 14 "
         "grids (`python -m experiments.grids` lists them), and most miss both ways. Two lean one "
         "way: the ring's and Gloo's 64 kB calls on 8 hosts at 200 Mbit/s came out over their "
-        "measurement in 10 and 12 of the 13 grids (mean +6.5% and +8.4%; +15% to +26% in the "
+        "measurement in 10 and 12 of the 14 grids (mean +5.1% and +7.6%; +15% to +26% in the "
         "three grids made while the machine was slow, b09ce8c, f90198e and 0c1226f, −6.6% "
-        "and +8.0% in the slowest, 4481a5a, and −15.0% and +6.0% in the thirteenth, 8d142fd): "
+        "and +8.0% in the slowest, 4481a5a, −15.0% and +6.0% in the thirteenth, 8d142fd, and "
+        "−13.6% and −2.4% in the fourteenth, 3e736e5): "
         "there the probe's chains, timed back to "
         "back, ran slower than the benchmark's calls (in the tenth grid the ring-driven 8 KiB "
         "chains took 6.65–6.79 ms to their 14th round's end, the ring's calls 6.15 ms). Noticed, "
@@ -103,7 +105,7 @@ NOTES: dict[str, list[str]] = {
         "`--emulate-compute` they take no CPU. The gradient's all-reduce (mlp: 0.94 MB, Gloo's "
         "ring) is priced from ring rounds timed on the run's own test bed, just before and just "
         "after it, as an all-reduce point's are.",
-        "**Where it holds.** Over the thirteen full grids every row is within 7.7% (156 "
+        "**Where it holds.** Over the fourteen full grids every row is within 7.7% (168 "
         "rows, median 1.4%). At 50 Mbit/s every row is within 2.3%. At 200 Mbit/s every row "
         "is measured a little slower than predicted: emulated −1.0 to −4.2%, real compute −1.8 "
         "to −7.7% on 4 and 8 replicas.",
@@ -127,8 +129,8 @@ NOTES: dict[str, list[str]] = {
     "multinode": [
         "**The multi-node path.** Four hosts, each running its own `torchrun` agent "
         "(`--nnodes 4 --rdzv-backend c10d --rdzv-endpoint host0:port`), meet at host 0's store "
-        "and run sync SGD. Its step is predicted as the `sync` experiment's. Over the thirteen "
-        "full grids the row was −0.9 to −3.8%: measured a little slower than predicted, as the sync "
+        "and run sync SGD. Its step is predicted as the `sync` experiment's. Over the fourteen "
+        "full grids the row was −0.8 to −3.8%: measured a little slower than predicted, as the sync "
         "rows at 200 Mbit/s are. `tests/test_experiments.py` makes the same 4-host launch for 6 "
         "steps wherever namespaces can be made.",
     ],
@@ -140,7 +142,7 @@ NOTES: dict[str, list[str]] = {
         "is left out, on the bed and in the simulator alike (`experiments.configs."
         "warmup_updates`): the workers start in step, and how long they stay in step is TCP's "
         "doing, not the model's.",
-        "**Where it holds.** Over the thirteen full grids, 4 and 8 workers at 50 and 200 Mbit/s "
+        "**Where it holds.** Over the fourteen full grids, 4 and 8 workers at 50 and 200 Mbit/s "
         "and 2 workers at 50 Mbit/s were within 1.8%. Staleness means agree to the "
         "third digit. The real histograms spread around W − 1, where the simulator's in-order "
         "server gives a spike.",
@@ -173,10 +175,11 @@ NOTES: dict[str, list[str]] = {
         "never past the ring. A BytePS-like server, pushing and pulling in pipelined chunks, "
         "has the floor n/B and would cross the ring at k* = W²/(2(W − 1)) (2.67 for 4 workers, "
         "the plot's dotted line). This one does not chunk.",
-        "**Where it holds.** Over the thirteen full grids every row is within 6.7% (195 "
-        "rows, median 0.6%). The rings are within 0.9%. The rows farthest off are rounds at "
-        "the links' rate measured slower than the rate: 4 workers at 200 Mbit/s with a 2× "
-        "server link (−1.9 to −6.1%) and 8 workers with 4× (−1.9 to −6.7%).",
+        "**Where it holds.** Over the fourteen full grids every row is within 6.7% (210 "
+        "rows, median 0.6%). The rings are within 0.9%, but for the 8 workers' −3.0% in the "
+        "fourteenth. The rows farthest off are rounds at the links' rate measured slower than "
+        "the rate: 4 workers at 200 Mbit/s with a 2× server link (−1.9 to −6.4%) and 8 workers "
+        "with 4× (−1.9 to −6.7%).",
         "**What mattered most** (`LOG.md`):\n"
         "- **The push window** (the `async` note). Before it, the 1× rounds ran twice the "
         "in-order prediction, the lock step.\n"
@@ -193,7 +196,7 @@ NOTES: dict[str, list[str]] = {
         "single gradients reach a lower loss with 2 workers and lose at 8, where every gradient "
         "is W − 1 updates stale. Each trainer uses its own default optimizer: this compares "
         "them as shipped, not tuned.",
-        "**Where it holds.** Over the thirteen full grids the sync steps are within 3.4% and the "
+        "**Where it holds.** Over the fourteen full grids the sync steps are within 3.4% and the "
         "async updates with 4 and 8 workers within 2.9%. 2 async workers: −5.0 to −6.9%, the "
         "`async` note's notice. Staleness histograms: the same as in the `async` note.",
     ],
