@@ -123,9 +123,9 @@ JOIN_GRACE_S = 5.0  # beyond twice --timeout, before a join that never returns i
 def join_deadline(timeout_s: float, rank: int, backend: str):
     """Inside the block this process joins the job; if it has not come back 2 ``timeout_s`` +
     ``JOIN_GRACE_S`` later (torch's own timeout applies to each of its steps), say so in one
-    line and end the process (status 1). torch's store
-    client waits for ever on a server that takes the connection and never answers, whatever the
-    timeout it was given; the main thread is then inside C++ and only another thread can act."""
+    line and end the process (status 1). torch's store client waits for ever on a server that
+    takes the connection and never answers, whatever the timeout it was given; the main thread
+    is then inside C++ and only another thread can act."""
     stderr = os.dup(2)  # before stderr_kept_unless_failed holds file descriptor 2
     where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
     prog = os.path.basename(sys.argv[0]) or "python"

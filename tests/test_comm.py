@@ -569,6 +569,11 @@ def test_a_rank_names_itself_once_in_its_own_error(monkeypatch):
     assert own_error(CommError("could not join")) == "could not join"
 
 
+def env_without_torchrun_variables() -> dict[str, str]:
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    return {k: v for k, v in child_env().items() if k not in names}
+
+
 @pytest.mark.parametrize("env, says", [
     ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK=5 must be from 0 to WORLD_SIZE - 1 = 1"),
     ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),
@@ -579,8 +584,7 @@ def test_a_rank_names_itself_once_in_its_own_error(monkeypatch):
     ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 is set but RANK is not"),
 ])
 def test_launcher_variables_that_describe_no_rank_are_refused_at_once(env, says):
-    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-    base = {k: v for k, v in child_env().items() if k not in names}
+    base = env_without_torchrun_variables()
     run = subprocess.run([sys.executable, "real/allreduce.py", "--sizes", "4KB"], cwd=REPO,
                          env={**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", **env},
                          capture_output=True, text=True, timeout=60)
@@ -597,8 +601,7 @@ def test_launcher_variables_that_describe_no_rank_are_refused_at_once(env, says)
     ({"PMI_RANK": "0", "PMI_SIZE": "abc"}, "PMI_SIZE='abc' is not a whole number"),
 ])
 def test_mpiexec_variables_set_by_hand_are_refused_in_one_line(env, says):
-    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-    base = {k: v for k, v in child_env().items() if k not in names}
+    base = env_without_torchrun_variables()
     run = subprocess.run([sys.executable, "real/allreduce.py", "--backend", "mpi", "--sizes",
                           "4KB"], cwd=REPO, env={**base, **env}, capture_output=True, text=True,
                          timeout=60)
