@@ -68,7 +68,9 @@ NOTES: dict[str, list[str]] = {
         "prediction. The 64 kB calls still missed there: the hand-written ring's by −3% to −19% "
         "(it ran longer than its ring-driven chains price it), and, in the calls after it, the "
         "naive ring's on 4 hosts by up to +20%. That is a gap in the model at 64 kB, which the "
-        "spread of the launches here hides. Where the bed repeats itself (every call of 1 MB or "
+        "spread of the launches here hides. The quick grid's first four experiments on that "
+        "machine (`experiments/results/quick-16cores/`, 30 of its 35 rows) held within 7.5%, "
+        "median 0.8%. Where the bed repeats itself (every call of 1 MB or "
         "more, every call at 50 Mbit/s), every row held within 8%.",
         "**What mattered most** (`LOG.md` has each with its figures):\n"
         "- **Threads.** One torch thread a rank (`--threads 1`): spinning OpenMP threads on shared "

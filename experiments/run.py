@@ -159,8 +159,9 @@ def header_lines(meta: dict) -> list[str]:
                     f"Gloo latency {c['gloo']['latency_s'] * 1e6:.0f} µs, 1-element all_reduce "
                     f"{c['gloo']['all_reduce_1_element_s']['median'] * 1e6:.0f} µs"
                     for c in meta["calibration"])
-    rounds = "; ".join(f"{', '.join(sorted(c.get('rounds', {}), key=int)) or 'no'} hosts at "
-                       f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"])
+    rounds = "; ".join(f"{', '.join(sorted(c['rounds'], key=int))} hosts at "
+                       f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"]
+                       if c.get("rounds")) or "no hosts"
     tcp = meta.get("congestion_control", "system")
     tcp = {"reno": "Reno", "system": "the machine's default"}.get(tcp, tcp)
     policy = {"batch": "batch (`SCHED_BATCH`)", "normal": "the machine's default"}.get(
@@ -174,11 +175,11 @@ def header_lines(meta: dict) -> list[str]:
         policy += "; address-space randomization off"
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
             f"average {meta['load_average']}, TCP congestion control: {tcp}, CPU scheduling: "
-            f"{policy}) in "
-            f"{meta['wall_s'] / 60:.1f} min. Every measured "
+            f"{policy}) {run_time(meta)}. Every measured "
             "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
-            "sync: over steps after warm-up); the 2 CPU cores are shared by every host and by other "
-            "jobs (the load averages are the machine's, those jobs included), so repeated runs "
+            f"sync: over steps after warm-up); the {meta['cpus']} CPU cores are shared by the hosts "
+            "and by other jobs (the load averages are the machine's, those jobs included), so "
+            "repeated runs "
             "differ per row by the Repeatability figure under each table.", "",
             f"Calibration of the last run (network only, 2 hosts): {cal}; and ring rounds timed "
             f"on test beds of {rounds} (`experiments/ring_probe.py`, in `calibration.json`), "
@@ -189,6 +190,16 @@ def header_lines(meta: dict) -> list[str]:
                "bucket refill and 1 ms), and a call of k rounds of one size is priced from the "
                "chains' time to the end of their k-th round" if meta.get("probe_idle") else "")
             + ". Each experiment below was predicted from the calibration made in its own run."]
+
+
+def run_time(meta: dict) -> str:
+    """How long the run took, and what it left out if it was interrupted."""
+    took = f"in {meta['wall_s'] / 60:.1f} min"
+    if "interrupted" not in meta:
+        return took
+    missing = [name for name in meta["experiments"] if name not in meta.get("finished", [])]
+    return (f"{took}, interrupted ({meta['interrupted']}) before "
+            f"{', '.join(missing) or 'the report'} finished")
 
 
 BAD_RESULTS = (AttributeError, KeyError, OSError, TypeError, ValueError)  # files not as written
@@ -385,19 +396,21 @@ def main(argv=None) -> int:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return 1
     RESULTS.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    started, meta = time.monotonic(), {}
     try:
         with signals_raise():  # kill (SIGTERM), a closed terminal: the bed comes down as on Ctrl-C
-            measure_all(args)
+            measure_all(args, meta)
     except TestbedError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # the test bed in use has been torn down on the way out
         how = f" ({exc})" if str(exc) else ""
+        if meta:  # this run's run.json is written: say how far it got
+            meta.update(wall_s=time.monotonic() - started, interrupted=str(exc) or "Ctrl-C")
+            write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
         print(f"experiments/run.py: interrupted{how}; the experiments finished before it are "
-              f"in {RESULTS}", file=sys.stderr)
+              f"in {RESULTS} (`--report-only` reports them)", file=sys.stderr)
         return 130
-    meta = json.loads((RESULTS / "run.json").read_text())
     meta["wall_s"] = time.monotonic() - started
     write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
     summary = regenerate(load_results(list(EXPERIMENTS)), meta)
@@ -464,7 +477,10 @@ def same_inputs(stored: dict | None, net_by_rate: dict) -> bool:
     return all(rate in current and current[rate] == inputs for rate, inputs in stored.items())
 
 
-def measure_all(args) -> list[dict]:
+def measure_all(args, meta: dict) -> list[dict]:
+    """Calibrate, then run every experiment of ``args``, writing each one's result as it
+    finishes. ``meta`` is filled with run.json's contents once that is written; its "finished"
+    lists the experiments written so far."""
     from experiments import measure
     from experiments.measure import calibrate_rate, ring_bytes, ring_hosts
     measure.CONGESTION_CONTROL = args.congestion_control
@@ -478,7 +494,7 @@ def measure_all(args) -> list[dict]:
                                   ring_bytes(points, rate)) for rate in rates]
     write_text_atomically(RESULTS / "calibration.json", json.dumps(calibration, indent=1) + "\n")
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
-    meta = {"command": "python experiments/run.py" + (" --quick" if args.quick else "")
+    meta.update({"command": "python experiments/run.py" + (" --quick" if args.quick else "")
             + (f" --out {args.out}" if args.out else "")
             + (f" --congestion-control {args.congestion_control or 'system'}"
                if args.congestion_control != "reno" else "")
@@ -495,7 +511,7 @@ def measure_all(args) -> list[dict]:
             "address_layout": args.address_layout, "probe_idle": args.probe_idle,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
-            "wall_s": 0.0}
+            "wall_s": 0.0, "finished": []})
     write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
     results = []
     for experiment in args.experiments:
@@ -506,6 +522,8 @@ def measure_all(args) -> list[dict]:
         result["repeatability"] = repeatability(result["rows"], RESULTS / f"{experiment.name}.json")
         write_text_atomically(RESULTS / f"{experiment.name}.json", json.dumps(result, indent=1) + "\n")
         results.append(result)
+        meta["finished"].append(experiment.name)
+        write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
     return results
 
 

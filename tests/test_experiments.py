@@ -291,7 +291,7 @@ def test_runner_interrupted_says_so_in_one_line_and_exits_130(monkeypatch, tmp_p
     import real.testbed
     from experiments import run
 
-    def interrupted(args):
+    def interrupted(args, meta):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: None)
@@ -303,6 +303,46 @@ def test_runner_interrupted_says_so_in_one_line_and_exits_130(monkeypatch, tmp_p
     assert err.count("\n") == 1 and "interrupted" in err and str(tmp_path) in err
 
 
+def test_runner_interrupted_between_experiments_says_in_run_json_what_finished(
+        monkeypatch, tmp_path, capsys):
+    import real.testbed
+    from experiments import measure, run
+    stored = json.loads((REPO / "experiments/results/run.json").read_text())["calibration"]
+    calls = []
+
+    def one_then_ctrl_c(experiment, net_by_rate, quick):
+        calls.append(experiment.name)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return {"name": experiment.name, "rows": []}
+
+    monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(measure, "calibrate_rate", lambda rate, *_: next(
+        c for c in stored if c["bandwidth_bps"] == rate))
+    monkeypatch.setattr(run, "run_experiment", one_then_ctrl_c)
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    assert run.main(["--out", str(tmp_path), "sync", "async"]) == 130
+    assert "--report-only" in capsys.readouterr().err
+    meta = json.loads((tmp_path / "run.json").read_text())
+    assert meta["finished"] == ["sync"] and meta["interrupted"] == "Ctrl-C"
+    assert meta["wall_s"] > 0
+    assert ", interrupted (Ctrl-C) before async finished. Every measured time" in \
+        run.header_lines(meta)[0]
+    assert f"the {meta['cpus']} CPU cores are shared by the hosts" in run.header_lines(meta)[0]
+
+
+def test_results_header_leaves_out_rates_whose_calibration_timed_no_ring():
+    from experiments.run import header_lines
+    meta = json.loads((REPO / "experiments/results/run.json").read_text())
+    for calibration in meta["calibration"]:
+        calibration["rounds"] = {}
+    assert "ring rounds timed on test beds of no hosts (" in header_lines(meta)[2]
+    meta["calibration"][-1]["rounds"] = {"4": {}, "2": {}}
+    rate = meta["calibration"][-1]["bandwidth_bps"] / 1e6
+    assert f"test beds of 2, 4 hosts at {rate:g} Mbit/s (" in header_lines(meta)[2]
+
+
 def test_runner_killed_unwinds_as_when_interrupted_so_its_test_bed_comes_down(
         monkeypatch, tmp_path, capsys):
     import os
@@ -312,7 +352,7 @@ def test_runner_killed_unwinds_as_when_interrupted_so_its_test_bed_comes_down(
     from experiments import run
     unwound = []
 
-    def killed(args):  # `kill` of the runner while a test bed is up
+    def killed(args, meta):  # `kill` of the runner while a test bed is up
         try:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
