@@ -53,10 +53,6 @@ class ClusterConfig:
     def server_bandwidth_bps(self) -> float:
         return self.ps_bandwidth_bps or self.bandwidth_bps
 
-    def message_time_s(self, n_bytes: float) -> float:
-        """Alpha-beta time of one message between two workers: α + 8n/B."""
-        return self.latency_s + 8.0 * n_bytes / self.bandwidth_bps
-
     def slowdowns(self, seed: int) -> np.ndarray:
         """Compute-time multiplier of each replica: ``straggler_factor`` for a seeded random
         ``round(straggler_fraction · R)`` of them, 1 for the rest."""

@@ -146,7 +146,6 @@ class SyncSimulation:
         self.on_iteration = on_iteration
         self.iterations: list[_Iteration] = []
         self.drawn_s, self.drawn_count = 0.0, 0  # every compute draw at normal speed, summed
-        self.computing: dict[int, simpy.Process] = {}
         self.procs: list[simpy.Process] = []
         self.comm = (_ParameterServer(self) if config.algorithm == PARAMETER_SERVER
                      else _AllReduceStream(self))

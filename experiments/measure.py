@@ -308,6 +308,11 @@ def run_collect(bed_config: TestbedConfig, command: str, json_name: str | tuple[
             raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
     names = json_name if isinstance(json_name, tuple) else (json_name,)
     written = [h.json for h in result.hosts if all(n in h.json for n in names)]
+    broken = [(h.rank, n, h.json_errors[n]) for h in result.hosts for n in names
+              if n in h.json_errors]
+    if not written and broken:
+        rank, name, error = broken[0]
+        raise TestbedError(f"{label}: host{rank}'s {name} is not JSON: {error}")
     if len(written) != 1:
         raise TestbedError(f"{label}: {len(written)} hosts wrote {', '.join(names)}, expected 1")
     return {n: written[0][n] for n in names} if isinstance(json_name, tuple) else written[0][json_name]

@@ -1,6 +1,6 @@
 """RESULTS.md and the plots, from the result files alone (so they can be regenerated any time).
 
-``write_results_md(results, fidelity_rows, path)`` takes what the runner wrote: per experiment a
+``results_markdown(results, fidelity_rows, header)`` takes what the runner wrote: per experiment a
 dict with ``name``, ``question``, ``rows`` (each with ``config``, ``predicted_s``, ``measured_s``
 and the fields a plot needs), ``plot`` (the PNG's file name or None) and ``notes`` (what was
 learned, Markdown paragraphs); and the fidelity rows.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import save_figure, write_text_atomically
+from dsgd_sim.argparse_oneline import save_figure
 from dsgd_sim.units import format_time
 
 from .fidelity import MEDIAN_TARGET, WORST_TARGET, by_experiment, summarise
@@ -71,11 +71,6 @@ def results_markdown(results: list[dict], fidelity_rows: list[dict], header: lis
         for note in result.get("notes", []):
             lines += [note, ""]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def write_results_md(results: list[dict], fidelity_rows: list[dict], path: Path,
-                     header: list[str], folder: str = "results/") -> None:
-    write_text_atomically(path, results_markdown(results, fidelity_rows, header, folder))
 
 
 def plot_allreduce(rows: list[dict], path: Path) -> None:

@@ -35,10 +35,6 @@ class Placement:
     local_rank: int = 0
     local_world_size: int = 1
 
-    @property
-    def is_main_process(self) -> bool:
-        return self.rank == 0
-
 
 def env_int(name: str, default: int) -> int:
     """The whole number in environment variable ``name`` (``default`` when it is unset);

@@ -41,7 +41,6 @@ PUSH_TAG = 1  # worker → server headers (received from any rank)
 REPLY_TAG = 2  # server → worker headers
 REPLY_DATA_TAG = 3  # server → worker weights
 PAYLOAD_TAG_BASE = 16  # worker r's gradient travels with tag PAYLOAD_TAG_BASE + r
-PAYLOAD_DTYPE = torch.float32
 
 
 class ProtocolError(RuntimeError):

@@ -938,3 +938,27 @@ def test_every_report_links_to_the_notebook_where_it_lies(monkeypatch, tmp_path,
     link = re.search(r"\[LOG\.md\]\(([^)]+)\)", text).group(1)
     assert (folder / link).resolve() == (run.HERE / "LOG.md").resolve()
     assert (run.HERE / "LOG.md").is_file()
+
+
+def test_a_result_file_that_is_not_json_is_named_with_its_host(monkeypatch, tmp_path):
+    import contextlib
+    from experiments import measure
+    from real.testbed import TestbedConfig, TestbedError
+    from real.testbed.launch import HostResult, RunResult
+    log = tmp_path / "log"
+    log.write_text("")
+    hosts = [HostResult(0, "10.0.0.1", 0, 0.1, str(log), str(log), json={"other.json": {}}),
+             HostResult(1, "10.0.0.2", 0, 0.1, str(log), str(log),
+                        json_errors={"sync.json": "Expecting value: line 1 column 1 (char 0)"})]
+
+    class Bed:
+        def run(self, command, timeout_s, echo):
+            return RunResult(command, hosts, 0.2)
+
+    monkeypatch.setattr(measure, "scratch_testbed", lambda config: contextlib.nullcontext(Bed()))
+    with pytest.raises(TestbedError, match=r"^2 hosts: host1's sync\.json is not JSON: "
+                                           r"Expecting value"):
+        measure.run_collect(TestbedConfig(hosts=2), "true", "sync.json", "2 hosts", 10.0)
+    hosts[1].json_errors.clear()  # nobody wrote it, and nothing broken: the count is the message
+    with pytest.raises(TestbedError, match="0 hosts wrote sync.json, expected 1"):
+        measure.run_collect(TestbedConfig(hosts=2), "true", "sync.json", "2 hosts", 10.0)
