@@ -10,7 +10,8 @@ does internally.
 MPI has no timeouts, so a watchdog thread (one per process) watches every blocking call: if one
 outlasts ``timeout_s`` it prints which rank waited for what and calls ``MPI_Abort``, which ends
 the whole job with a non-zero status. A rank whose process exits makes ``mpiexec`` end the job
-by itself. MPI errors (e.g. a message larger than the receive buffer) become ``CommError``.
+by itself; the world communicator closed on an error nothing handled aborts the job first, since
+that rank's ``MPI_Finalize`` would wait for the others. MPI errors (e.g. a message larger than the receive buffer) become ``CommError``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from contextlib import contextmanager
 
 import numpy as np
@@ -387,9 +389,15 @@ class MpiCommunicator(Communicator):
         if self.closed:
             return
         self.closed = True
-        if self.broken:
+        failing = sys.exc_info()[1] if self.is_world else None  # closed on an error's way out
+        if self.broken or isinstance(failing, Exception):
             # Peers may still wait on this rank; ending the job beats leaving them to time out.
-            sys.stderr.write(f"rank {self.world_rank}: communication failed; aborting the MPI job\n")
+            # An error no caller handled is printed here, as Python would have at exit: an
+            # exiting rank does not end the job while its MPI_Finalize waits for the others.
+            if not self.broken:
+                traceback.print_exception(failing, file=sys.stderr)
+            why = "communication failed" if self.broken else f"{type(failing).__name__}"
+            sys.stderr.write(f"rank {self.world_rank}: {why}; aborting the MPI job\n")
             sys.stderr.flush()
             MPI.COMM_WORLD.Abort(1)
         for group in self.groups:

@@ -468,6 +468,30 @@ def test_dead_mpi_peer_ends_the_job(peer_script):
     assert "all_reduce returned" not in run.stdout
 
 
+UNFORESEEN_ERROR_SCRIPT = """
+import torch
+from real.comm import init
+with init("mpi", timeout_s=120) as comm:
+    if comm.rank == 0:
+        raise RuntimeError("an error no caller handles")
+    comm.all_reduce(torch.ones(4))  # rank 0 never comes
+    print("all_reduce returned")
+"""
+
+
+@needs_mpi
+def test_an_mpi_rank_failing_on_an_unhandled_error_ends_the_job_not_the_timeout(tmp_path):
+    # an exiting rank does not end the job while its MPI_Finalize waits for the others: without
+    # the abort on the way out, rank 1 would wait out its 120 s timeout
+    script = tmp_path / "unforeseen.py"
+    script.write_text(UNFORESEEN_ERROR_SCRIPT)
+    run = run_script([str(script)], 2, launcher="mpi", timeout_s=40)
+    assert not run.timed_out and run.returncode != 0
+    assert "RuntimeError: an error no caller handles" in run.stderr  # its traceback, as before
+    assert "rank 0: RuntimeError; aborting the MPI job" in run.stderr
+    assert "all_reduce returned" not in run.stdout
+
+
 # -- the demos run under both launchers ---------------------------------------------------------------
 DEMOS = [  # (demo, launcher, a line its output must contain); engines alternate to keep this short
     ("point_to_point", "mpi", "rank 1: [0.0, 100.0]"),
