@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -143,6 +144,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{flag} {path}: folder {Path(path).parent} does not exist")
         if Path(path).is_dir():
             p.error(f"--{flag} {path}: is a folder, not a file name")
+        folder = Path(path).resolve().parent
+        try:  # root passes every access() check: make a file beside it, as the output will be
+            tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-").close()
+        except OSError as error:
+            p.error(f"--{flag} {path}: cannot write into {folder} ({error.strerror})")
+    if args.json and args.profile and Path(args.json).resolve() == Path(args.profile).resolve():
+        p.error(f"--json and --profile name the same file {args.json!r}")
     return args
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 
 PROFILE_FORMAT = "dsgd-profile/1"
@@ -49,8 +50,15 @@ def write_profile(path: str, profile: dict) -> None:
 
 def write_json(path: str, document: dict) -> None:
     """``document`` as JSON in ``path``, put in place whole: a write that fails leaves what
-    was there (this folder runs without the dsgd package, whose ``write_atomically`` it mirrors)."""
-    folder, name = os.path.split(os.path.abspath(path))
+    was there (this folder runs without the dsgd package, whose ``write_atomically`` it mirrors:
+    a link's target is written, a device or a pipe written to in place)."""
+    path = os.path.realpath(path)
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        with open(path, "w") as handle:
+            json.dump(document, handle, indent=1)
+            handle.write("\n")
+        return
+    folder, name = os.path.split(path)
     fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
     try:
         with os.fdopen(fd, "w") as handle:

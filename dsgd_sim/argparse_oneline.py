@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import tempfile
 from typing import Callable
@@ -83,9 +84,11 @@ def check_output_file(flag: str, path: str | None) -> None:
     os.unlink(probe)
 
 
-def check_output_files(outputs: dict[str, str | None]) -> None:
-    """``check_output_file`` for each ``{flag: path}``, and no two outputs on one path (the one
-    written last would replace the other)."""
+def check_output_files(outputs: dict[str, str | None],
+                       inputs: dict[str, str | None] | None = None) -> None:
+    """``check_output_file`` for each ``{flag: path}``, no two outputs on one path (the one
+    written last would replace the other), and no output on one of ``inputs`` (``{what: path}``
+    of the files the run reads, which it would overwrite; ``what`` names it in the message)."""
     seen: dict[str, str] = {}
     for flag, path in outputs.items():
         check_output_file(flag, path)
@@ -95,14 +98,23 @@ def check_output_files(outputs: dict[str, str | None]) -> None:
         if key in seen:
             raise ValueError(f"{seen[key]} and {flag} name the same file {path!r}")
         seen[key] = flag
+    for what, path in (inputs or {}).items():
+        if path is not None and os.path.realpath(path) in seen:
+            raise ValueError(f"{seen[os.path.realpath(path)]} {os.fspath(path)!r} is {what}, "
+                             f"which this run reads: writing it would overwrite it")
 
 
 def write_atomically(path: str, write: Callable, binary: bool = False) -> None:
     """Call ``write(handle)`` on a new file beside ``path``, then put it in ``path``'s place:
     a write that fails (a full disk, a size limit) leaves what was there whole, never a file cut
-    short. ``OSError`` if it cannot be written."""
-    path = os.fspath(path)
-    folder, name = os.path.split(os.path.abspath(path))
+    short. A link is followed (its target is written); a device or a pipe (``/dev/null``) is
+    written to in place. ``OSError`` if it cannot be written."""
+    path = os.path.realpath(os.fspath(path))  # through a link: its target, the link kept
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        with open(path, "wb" if binary else "w") as handle:  # a device or a pipe: written to,
+            write(handle)                                     # never replaced by a file
+        return
+    folder, name = os.path.split(path)
     fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb" if binary else "w") as handle:

@@ -437,8 +437,13 @@ def _write_traces(path: str, traces: list[Trace]) -> None:
 
 def check_output_paths(args) -> None:
     """Refuse unusable output files before simulating, not after (``ValueError`` names them)."""
+    for flag, path in (("--trace", args.trace), ("--plot", args.plot)):
+        if path == "-":
+            raise ValueError(f"{flag} '-': only --json writes to stdout; name a file")
     check_output_files({"--json": None if args.json == "-" else args.json,
-                        "--trace": args.trace, "--plot": args.plot})
+                        "--trace": args.trace, "--plot": args.plot},
+                       {"the --profile file": args.profile,
+                        "the --round-costs file": args.round_costs})
     if args.plot:
         from .plot import supported_formats
         extension = os.path.splitext(args.plot)[1].lstrip(".").lower()

@@ -27,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_files,
                                        write_json_output)
 from dsgd_sim.units import format_bytes, parse_size
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
@@ -202,7 +202,9 @@ def parse_args(argv=None):
     parser.add_argument("--json", help="write every bed's figures and probes here")
     args = parser.parse_args(argv)
     try:
-        check_output_file("--json", args.json)
+        check_output_files({"--json": args.json},
+                           {"the --calibration file": None if args.calibration == MEASURE
+                            else args.calibration})
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     except ValueError as error:
         parser.error(str(error))

@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_files, write_json_output
 from experiments.fidelity import WORST_TARGET
 
 LARGE_BYTES = 1_000_000  # an all-reduce call this large or larger is paced by the links
@@ -162,7 +162,9 @@ def parse_args(argv=None):
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     try:
-        check_output_file("--json", args.json)
+        check_output_files({"--json": args.json},
+                           {f"the grid {folder}'s fidelity.json": folder / "fidelity.json"
+                            for folder in args.folders})
     except ValueError as error:
         parser.error(str(error))
     if len({folder.resolve() for folder in args.folders}) != len(args.folders):

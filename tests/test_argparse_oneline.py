@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from dsgd_sim.argparse_oneline import check_output_dir, check_output_file, write_json_output
+from dsgd_sim.argparse_oneline import (check_output_dir, check_output_file, check_output_files,
+                                       write_json_output, write_text_atomically)
 
 
 def test_a_writable_new_or_existing_file_and_none_pass(tmp_path):
@@ -70,3 +71,37 @@ def test_an_output_that_cannot_be_written_after_all_is_one_line_and_status_1(tmp
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("bench.py: error: --json: ")
     assert write_json_output("bench.py", "--json", None, {}) == 0  # not asked for
+
+
+def test_an_output_through_a_link_writes_its_target_and_keeps_the_link(tmp_path):
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text_atomically(link, "{}")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "{}"
+
+
+def test_an_output_on_a_pipe_or_device_is_written_to_not_replaced(tmp_path):
+    import stat
+    import threading
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_text()))
+    reader.start()
+    write_text_atomically(pipe, "through the pipe")
+    reader.join(timeout=10)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(pipe).st_mode)
+    write_text_atomically(os.devnull, "gone")  # a character device: still one afterwards
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_an_output_on_an_input_the_run_reads_is_refused(tmp_path):
+    source = tmp_path / "profile.json"
+    source.write_text("{}")
+    with pytest.raises(ValueError, match=r"^--json '.*profile\.json' is the --profile file, "
+                                         r"which this run reads"):
+        check_output_files({"--json": str(source)}, {"the --profile file": str(source)})
+    check_output_files({"--json": str(tmp_path / "out.json")}, {"the --profile file": str(source),
+                                                                "an input not given": None})
+    assert source.read_text() == "{}"

@@ -308,3 +308,21 @@ def test_one_replica_or_worker_is_said_in_the_singular(argv, header, capsys):
     out = capsys.readouterr().out
     assert header in out
     assert "1 replicas" not in out and "1 workers" not in out
+
+
+@pytest.mark.parametrize("flag", ["--json", "--trace"])
+def test_an_output_on_the_round_costs_file_it_reads_is_refused_and_the_file_kept(tmp_path, flag):
+    table = tmp_path / "rounds.json"
+    table.write_text(json.dumps({"world_size": 4, "results": [
+        {"bytes": 1_000_000, "first_s": 0.1, "next_s": 0.11}]}))
+    before = table.read_text()
+    done = run_cli("--replicas", "4", "--iterations", "2", "--round-costs", str(table),
+                   flag, str(table))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "is the --round-costs file, which this run reads" in done.stderr
+    assert table.read_text() == before
+
+
+def test_only_json_writes_to_stdout():
+    done = run_cli("--iterations", "2", "--trace", "-")
+    assert done.returncode == 2 and "--trace '-': only --json writes to stdout" in done.stderr
