@@ -20,7 +20,7 @@ TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s":
 COUNT_SUFFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
-_QUANTITY = re.compile(_NUMBER + r"\s*(?P<unit>[^\d\s].*)?$")
+_QUANTITY = re.compile(_NUMBER + r"\s*(?P<unit>[^\d\s].*)?$", re.ASCII)  # 0-9 only: not "１０"
 
 
 def _split(text: str, what: str) -> tuple[float, str]:
@@ -36,6 +36,13 @@ def _split(text: str, what: str) -> tuple[float, str]:
     if value < 0:
         raise ValueError(f"negative {what}: {text!r}")
     return value, (match.group("unit") or "").strip()
+
+
+def _finite(value: float, text: str, what: str) -> float:
+    """``value``, the number of ``text`` times its unit; ``ValueError`` if that overflowed."""
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite {what}: {text!r}")
+    return value
 
 
 def _prefix_factor(prefix: str, text: str, what: str) -> float:
@@ -55,7 +62,7 @@ def parse_bandwidth(text: str) -> float:
         raise ValueError(f"bandwidth {text!r} needs a unit such as Gbps, Mbit/s or GB/s")
     factor = _prefix_factor(match.group("prefix"), text, "bandwidth")
     bits_per_unit = 1.0 if match.group("base") in ("bps", "bit/s", "bits/s", "b/s") else 8.0
-    return value * factor * bits_per_unit
+    return _finite(value * factor * bits_per_unit, text, "bandwidth")
 
 
 def parse_time(text: str) -> float:
@@ -67,7 +74,7 @@ def parse_time(text: str) -> float:
         raise ValueError(f"time {text!r} needs a unit such as us, ms or s")
     factor = TIME_UNITS[unit]
     # Divide by 10^k for sub-second units, so that 5us is exactly the float 5e-06.
-    return value / round(1 / factor) if factor < 1 else value * factor
+    return _finite(value / round(1 / factor) if factor < 1 else value * factor, text, "time")
 
 
 def parse_size(text: str) -> int:
@@ -78,7 +85,7 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"(?P<prefix>[kKMGTP]i?|)(?:B|bytes?)", unit)
     if not match:
         raise ValueError(f"size {text!r} needs a unit such as B, KB, MB or MiB")
-    size = value * _prefix_factor(match.group("prefix"), text, "size")
+    size = _finite(value * _prefix_factor(match.group("prefix"), text, "size"), text, "size")
     if size != round(size):
         raise ValueError(f"size {text!r} is not a whole number of bytes")
     return int(round(size))
@@ -89,7 +96,7 @@ def parse_count(text: str) -> int:
     value, unit = _split(text, "count")
     if unit not in COUNT_SUFFIXES:
         raise ValueError(f"count {text!r}: unknown suffix {unit!r} (use K, M or B)")
-    count = value * COUNT_SUFFIXES[unit]
+    count = _finite(value * COUNT_SUFFIXES[unit], text, "count")
     if count != round(count):
         raise ValueError(f"count {text!r} is not a whole number")
     return int(round(count))

@@ -64,3 +64,16 @@ def test_the_largest_sizes_it_parses_print_in_their_own_unit():
     assert format_bytes(parse_size("1PB")) == "1 PB"
     assert format_count(parse_size("1PB") / 4) == "250T"
     assert format_count(25_557_032) == "25.6M"
+
+
+@pytest.mark.parametrize("parse,text", [(parse_size, "1e300PB"), (parse_count, "1e300T"),
+                                        (parse_bandwidth, "1e300PB/s"), (parse_time, "1e307h")])
+def test_a_finite_number_that_overflows_with_its_unit_is_refused(parse, text):
+    with pytest.raises(ValueError, match=r"^not a finite \w+: '1e30"):
+        parse(text)
+
+
+@pytest.mark.parametrize("text", ["１０MB", "٣KB"])
+def test_digits_other_than_ascii_are_not_a_number(text):
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size(text)
