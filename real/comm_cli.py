@@ -60,11 +60,15 @@ def default_threads(local_ranks: int | None = None) -> int:
     divided among the ranks on this machine (``local_ranks``, else what the launcher says:
     torchrun's ``LOCAL_WORLD_SIZE`` or mpiexec's local size, else 1). Spare threads matter: an
     idle OpenMP thread spins for a while before it sleeps, and on shared cores that spinning
-    takes the time another rank needs to move its data."""
+    takes the time another rank needs to move its data. ``ValueError`` for an
+    ``OMP_NUM_THREADS`` over ``MAX_THREADS``."""
     try:
         threads = int(os.environ.get("OMP_NUM_THREADS", "0"))
     except ValueError:
         threads = 0
+    if threads > MAX_THREADS:  # else torch starts them all, or dies trying, without a word
+        raise ValueError(f"environment variable OMP_NUM_THREADS={threads}: at most {MAX_THREADS} "
+                         f"threads a rank (or pass --threads)")
     if threads > 0:
         return threads
     if local_ranks is None:
@@ -99,7 +103,10 @@ def open_comm(parser: argparse.ArgumentParser, args: argparse.Namespace, check_s
     threads = getattr(args, "threads", 0)
     if not 0 <= threads <= MAX_THREADS:
         parser.error(f"--threads must be from 0 to {MAX_THREADS}, got {threads}")
-    torch.set_num_threads(threads or default_threads())
+    try:
+        torch.set_num_threads(threads or default_threads())
+    except ValueError as error:  # every rank of a node finds it alike
+        sys.exit(report_join_error(parser.prog, error))
     backend = None if args.backend == "auto" else args.backend
     if backend is None and not args.backend_auto_gpu and not launched_by_mpi():
         backend = "gloo"

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from dist_helpers import have_mpiexec, run_function, run_script
+from dist_helpers import REPO, have_mpiexec, run_function, run_script
 from real.allreduce import (ALGORITHMS, chunk_bounds, main, naive_all_reduce, ring_all_reduce,
                             segment_bounds)
 from real.comm import init
@@ -212,6 +214,15 @@ def test_default_threads_follow_omp_num_threads_else_share_the_cores_among_local
     assert default_threads() == max(1, cores // 8)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert default_threads() == cores
+
+
+def test_an_omp_num_threads_past_the_cap_is_one_line_and_status_2():
+    # torch would start them all, or die trying without a word
+    env = {**os.environ, "OMP_NUM_THREADS": "100000"}
+    done = subprocess.run([sys.executable, "real/allreduce.py", "--sizes", "64KB", "--iters", "2"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "OMP_NUM_THREADS=100000: at most 1024 threads a rank" in done.stderr
 
 
 @pytest.mark.parametrize("local_vars", [{"PMI_RANK": "0", "MPI_LOCALRANKID": "0",
