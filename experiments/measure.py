@@ -23,7 +23,7 @@ from dsgd_sim.argparse_oneline import argparse_type
 from dsgd_sim.units import parse_bandwidth, parse_count
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
-from real.testbed.config import DEFAULT_HOST_CORES
+from real.testbed.config import DEFAULT_HOST_CORES, MAX_HOSTS
 
 from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
                       warmup_updates)
@@ -67,10 +67,11 @@ priced, which came out 12-33% low (the ``allreduce`` section of ``experiments/LO
 
 
 def parse_bed_hosts(text: str) -> int:
-    """A test bed's host count: a count of at least 2 (``ValueError`` naming the text else)."""
+    """A test bed's host count: a count from 2 to the test bed's most (``ValueError`` naming the
+    text else)."""
     hosts = parse_count(text)
-    if hosts < 2:
-        raise ValueError(f"a test bed needs at least 2 hosts, got {text!r}")
+    if not 2 <= hosts <= MAX_HOSTS:
+        raise ValueError(f"a test bed has 2 to {MAX_HOSTS} hosts, got {text!r}")
     return hosts
 
 

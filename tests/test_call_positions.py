@@ -66,6 +66,7 @@ def test_predicted_positions_are_the_rotation_whose_medians_the_model_reports():
 @pytest.mark.parametrize("argv, named", [
     (["--beds", "0"], "--beds"),
     (["--hosts", "1"], "--hosts"),
+    (["--hosts", "65"], "2 to 64 hosts"),
     (["--bandwidth", "fast"], "bandwidth"),
     (["--sizes", "6B"], "multiples of 4"),
     (["--iters", "2"], "--iters"),

@@ -46,6 +46,7 @@ def test_probe_figures_are_medians_of_each_drivers_chain_ends_and_of_the_gaps():
 @pytest.mark.parametrize("argv, named", [
     (["--launches", "1"], "--launches"),
     (["--hosts", "1"], "--hosts"),
+    (["--hosts", "65"], "2 to 64 hosts"),
     (["--bandwidth", "fast"], "bandwidth"),
     (["--sizes", "6B"], "multiples of 4"),
     (["--benchmark", "64KB,x"], "x"),
