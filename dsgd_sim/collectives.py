@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 
 Rounds = list[tuple[int, float]]
 MAX_ROUND_S = 1e6  # a measured round longer than 11 days is a typo, not a measurement
+MAX_ROUND_BYTES = 1e15  # ... and so is a round of more than a petabyte
 
 
 def ring(p: int, n_bytes: float) -> Rounds:
@@ -119,8 +120,9 @@ class RoundCosts:
             raise ValueError(f"round costs: {n} sizes but {len(self.reduce_s)} reduce times "
                              f"(none, or one per size)")
         if any(b <= a for a, b in zip(self.sizes_bytes, self.sizes_bytes[1:])) \
-                or not all(math.isfinite(n) and n > 0 for n in self.sizes_bytes):
-            raise ValueError(f"round-cost sizes must be positive and increasing, got {self.sizes_bytes}")
+                or not all(0 < n <= MAX_ROUND_BYTES for n in self.sizes_bytes):
+            raise ValueError(f"round-cost sizes must be increasing, from 1 B to "
+                             f"{MAX_ROUND_BYTES:.0e} B, got {self.sizes_bytes}")
         if not all(math.isfinite(t) and 0 < t <= MAX_ROUND_S for t in (*self.first_s, *self.next_s)):
             raise ValueError(f"round-cost times must be positive seconds, at most {MAX_ROUND_S:g}")
         if not all(math.isfinite(t) and 0 <= t <= MAX_ROUND_S for t in self.reduce_s):
@@ -179,6 +181,9 @@ class RoundCosts:
         return self.first_round_s(messages[0]) + sum(self.next_round_s(m) for m in messages[1:])
 
 
+MAX_ROUND_RANKS = 1 << 20  # a round-cost table's world_size beyond this is not a measurement
+
+
 def load_round_costs(path: str) -> RoundCosts:
     """The table in ``path``: the JSON written by ``experiments/ring_probe.py`` (its ``results``)
     or a bare list of ``{"bytes", "first_s", "next_s"}`` rows; ValueError naming the file."""
@@ -203,7 +208,12 @@ def load_round_costs(path: str) -> RoundCosts:
     except ValueError as error:
         raise ValueError(f"round costs {path!r}: {error}") from None
     ranks = data.get("world_size") if isinstance(data, dict) else None
-    return replace(costs, ranks=ranks) if isinstance(ranks, int) and ranks > 0 else costs
+    if ranks is None:
+        return costs
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= MAX_ROUND_RANKS:
+        raise ValueError(f"round costs {path!r}: world_size must be the ranks the rounds were "
+                         f"timed on, a whole number from 2 to {MAX_ROUND_RANKS:,}, got {ranks!r}")
+    return replace(costs, ranks=ranks)
 
 
 def round_cost_notes(costs: RoundCosts, algorithm: str, replicas: list[int],

@@ -215,7 +215,13 @@ def test_round_costs_from_a_probe_file_time_every_round_as_measured(tmp_path):
     ('{"rows": []}', "'results'"),
     pytest.param("[" * 100_000 + "]" * 100_000, "not JSON", id="nested-past-the-parser"),
     ('[{"bytes": NaN, "first_s": 0.1, "next_s": 0.1}, {"bytes": 2000, "first_s": 0.1, '
-     '"next_s": 0.1}]', "positive and increasing"),
+     '"next_s": 0.1}]', "must be increasing, from 1 B"),
+    ('[{"bytes": 1, "first_s": 0.1, "next_s": 0.1}, {"bytes": 1e300, "first_s": 0.1, '
+     '"next_s": 0.1}]', "to 1e+15 B"),
+    ('{"world_size": "x", "results": [{"bytes": 1, "first_s": 0.1, "next_s": 0.1}, '
+     '{"bytes": 2, "first_s": 0.1, "next_s": 0.1}]}', "world_size must be the ranks"),
+    ('{"world_size": 0, "results": [{"bytes": 1, "first_s": 0.1, "next_s": 0.1}, '
+     '{"bytes": 2, "first_s": 0.1, "next_s": 0.1}]}', "from 2 to 1,048,576, got 0"),
     pytest.param('[{"bytes": 1, "first_s": 0.1, "next_s": 0.1}, {"bytes": 1' + "0" * 400
                  + ', "first_s": 0.1, "next_s": 0.1}]', "too large", id="huge-size"),
     # these once ran to every figure NaN (and NaN in the JSON), or were read without a word
