@@ -514,7 +514,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     for note in input_notes(args, configs):
         print(note, file=sys.stderr)
-    run_all(args, runs)
+    try:
+        run_all(args, runs)
+    except ValueError as error:  # found only by running: a replay that diverges at this --lr
+        parser.error(str(error))
     try:
         print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)
         write_outputs(args, runs)

@@ -133,10 +133,15 @@ def replay(task: LogisticTask, config: ReplayConfig, mode: str, update_times_s: 
         rows = rng.integers(0, len(task.y), rows_per_update)
         grad = task.gradient(history[(u - s) % depth] if s else w, rows)
         lr = config.lr / (1 + s) if config.staleness_lr else config.lr
-        w = w - lr * grad
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = w - lr * grad
         history[(u + 1) % depth] = w
         if u + 1 in evaluate:
             updates.append(u + 1)
             times.append(float(update_times_s[u]))
-            losses.append(task.loss(w))
+            with np.errstate(over="ignore", invalid="ignore"):
+                losses.append(task.loss(w))
+        if not (np.isfinite(w).all() and math.isfinite(losses[-1])):
+            raise ValueError(f"--lr {config.lr:g}: the {mode} replay diverged after {u + 1} "
+                             f"update{'s' if u else ''} (its weights or loss overflowed); use a smaller --lr")
     return Curve(mode, np.asarray(updates), np.asarray(times), np.asarray(losses))

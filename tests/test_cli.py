@@ -332,3 +332,11 @@ def test_an_output_on_the_round_costs_file_it_reads_is_refused_and_the_file_kept
 def test_only_json_writes_to_stdout():
     done = run_cli("--iterations", "2", "--trace", "-")
     assert done.returncode == 2 and "--trace '-': only --json writes to stdout" in done.stderr
+
+
+def test_a_replay_that_diverges_is_one_line_and_status_2_with_no_output(tmp_path):
+    out = tmp_path / "run.json"
+    done = run_cli("--iterations", "3", "--replay", "--lr", "1e308", "--json", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--lr 1e+308: the sync replay diverged after 1 update (its weights" in done.stderr
+    assert not out.exists()  # no NaN or Infinity written as if it were JSON
