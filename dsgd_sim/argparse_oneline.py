@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import stat
@@ -60,6 +61,22 @@ def parse_flag(flag: str, parse, text):
         return parse(text)
     except ValueError as error:
         raise ValueError(f"{flag}: {error}") from None
+
+
+MAX_INPUT_BYTES = 64 << 20  # an input file (a profile, a round-cost table) larger is not one
+
+
+def read_input_text(path: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The text of the input file ``path``. ``OSError`` (its ``strerror`` says why) where it
+    cannot be read, is no regular file (a device would never end, a pipe may never be written)
+    or holds more than ``max_bytes``."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    if info.st_size > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes >> 20} MiB", path)
+    with open(path) as handle:
+        return handle.read()
 
 
 def check_output_file(flag: str, path: str | None) -> None:

@@ -42,6 +42,8 @@ import bisect
 import math
 from dataclasses import dataclass, replace
 
+from .argparse_oneline import read_input_text
+
 Rounds = list[tuple[int, float]]
 MAX_ROUND_S = 1e6  # a measured round longer than 11 days is a typo, not a measurement
 MAX_ROUND_BYTES = 1e15  # ... and so is a round of more than a petabyte
@@ -189,8 +191,7 @@ def load_round_costs(path: str) -> RoundCosts:
     or a bare list of ``{"bytes", "first_s", "next_s"}`` rows; ValueError naming the file."""
     import json
     try:
-        with open(path) as handle:
-            data = json.load(handle)
+        data = json.loads(read_input_text(path))
     except OSError as error:
         raise ValueError(f"cannot read round costs {path!r}: {error.strerror}") from None
     except (ValueError, RecursionError) as error:  # RecursionError: nested too deep to read

@@ -20,6 +20,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+from .argparse_oneline import read_input_text
 from .compute import MAX_TIME_S, ComputeModel, Constant, Empirical
 from .presets import BYTES_PER_PARAM, DEFAULT_PRESET, PRESETS
 
@@ -136,8 +137,7 @@ def _profile_layers(data: dict, path: str, mean_compute_s: float) -> tuple[Layer
 def load_profile(path: str) -> Workload:
     """Read a profile JSON file; ``ValueError`` with the path and the problem if it is bad."""
     try:
-        with open(path) as handle:
-            data = json.load(handle)
+        data = json.loads(read_input_text(path))
     except OSError as error:
         raise ValueError(f"cannot read profile {path!r}: {error.strerror}") from None
     except (ValueError, RecursionError) as error:  # also: bad UTF-8, numbers, nesting

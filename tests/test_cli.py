@@ -340,3 +340,22 @@ def test_a_replay_that_diverges_is_one_line_and_status_2_with_no_output(tmp_path
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "--lr 1e+308: the sync replay diverged after 1 update (its weights" in done.stderr
     assert not out.exists()  # no NaN or Infinity written as if it were JSON
+
+
+@pytest.mark.parametrize("flag", ["--profile", "--round-costs"])
+@pytest.mark.parametrize("kind,said", [("device", "not a regular file"),
+                                       ("pipe", "not a regular file"),
+                                       ("huge", "larger than 64 MiB")])
+def test_an_input_that_is_no_file_or_too_large_is_one_line_not_a_hang(tmp_path, flag, kind,
+                                                                       said):
+    import os
+    path = tmp_path / "input.json"
+    if kind == "device":
+        path = "/dev/zero"  # read whole, it would fill the memory
+    elif kind == "pipe":
+        os.mkfifo(path)  # nobody writes it: opened, it would wait for ever
+    else:
+        with open(path, "wb") as handle:
+            handle.truncate(65 << 20)  # sparse: no disk spent
+    done = run_cli("--iterations", "2", flag, str(path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr
