@@ -37,7 +37,7 @@ from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_file,
                                        write_json_output)
 from dsgd_sim.units import parse_time
 from real.comm import init
-from real.data import ShardedBatches, load_dataset
+from real.data import ShardedBatches, check_synthetic_fits, load_dataset
 from real.local_launch import MAX_LOCAL_PROCESSES, free_port
 from real.sync import train
 from real.sync_config import SyncConfig
@@ -160,6 +160,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"--ranks: each must be from 1 to {MAX_LOCAL_PROCESSES}, "
                                  f"got {world_size}")
             ShardedBatches(args.num_samples, args.batch_size, world_size, 0, args.seed)
+        check_synthetic_fits(args.num_samples)  # else found by each rank, in a traceback
         if args.steps < 1 or args.rounds < 1:
             raise ValueError(f"--steps and --rounds must be at least 1, got {args.steps} and "
                              f"{args.rounds}")

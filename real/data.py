@@ -89,6 +89,16 @@ class Dataset:
         return torch.from_numpy(images), torch.from_numpy(labels)
 
 
+def check_synthetic_fits(num_samples: int) -> None:
+    """``ValueError`` where ``num_samples`` synthetic images would not fit in this machine's
+    memory (all of it: a process that tries would be stopped by the kernel or fail to start)."""
+    needed = num_samples * int(np.prod(INPUT_SHAPE)) * 4
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise ValueError(f"{num_samples} synthetic samples ({needed / 1e9:.3g} GB) do not fit in "
+                         f"this machine's memory ({memory / 1e9:.3g} GB)")
+
+
 def synthetic_dataset(num_samples: int, seed: int) -> Dataset:
     """``num_samples`` smooth Gaussian images labelled by a random teacher MLP; a function of
     ``seed``. The teacher does not depend on ``num_samples``: a smaller dataset is a prefix of a

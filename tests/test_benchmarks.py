@@ -40,6 +40,7 @@ def load(name: str):
     ("sync_throughput", ["--warmup", "-1"], "--warmup must"),
     ("sync_throughput", ["--num-samples", "10"], "exceeds the 10 samples"),
     ("sync_throughput", ["--json", "/no/such/dir/out.json"], "/no/such/dir"),
+    ("sync_throughput", ["--num-samples", "1000000000000"], "do not fit in this machine's memory"),
 ])
 def test_bad_flag_is_one_line_and_status_2_before_any_run(name, argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
