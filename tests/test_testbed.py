@@ -135,7 +135,8 @@ def test_cli_rejects_a_bad_bandwidth_in_one_line_with_status_2():
     (["run", "--out-dir", __file__], "is not a folder"),
     (["run", "--out-dir", f"{__file__}/hosts"], "is not a folder"),
     (["run", "--timeout", "0s"], "--timeout must be positive"),
-    (["run", "--bandwidth", "1e300Gbps"], "inf"),
+    (["run", "--bandwidth", "1e300Gbps"], "not a finite bandwidth: '1e300Gbps'"),
+    (["run", "--out-dir", "/tmp", "--json", "/tmp/host0/stdout.txt"], "in a host's folder"),
 ])
 def test_cli_checks_its_input_before_making_a_test_bed(argv, named, capsys):
     parser = build_parser()

@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _units,
                                        check_output_dir, check_output_file, write_atomically)
@@ -91,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TestbedConfig:
     try:
+        if args.json and getattr(args, "out_dir", None):
+            folder = Path(args.json).resolve().parent  # host i's files are in OUT_DIR/host<i>
+            if folder.parent == Path(args.out_dir).resolve() and folder.name.startswith("host"):
+                raise ValueError(f"--json {args.json!r} is in a host's folder of --out-dir, "
+                                 f"where the run writes that host's own files")
         check_output_file("--json", args.json)  # before the test bed is built, not after the run
         check_output_dir("--out-dir", getattr(args, "out_dir", None))
         if getattr(args, "timeout", 1.0) <= 0:
