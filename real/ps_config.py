@@ -24,6 +24,8 @@ from .sync_config import MAX_LR
 
 BACKENDS = ("gloo", "mpi")
 STALENESS_LR = ("none", "inverse")  # inverse: lr / (1 + staleness)
+MAX_UPDATES = 100_000_000  # a run's updates beyond this are a typo, not a plan
+MAX_TIME_S = 30 * 86400  # ... and so is a --time beyond 30 days
 
 
 @dataclass
@@ -70,8 +72,11 @@ class AsyncConfig:
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
         DatasetSpec.parse(self.dataset)
-        if not (math.isfinite(self.time_s) and self.time_s >= 0):
-            raise ValueError(f"--time must be zero or positive, got {self.time_s}")
+        if not (math.isfinite(self.time_s) and 0 <= self.time_s <= MAX_TIME_S):
+            raise ValueError(f"--time must be from 0 to {MAX_TIME_S / 86400:g} days, got "
+                             f"{self.time_s:g} s")
+        if self.updates > MAX_UPDATES:
+            raise ValueError(f"--updates must be at most {MAX_UPDATES:,}, got {self.updates:,}")
         if self.updates == 0 and self.time_s == 0:
             raise ValueError("no stop condition: give --updates N or --time T")
         if self.warmup_updates is not None and self.warmup_updates < 0:

@@ -25,6 +25,7 @@ from .models import MODELS
 ALLREDUCE_CHOICES = ("backend", "ring", "naive")
 BACKENDS = ("gloo", "nccl", "mpi")
 MAX_LR = float(torch.finfo(torch.float32).max)  # SGD scales float32 gradients by it (sync, async)
+MAX_STEPS = 100_000_000  # a run's steps beyond this are a typo, not a plan
 
 
 @dataclass
@@ -69,6 +70,8 @@ class SyncConfig:
             if getattr(self, name) < low:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least {low}, "
                                  f"got {getattr(self, name)}")
+        if self.steps > MAX_STEPS:
+            raise ValueError(f"--steps must be at most {MAX_STEPS:,}, got {self.steps:,}")
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
         DatasetSpec.parse(self.dataset)

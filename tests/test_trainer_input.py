@@ -97,6 +97,20 @@ def test_lr_past_the_largest_float32_is_one_line_and_status_2(parse_args, argv, 
                                        f"(the largest float32), got 1e+39\n")
 
 
+@pytest.mark.parametrize("parse_args, argv, problem", [
+    (sync_config.parse_args, ["--steps", "99999999999999999999"],
+     "sync.py: error: --steps must be at most 100,000,000, got 99,999,999,999,999,999,999"),
+    (ps_config.parse_args, ["--nproc-per-node", "2", "--updates", "100000001"],
+     "async_ps.py: error: --updates must be at most 100,000,000, got 100,000,001"),
+    (ps_config.parse_args, ["--nproc-per-node", "2", "--time", "1000h"],
+     "async_ps.py: error: --time must be from 0 to 30 days, got 3.6e+06 s"),
+], ids=["steps", "updates", "time"])
+def test_a_run_length_past_the_cap_is_one_line_and_status_2(parse_args, argv, problem, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2 and capsys.readouterr().err == problem + "\n"
+
+
 def test_the_largest_lr_allowed_is_one_sgd_can_step_with():
     assert sync_config.SyncConfig(lr=sync_config.MAX_LR).lr == sync_config.MAX_LR
     weights = torch.zeros(2, requires_grad=True)
