@@ -17,7 +17,6 @@ after the first round of pushes; sync: iterations between two barriers after a w
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import queue
@@ -35,6 +34,7 @@ import torch.multiprocessing as mp
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from dsgd_sim.compute import parse_compute
+from dsgd_sim.units import parse_time
 from real.comm import init
 from real.flat_params import flatten_parameters
 from real.local_launch import MAX_LOCAL_PROCESSES, free_port
@@ -127,11 +127,26 @@ def _rank0_result(results, ranks) -> float:
                                      f"(its output is above)") from None
 
 
+MAX_WINDOW_S = 3600.0  # one run's timed window; a longer one is a typo
+
+
+def window_s(text: str) -> float:
+    """``--seconds``: a time with its unit, or a bare number of seconds, from 0 to an hour."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = parse_time(text)
+    if not 0 < seconds <= MAX_WINDOW_S:
+        raise ValueError(f"the window must be positive and at most {MAX_WINDOW_S:g} s, got {text!r}")
+    return seconds
+
+
 def main(argv=None) -> int:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--compute-mean", default="50ms", help="mean of the exponential compute")
-    parser.add_argument("--seconds", type=float, default=10.0, help="async timed window per run")
+    parser.add_argument("--seconds", default="10s",
+                        help="async timed window per run: a time (10s, 2min) or bare seconds")
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -144,8 +159,10 @@ def main(argv=None) -> int:
     if not all(2 <= p <= MAX_LOCAL_PROCESSES for p in args.procs):
         parser.error(f"--procs: each must be from 2 (a server and a worker) to "
                      f"{MAX_LOCAL_PROCESSES}, got {args.procs}")
-    if not 0 < args.seconds < math.inf:
-        parser.error(f"--seconds must be positive, got {args.seconds}")
+    try:
+        args.seconds = window_s(args.seconds)
+    except ValueError as error:
+        parser.error(f"--seconds: {error}")
     if args.model not in MODELS:
         parser.error(f"unknown --model {args.model!r} (choose from {', '.join(MODELS)})")
     try:

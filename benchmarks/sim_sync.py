@@ -25,14 +25,17 @@ from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 
 
+MAX_REPEATS = 1000  # each repeat runs the whole benchmark: more is a typo
+
+
 def parse_args(description: str, argv=None):
     """``--repeats`` and ``--json`` of the simulator benchmarks; a bad one is one line, exit 2."""
     parser = OneLineArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        parser.error(f"--repeats must be from 1 to {MAX_REPEATS}, got {args.repeats}")
     try:
         check_output_file("--json", args.json)
     except ValueError as error:

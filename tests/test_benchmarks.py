@@ -32,6 +32,7 @@ def load(name: str):
     ("async_ps", ["--compute-mean", "fast"], "'fast'"),
     ("async_ps", ["--procs", "1"], "--procs"),
     ("async_ps", ["--seconds", "nan"], "--seconds"),
+    ("async_ps", ["--seconds", "99999999"], "at most 3600 s"),
     ("async_ps", ["--model", "resnet"], "'resnet'"),
     ("async_ps", ["--json", str(BENCHMARKS)], "is not a file name"),
     ("sync_throughput", ["--ranks", "0"], "--ranks"),
@@ -52,6 +53,7 @@ def test_bad_flag_is_one_line_and_status_2_before_any_run(name, argv, named, cap
 
 @pytest.mark.parametrize("argv, named", [
     (["--repeats", "0"], "--repeats"),
+    (["--repeats", "99999999999"], "from 1 to 1000"),
     (["--json", str(BENCHMARKS)], "is not a file name"),
     (["--json", "/no/such/dir/out.json"], "/no/such/dir"),
 ])

@@ -161,9 +161,11 @@ def test_probe_rejects_bad_flags_in_one_line_before_connecting(argv, named, caps
 
 
 def test_calibration_refuses_no_pings_or_repeats_before_making_a_test_bed():
-    for pings, repeats in [(0, 3), (200, 0)]:
-        with pytest.raises(ValueError, match="at least 1 ping and 1 repeat"):
+    for pings, repeats in [(0, 3), (200, 0), (999_999_999_999, 3), (200, 999_999_999_999)]:
+        with pytest.raises(ValueError, match="takes 1 to 100,000 pings and 1 to 1,000 repeats"):
             calibrate(TestbedConfig(), [2_000_000, 16_000_000], pings, repeats)
+    with pytest.raises(ValueError, match="at most 1 GB, got 2,000,000,000,000 B"):
+        calibrate(TestbedConfig(), [2_000_000, 2_000_000_000_000])
     with pytest.raises(ValueError, match="increasing positive transfer sizes"):
         calibrate(TestbedConfig(), [0, 16_000_000])
     with pytest.raises(ValueError, match=r"smallest transfer \(15140 B\) .* bucket \(15140 B\)"):

@@ -165,6 +165,10 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+MAX_PINGS, MAX_REPEATS = 100_000, 1_000  # beyond these a calibration runs for hours: a typo
+MAX_TRANSFER_BYTES = 1_000_000_000       # ... and a 1 GB transfer is minutes at 50 Mbit/s
+
+
 def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats: int = 3,
               gloo: bool = True, timeout_s: float = 300.0) -> dict:
     """Make a 2-host test bed of ``config``, measure it (TCP, then Gloo), unmake it; the record."""
@@ -173,9 +177,12 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
     if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes) or sizes[0] < 1:
         raise ValueError(f"calibration needs two or more increasing positive transfer sizes, "
                          f"got {sizes}")
-    if pings < 1 or repeats < 1:
-        raise ValueError(f"calibration needs at least 1 ping and 1 repeat, got {pings} and "
-                         f"{repeats}")
+    if not (1 <= pings <= MAX_PINGS and 1 <= repeats <= MAX_REPEATS):
+        raise ValueError(f"calibration takes 1 to {MAX_PINGS:,} pings and 1 to {MAX_REPEATS:,} "
+                         f"repeats, got {pings:,} and {repeats:,}")
+    if sizes[-1] > MAX_TRANSFER_BYTES:
+        raise ValueError(f"calibration transfers at most {MAX_TRANSFER_BYTES / 1e9:g} GB, got "
+                         f"{sizes[-1]:,} B")
     bucket_bytes = min(config.burst_for(config.rate_bps(rank)) for rank in range(2))
     if sizes[0] <= bucket_bytes:
         raise ValueError(f"the smallest transfer ({sizes[0]} B) must be larger than the shaper's "
