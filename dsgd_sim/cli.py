@@ -282,6 +282,8 @@ def build_configs(args) -> list[SyncConfig]:
                                 fraction, factor, args.cores, round_costs)
         configs.append(SyncConfig(cluster, workload, args.algorithm, args.iterations, args.seed,
                                   args.k_sync, args.bucket_size, args.overlap))
+        if args.mode != "async":
+            check_event_work(configs[-1])
         if round_costs is not None:  # a steep last slope can price a large round past any time
             for bucket in make_buckets(workload, args.bucket_size):
                 seconds = allreduce_time_s(args.algorithm, replicas, bucket.grad_bytes, 0.0, 1.0,
@@ -292,6 +294,31 @@ def build_configs(args) -> list[SyncConfig]:
                                      f"{seconds:g} s (its last two sizes, extended), over "
                                      f"{MAX_SECONDS:g} s")
     return configs
+
+
+# A sync run that is not the closed-form plain case simulates every replica's every bucket:
+# about a million of those a second here, and core sharing about 20,000 replica-iterations a
+# second (65,536 replicas on 16 cores). Past these it runs for minutes on end: a typo, or a job
+# to split.
+MAX_BUCKET_EVENTS = 200_000_000
+MAX_SHARED_CORE_ITERATIONS = 5_000_000
+
+
+def check_event_work(config: SyncConfig) -> None:
+    """``ValueError`` where ``config``'s sync run would simulate too many events to finish."""
+    c = config.cluster
+    replica_iterations = config.iterations * c.replicas
+    buckets = len(make_buckets(config.workload, config.bucket_bytes))
+    if (buckets > 1 or config.overlap) and replica_iterations * buckets > MAX_BUCKET_EVENTS:
+        raise ValueError(f"{config.iterations:,} iterations of {c.replicas:,} replicas with "
+                         f"{buckets:,} buckets each simulate {replica_iterations * buckets:,} "
+                         f"bucket transfers, at most {MAX_BUCKET_EVENTS:,} (fewer iterations, "
+                         f"replicas or buckets)")
+    if c.cores and c.cores < c.replicas and replica_iterations > MAX_SHARED_CORE_ITERATIONS:
+        raise ValueError(f"{config.iterations:,} iterations of {c.replicas:,} replicas sharing "
+                         f"{c.cores:,} cores are {replica_iterations:,} replica-iterations, at "
+                         f"most {MAX_SHARED_CORE_ITERATIONS:,} with --cores (fewer iterations or "
+                         f"replicas)")
 
 
 def input_notes(args, configs: list[SyncConfig]) -> list[str]:

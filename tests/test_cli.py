@@ -359,3 +359,14 @@ def test_an_input_that_is_no_file_or_too_large_is_one_line_not_a_hang(tmp_path, 
             handle.truncate(65 << 20)  # sparse: no disk spent
     done = run_cli("--iterations", "2", flag, str(path))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--replicas", "65536", "--iterations", "700", "--overlap", "--bucket-size", "1MB"],
+     "bucket transfers, at most 200,000,000"),
+    (["--replicas", "65536", "--iterations", "700", "--cores", "16"],
+     "replica-iterations, at most 5,000,000 with --cores"),
+])
+def test_a_sync_run_too_long_to_simulate_is_refused_at_once(argv, said):
+    done = run_cli("--mode", "sync", *argv)  # each would run for half an hour or more
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr
