@@ -48,11 +48,21 @@ def allreduce_kind(row: dict) -> str:
     return f"allreduce under 1 MB, {row['hosts']} hosts, {rate}"
 
 
+MAX_ERROR = 1e6  # (predicted - measured) / measured: beyond this a row is not a comparison
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def is_row(row) -> bool:
-    """A fidelity row as experiments/run.py writes it, as far as this tool reads one."""
+    """A fidelity row as experiments/run.py writes it, as far as this tool reads one: an error
+    above -1 (no prediction is negative) and at most ``MAX_ERROR``, and the times it was made
+    from, where given, positive."""
     return (isinstance(row, dict) and {"experiment", "config", "error"} <= row.keys()
-            and isinstance(row["error"], (int, float)) and not isinstance(row["error"], bool)
-            and math.isfinite(row["error"]))
+            and _number(row["error"]) and -1 < row["error"] <= MAX_ERROR
+            and all(_number(row[k]) and row[k] > 0
+                    for k in ("predicted_s", "measured_s") if k in row))
 
 
 def grid_rows(folder: Path) -> list[dict]:
@@ -67,7 +77,7 @@ def grid_rows(folder: Path) -> list[dict]:
         raise GridError(f"{folder}/fidelity.json: cannot read it ({error})")
     if not isinstance(rows, list) or not all(is_row(r) for r in rows):
         raise GridError(f"{folder}/fidelity.json: expected a list of rows with experiment, "
-                        "config and a finite number for error")
+                        "config, an error from -1 to 1e6 and positive times")
     allreduce = {}
     if any(r["experiment"] == "allreduce" for r in rows):
         try:

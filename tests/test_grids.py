@@ -107,8 +107,11 @@ def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not JSON"),
     (json.dumps([{"experiment": "sync"}]), "expected a list of rows"),
-    (json.dumps([{"experiment": "sync", "config": "x", "error": None}]), "finite number"),
-    (json.dumps([{"experiment": "sync", "config": "x", "error": "big"}]), "finite number"),
+    (json.dumps([{"experiment": "sync", "config": "x", "error": None}]), "an error from -1"),
+    (json.dumps([{"experiment": "sync", "config": "x", "error": "big"}]), "an error from -1"),
+    (json.dumps([{"experiment": "sync", "config": "x", "error": 1e308}]), "to 1e6"),
+    (json.dumps([{"experiment": "sync", "config": "x", "error": 0.1, "predicted_s": 1.1,
+                  "measured_s": -1.0}]), "positive times"),
     ("[]", "hold no rows"),
 ])
 def test_cli_refuses_a_fidelity_file_without_rows_on_one_line(tmp_path, capsys, text, message):
