@@ -163,6 +163,18 @@ def test_ring_segment_has_the_same_bounds_as_flag_and_as_algorithm_suffix(argv, 
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
 
 
+def test_buffers_past_the_machines_memory_are_one_line_and_status_2(monkeypatch, capsys):
+    import os
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # four ranks here, each with its buffers
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    size = (memory // (4 * allreduce.BUFFERS_PER_SIZE) // 4 + 1) * 4  # just past it, float32
+    with pytest.raises(SystemExit) as exit_info:
+        allreduce.parse_args(["--sizes", f"{size}B"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "more than this machine's" in err
+
+
 def test_ring_segment_within_bounds_is_accepted():
     _, args = allreduce.parse_args(["--algorithms", "ring@4B,ring@4GB,naive", "--segment", "4B"])
     assert args.algorithm_names == ["ring@4B", "ring@4GB", "naive"] and args.segment_bytes == 4
