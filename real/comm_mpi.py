@@ -10,8 +10,9 @@ does internally.
 MPI has no timeouts, so a watchdog thread (one per process) watches every blocking call: if one
 outlasts ``timeout_s`` it prints which rank waited for what and calls ``MPI_Abort``, which ends
 the whole job with a non-zero status. A rank whose process exits makes ``mpiexec`` end the job
-by itself; the world communicator closed on an error nothing handled aborts the job first, since
-that rank's ``MPI_Finalize`` would wait for the others. MPI errors (e.g. a message larger than the receive buffer) become ``CommError``.
+by itself; a rank ending on an error nothing handled aborts the job first (``_abort_after``),
+since its ``MPI_Finalize`` would wait for the others. MPI errors (e.g. a message larger than the
+receive buffer) become ``CommError``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from contextlib import contextmanager
 
 import numpy as np
@@ -48,6 +48,20 @@ _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int8: M
               torch.uint8: MPI.UINT8_T, torch.bool: MPI.C_BOOL,
               torch.complex64: MPI.C_FLOAT_COMPLEX, torch.complex128: MPI.C_DOUBLE_COMPLEX}
 _MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def _abort_after(excepthook):
+    """``excepthook``, then ``MPI_Abort`` for an error nothing handled. Python prints such an
+    error's traceback and exits, but an exiting rank does not end the job while its
+    ``MPI_Finalize`` waits for the others, and they would wait for it until their timeout."""
+    def hook(kind, error, trace):
+        excepthook(kind, error, trace)
+        if issubclass(kind, Exception) and MPI.Is_initialized() and not MPI.Is_finalized():
+            sys.stderr.write(f"rank {MPI.COMM_WORLD.Get_rank()}: {kind.__name__}; aborting the "
+                             f"MPI job\n")
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(1)
+    return hook
 
 
 class Watchdog:
@@ -193,6 +207,7 @@ class MpiCommunicator(Communicator):
                            f"{MPI.COMM_WORLD.Get_size()}: launch with mpiexec, not by setting them")
         if _watchdog is None:
             _watchdog = Watchdog()
+            sys.excepthook = _abort_after(sys.excepthook)
         return cls(MPI.COMM_WORLD.Dup(), timeout_s, check_sizes, is_world=True)
 
     # -- plumbing ------------------------------------------------------------------------
@@ -389,15 +404,9 @@ class MpiCommunicator(Communicator):
         if self.closed:
             return
         self.closed = True
-        failing = sys.exc_info()[1] if self.is_world else None  # closed on an error's way out
-        if self.broken or isinstance(failing, Exception):
+        if self.broken:
             # Peers may still wait on this rank; ending the job beats leaving them to time out.
-            # An error no caller handled is printed here, as Python would have at exit: an
-            # exiting rank does not end the job while its MPI_Finalize waits for the others.
-            if not self.broken:
-                traceback.print_exception(failing, file=sys.stderr)
-            why = "communication failed" if self.broken else f"{type(failing).__name__}"
-            sys.stderr.write(f"rank {self.world_rank}: {why}; aborting the MPI job\n")
+            sys.stderr.write(f"rank {self.world_rank}: communication failed; aborting the MPI job\n")
             sys.stderr.flush()
             MPI.COMM_WORLD.Abort(1)
         for group in self.groups:

@@ -482,7 +482,7 @@ with init("mpi", timeout_s=120) as comm:
 @needs_mpi
 def test_an_mpi_rank_failing_on_an_unhandled_error_ends_the_job_not_the_timeout(tmp_path):
     # an exiting rank does not end the job while its MPI_Finalize waits for the others: without
-    # the abort on the way out, rank 1 would wait out its 120 s timeout
+    # the abort after the traceback, rank 1 would wait out its 120 s timeout
     script = tmp_path / "unforeseen.py"
     script.write_text(UNFORESEEN_ERROR_SCRIPT)
     run = run_script([str(script)], 2, launcher="mpi", timeout_s=40)
@@ -663,3 +663,25 @@ def test_a_line_is_written_whole_to_a_file_or_to_a_stream_without_one(tmp_path, 
         handle.write("first\n")
         say("second", handle)
     assert (tmp_path / "out.txt").read_text() == "first\nsecond\n"
+
+
+HANDLED_ERROR_SCRIPT = """
+import sys
+from real.comm import init
+try:
+    with init("mpi", timeout_s=120) as comm:
+        raise ValueError("handled by the caller")
+except ValueError as error:
+    print(f"rank {comm.rank} handled it", flush=True)
+    sys.exit(2)
+"""
+
+
+@needs_mpi
+def test_an_mpi_error_the_caller_handles_ends_as_the_caller_says(tmp_path):
+    script = tmp_path / "handled.py"
+    script.write_text(HANDLED_ERROR_SCRIPT)
+    run = run_script([str(script)], 2, launcher="mpi", timeout_s=60)
+    assert not run.timed_out and run.returncode == 2
+    assert "aborting" not in run.stderr and "Traceback" not in run.stderr
+    assert "rank 0 handled it" in run.stdout and "rank 1 handled it" in run.stdout
