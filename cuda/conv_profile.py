@@ -51,13 +51,18 @@ def write_profile(path: str, profile: dict) -> None:
 def write_json(path: str, document: dict) -> None:
     """``document`` as JSON in ``path``, put in place whole: a write that fails leaves what
     was there (this folder runs without the dsgd package, whose ``write_atomically`` it mirrors:
-    a link's target is written, a device or a pipe written to in place)."""
-    path = os.path.realpath(path)
-    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-        with open(path, "w") as handle:
+    a link's target is written; a device, a pipe or /dev/stdout appended to in place)."""
+    try:
+        in_place = path.startswith(("/dev/std", "/dev/fd/", "/proc/self/fd/")) \
+            or not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # not there yet: a new file
+        in_place = False
+    if in_place:
+        with open(path, "a") as handle:
             json.dump(document, handle, indent=1)
             handle.write("\n")
         return
+    path = os.path.realpath(path)
     folder, name = os.path.split(path)
     fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
     try:

@@ -67,16 +67,17 @@ MAX_INPUT_BYTES = 64 << 20  # an input file (a profile, a round-cost table) larg
 
 
 def read_input_text(path: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
-    """The text of the input file ``path``. ``OSError`` (its ``strerror`` says why) where it
-    cannot be read, is no regular file (a device would never end, a pipe may never be written)
-    or holds more than ``max_bytes``."""
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise OSError(errno.EINVAL, "not a regular file", path)
-    if info.st_size > max_bytes:
+    """The text of the input file ``path`` (a file, or a pipe such as ``<(cat f)``, which is
+    read as it comes, and waited for as any Unix tool waits). ``OSError`` (its ``strerror``
+    says why) where it cannot be read or holds more than ``max_bytes`` (``/dev/zero`` would
+    never end)."""
+    if os.path.isdir(path):
+        raise OSError(errno.EISDIR, "is a folder", path)
+    with open(path, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
         raise OSError(errno.EFBIG, f"larger than {max_bytes >> 20} MiB", path)
-    with open(path) as handle:
-        return handle.read()
+    return data.decode()
 
 
 def check_output_file(flag: str, path: str | None) -> None:
@@ -88,7 +89,9 @@ def check_output_file(flag: str, path: str | None) -> None:
         raise ValueError(f"{flag} {path!r} is not a file name")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"{flag} {path!r}: the file exists and cannot be written")
-    parent = os.path.dirname(os.path.abspath(path))
+    if _written_in_place(path):  # a device or a pipe: nothing is made beside it
+        return
+    parent = os.path.dirname(os.path.realpath(path))  # through a link: its target's folder
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {parent}")
     # root passes every access() check: try a file beside it, as the output will be written
@@ -124,15 +127,20 @@ def check_output_files(outputs: dict[str, str | None],
 def write_atomically(path: str, write: Callable, binary: bool = False) -> None:
     """Call ``write(handle)`` on a new file beside ``path``, then put it in ``path``'s place:
     a write that fails (a full disk, a size limit) leaves what was there whole, never a file cut
-    short. A link is followed (its target is written); a device or a pipe (``/dev/null``) is
-    written to in place. ``OSError`` if it cannot be written."""
-    path = os.path.realpath(os.fspath(path))  # through a link: its target, the link kept
-    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-        with open(path, "wb" if binary else "w") as handle:  # a device or a pipe: written to,
-            write(handle)                                     # never replaced by a file
+    short. A link is followed (its target is written); a device, a pipe or a descriptor of this
+    process (``/dev/null``, ``/dev/stdout``) is written to in place. ``OSError`` naming ``path``
+    if it cannot be written."""
+    given = os.fspath(path)
+    if _written_in_place(given):  # appended to: /dev/stdout may be a log opened with >>
+        with open(given, "ab" if binary else "a") as handle:
+            write(handle)
         return
+    path = os.path.realpath(given)  # through a link: its target, the link kept
     folder, name = os.path.split(path)
-    fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    try:
+        fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    except OSError as error:  # named for the output asked for, not the file beside it
+        raise OSError(error.errno, error.strerror, given) from None
     try:
         with os.fdopen(fd, "wb" if binary else "w") as handle:
             write(handle)
@@ -143,6 +151,18 @@ def write_atomically(path: str, write: Callable, binary: bool = False) -> None:
         if os.path.exists(part):
             os.unlink(part)
         raise
+
+
+def _written_in_place(path: str) -> bool:
+    """Whether ``path`` is written to where it is, not replaced by a new file: a device, a pipe
+    (one nobody reads waits for a reader, as with any Unix tool), or this process's own file
+    descriptors (``/dev/stdout``, ``/dev/fd/N``)."""
+    if os.fspath(path).startswith(("/dev/std", "/dev/fd/", "/proc/self/fd/")):
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # not there yet (or a link to nowhere): a new file
+        return False
 
 
 def write_text_atomically(path, text: str) -> None:

@@ -173,8 +173,9 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     try:
         check_output_files({"--json": args.json},
-                           {f"the grid {folder}'s fidelity.json": folder / "fidelity.json"
-                            for folder in args.folders})
+                           {f"the grid {folder}'s {name}": folder / name
+                            for folder in args.folders
+                            for name in ("fidelity.json", "allreduce.json")})
     except ValueError as error:
         parser.error(str(error))
     if len({folder.resolve() for folder in args.folders}) != len(args.folders):

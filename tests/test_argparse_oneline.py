@@ -87,7 +87,7 @@ def test_an_output_on_a_pipe_or_device_is_written_to_not_replaced(tmp_path):
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
     got = []
-    reader = threading.Thread(target=lambda: got.append(pipe.read_text()))
+    reader = threading.Thread(target=lambda: got.append(pipe.read_text()), daemon=True)
     reader.start()
     write_text_atomically(pipe, "through the pipe")
     reader.join(timeout=10)
@@ -105,3 +105,18 @@ def test_an_output_on_an_input_the_run_reads_is_refused(tmp_path):
     check_output_files({"--json": str(tmp_path / "out.json")}, {"the --profile file": str(source),
                                                                 "an input not given": None})
     assert source.read_text() == "{}"
+
+
+def test_a_descriptor_of_this_process_is_appended_to_not_replaced(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("earlier lines\n")
+    with open(log, "a") as handle:  # as a shell's >> log.txt hands stdout over
+        write_text_atomically(f"/dev/fd/{handle.fileno()}", "{}\n")
+    assert log.read_text() == "earlier lines\n{}\n"
+
+
+def test_an_output_through_a_link_to_a_missing_folder_is_refused_before_the_work(tmp_path):
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "no-such-folder" / "out.json")
+    with pytest.raises(ValueError, match="cannot write into .*no-such-folder"):
+        check_output_file("--json", str(link))

@@ -165,9 +165,10 @@ def test_ring_segment_has_the_same_bounds_as_flag_and_as_algorithm_suffix(argv, 
 
 def test_buffers_past_the_machines_memory_are_one_line_and_status_2(monkeypatch, capsys):
     import os
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # four ranks here, each with its buffers
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    size = (memory // (4 * allreduce.BUFFERS_PER_SIZE) // 4 + 1) * 4  # just past it, float32
+    ranks = memory // (allreduce.BUFFERS_PER_SIZE * 10**9) + 2  # a share under the 4 GB cap
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))  # that many ranks here, each with its own
+    size = (memory // (ranks * allreduce.BUFFERS_PER_SIZE) // 4 + 1) * 4  # just past it, float32
     with pytest.raises(SystemExit) as exit_info:
         allreduce.parse_args(["--sizes", f"{size}B"])
     assert exit_info.value.code == 2

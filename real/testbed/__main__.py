@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -94,7 +95,8 @@ def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Te
     try:
         if args.json and getattr(args, "out_dir", None):
             folder = Path(args.json).resolve().parent  # host i's files are in OUT_DIR/host<i>
-            if folder.parent == Path(args.out_dir).resolve() and folder.name.startswith("host"):
+            if folder.parent == Path(args.out_dir).resolve() \
+                    and re.fullmatch(r"host\d+", folder.name):
                 raise ValueError(f"--json {args.json!r} is in a host's folder of --out-dir, "
                                  f"where the run writes that host's own files")
         check_output_file("--json", args.json)  # before the test bed is built, not after the run
