@@ -181,7 +181,15 @@ def header_lines(meta: dict) -> list[str]:
             "and by other jobs (the load averages are the machine's, those jobs included), so "
             "repeated runs "
             "differ per row by the Repeatability figure under each table.", "",
-            f"Calibration of the last run (network only, 2 hosts): {cal}; and ring rounds timed "
+            calibration_line(meta, cal, rounds)]
+
+
+def calibration_line(meta: dict, cal: str, rounds: str) -> str:
+    """The header's line on the run's calibration (``header_lines``)."""
+    if not meta["calibration"]:
+        return ("No calibration: the run stopped before its calibration finished; the results "
+                "below, if any, are an earlier run's (each says its command).")
+    return (f"Calibration of the last run (network only, 2 hosts): {cal}; and ring rounds timed "
             f"on test beds of {rounds} (`experiments/ring_probe.py`, in `calibration.json`), "
             "from which the sync steps and the rings of the other experiments are predicted; each "
             "all-reduce point times its own rounds on its own hosts, before and after its rows "
@@ -189,7 +197,7 @@ def header_lines(meta: dict) -> list[str]:
             + ("; every probe idled before each of its chains (`--probe-idle`: twice its bed's "
                "bucket refill and 1 ms), and a call of k rounds of one size is priced from the "
                "chains' time to the end of their k-th round" if meta.get("probe_idle") else "")
-            + ". Each experiment below was predicted from the calibration made in its own run."]
+            + ". Each experiment below was predicted from the calibration made in its own run.")
 
 
 def run_time(meta: dict) -> str:
@@ -490,10 +498,6 @@ def measure_all(args, meta: dict) -> list[dict]:
     measure.PROBE_IDLE = args.probe_idle
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
-    calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
-                                  ring_bytes(points, rate)) for rate in rates]
-    write_text_atomically(RESULTS / "calibration.json", json.dumps(calibration, indent=1) + "\n")
-    net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta.update({"command": "python experiments/run.py" + (" --quick" if args.quick else "")
             + (f" --out {args.out}" if args.out else "")
             + (f" --congestion-control {args.congestion_control or 'system'}"
@@ -510,8 +514,15 @@ def measure_all(args, meta: dict) -> list[dict]:
             "scheduling": args.scheduling, "host_cores": args.host_cores,
             "address_layout": args.address_layout, "probe_idle": args.probe_idle,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "calibration": calibration, "inputs": {str(k): v.as_dict() for k, v in net_by_rate.items()},
-            "wall_s": 0.0, "finished": []})
+            "calibration": [], "inputs": {}, "wall_s": 0.0, "finished": []})
+    # written before the calibration too, so that a stop during it is this run's to record
+    write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
+    calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
+                                  ring_bytes(points, rate)) for rate in rates]
+    write_text_atomically(RESULTS / "calibration.json", json.dumps(calibration, indent=1) + "\n")
+    net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
+    meta.update(calibration=calibration,
+                inputs={str(k): v.as_dict() for k, v in net_by_rate.items()})
     write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
     results = []
     for experiment in args.experiments:

@@ -962,3 +962,24 @@ def test_a_result_file_that_is_not_json_is_named_with_its_host(monkeypatch, tmp_
     hosts[1].json_errors.clear()  # nobody wrote it, and nothing broken: the count is the message
     with pytest.raises(TestbedError, match="0 hosts wrote sync.json, expected 1"):
         measure.run_collect(TestbedConfig(hosts=2), "true", "sync.json", "2 hosts", 10.0)
+
+
+def test_runner_interrupted_while_calibrating_marks_its_own_run_json(monkeypatch, tmp_path):
+    import real.testbed
+    from experiments import measure, run
+    (tmp_path / "run.json").write_text(json.dumps({"command": "an earlier run"}))
+
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(measure, "calibrate_rate", ctrl_c)
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    assert run.main(["--out", str(tmp_path), "sync"]) == 130
+    meta = json.loads((tmp_path / "run.json").read_text())
+    assert meta["command"].startswith("python experiments/run.py --out ")
+    assert meta["interrupted"] == "Ctrl-C" and meta["finished"] == [] and meta["calibration"] == []
+    header = run.header_lines(meta)
+    assert "interrupted (Ctrl-C) before sync finished" in header[0]
+    assert header[2].startswith("No calibration: the run stopped before its calibration finished")
