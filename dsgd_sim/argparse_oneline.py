@@ -119,9 +119,10 @@ def check_output_files(outputs: dict[str, str | None],
             raise ValueError(f"{seen[key]} and {flag} name the same file {path!r}")
         seen[key] = flag
     for what, path in (inputs or {}).items():
-        if path is not None and os.path.realpath(path) in seen:
-            raise ValueError(f"{seen[os.path.realpath(path)]} {os.fspath(path)!r} is {what}, "
-                             f"which this run reads: writing it would overwrite it")
+        output = seen.get(os.path.realpath(path)) if path is not None else None
+        if output:
+            raise ValueError(f"{output} {os.fspath(path)!r} is {what}, which this run reads: "
+                             f"writing it would overwrite it")
 
 
 def write_atomically(path: str, write: Callable, binary: bool = False) -> None:

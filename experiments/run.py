@@ -415,12 +415,12 @@ def main(argv=None) -> int:
         how = f" ({exc})" if str(exc) else ""
         if meta:  # this run's run.json is written: say how far it got
             meta.update(wall_s=time.monotonic() - started, interrupted=str(exc) or "Ctrl-C")
-            write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
+            write_run_json(meta)
         print(f"experiments/run.py: interrupted{how}; the experiments finished before it are "
               f"in {RESULTS} (`--report-only` reports them)", file=sys.stderr)
         return 130
     meta["wall_s"] = time.monotonic() - started
-    write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
+    write_run_json(meta)
     summary = regenerate(load_results(list(EXPERIMENTS)), meta)
     print(f"fidelity: {summary['rows']} rows, median |error| {summary['median_abs_error']:.1%}, "
           f"worst {summary['worst_abs_error']:.1%} ({summary['worst_config']})")
@@ -485,6 +485,10 @@ def same_inputs(stored: dict | None, net_by_rate: dict) -> bool:
     return all(rate in current and current[rate] == inputs for rate, inputs in stored.items())
 
 
+def write_run_json(meta: dict) -> None:
+    write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
+
+
 def measure_all(args, meta: dict) -> list[dict]:
     """Calibrate, then run every experiment of ``args``, writing each one's result as it
     finishes. ``meta`` is filled with run.json's contents once that is written; its "finished"
@@ -516,14 +520,14 @@ def measure_all(args, meta: dict) -> list[dict]:
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": [], "inputs": {}, "wall_s": 0.0, "finished": []})
     # written before the calibration too, so that a stop during it is this run's to record
-    write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
+    write_run_json(meta)
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
                                   ring_bytes(points, rate)) for rate in rates]
     write_text_atomically(RESULTS / "calibration.json", json.dumps(calibration, indent=1) + "\n")
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta.update(calibration=calibration,
                 inputs={str(k): v.as_dict() for k, v in net_by_rate.items()})
-    write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
+    write_run_json(meta)
     results = []
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
@@ -534,7 +538,7 @@ def measure_all(args, meta: dict) -> list[dict]:
         write_text_atomically(RESULTS / f"{experiment.name}.json", json.dumps(result, indent=1) + "\n")
         results.append(result)
         meta["finished"].append(experiment.name)
-        write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
+        write_run_json(meta)
     return results
 
 

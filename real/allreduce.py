@@ -44,14 +44,15 @@ from dsgd_sim.argparse_oneline import check_output_files, parse_flag, write_atom
 from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
 from real.comm import check_op, combine_into, divide_for_avg
-from real.local_launch import RankArgumentParser, launcher_local_ranks
+from real.local_launch import RankArgumentParser, launcher_local_ranks, machine_memory_bytes
 
 DEFAULT_SEGMENT_BYTES = 4 << 20  # fewest wake-ups on a busy 2-core host; see docs/communication.md
 NAIVE_TAG, SCATTER_TAG, GATHER_TAG = 401, 402, 403  # tags of this module's messages
 MAX_BUFFER_BYTES = 4 * 10**9  # the benchmark holds a few buffers of each size in memory
 BUFFERS_PER_SIZE = 7  # ... at its peak, counted in buffers: the source (drawn as int64), the
                       # work copy, the algorithms' results checked against the engine's (one
-                      # rank peaked at 7.07 GB for a 1 GB float32 buffer)
+                      # rank peaked at 7.07 GB for a 1 GB float32 buffer: `/usr/bin/time -v
+                      # python real/allreduce.py --sizes 1GB --iters 1 --warmup 0`)
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -263,10 +264,11 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     except ValueError:  # a launcher variable that is no number: the join says so
         local = 1
     needed = BUFFERS_PER_SIZE * max(args.size_bytes) * local
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = machine_memory_bytes()
     if needed > memory:
-        parser.error(f"--sizes: {local} rank(s) here with buffers of {format_bytes(max(args.size_bytes))} "
-                     f"need about {format_bytes(needed)}, more than this machine's "
+        parser.error(f"--sizes: {local} rank(s) here with buffers of "
+                     f"{format_bytes(max(args.size_bytes))} need about {format_bytes(needed)}, "
+                     f"more than this machine's "
                      f"{format_bytes(memory)} of memory")
     if not (1 <= args.iters <= MAX_ITERS and 0 <= args.warmup <= MAX_ITERS):
         parser.error(f"--iters must be from 1 to {MAX_ITERS:,} and --warmup from 0 to "

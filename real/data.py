@@ -34,6 +34,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from .local_launch import machine_memory_bytes
 from .models import INPUT_SHAPE, NUM_CLASSES
 
 MNIST_FILES = {"images": "train-images-idx3-ubyte", "labels": "train-labels-idx1-ubyte"}
@@ -92,11 +93,14 @@ class Dataset:
 def check_synthetic_fits(num_samples: int) -> None:
     """``ValueError`` where ``num_samples`` synthetic images would not fit in this machine's
     memory (all of it: a process that tries would be stopped by the kernel or fail to start)."""
+    if num_samples * int(np.prod(INPUT_SHAPE)) * 4 > machine_memory_bytes():
+        raise ValueError(_does_not_fit(num_samples))
+
+
+def _does_not_fit(num_samples: int) -> str:
     needed = num_samples * int(np.prod(INPUT_SHAPE)) * 4
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if needed > memory:
-        raise ValueError(f"{num_samples} synthetic samples ({needed / 1e9:.3g} GB) do not fit in "
-                         f"this machine's memory ({memory / 1e9:.3g} GB)")
+    return (f"{num_samples} synthetic samples ({needed / 1e9:.3g} GB) do not fit in this "
+            f"machine's memory ({machine_memory_bytes() / 1e9:.3g} GB)")
 
 
 def synthetic_dataset(num_samples: int, seed: int) -> Dataset:
@@ -109,9 +113,8 @@ def synthetic_dataset(num_samples: int, seed: int) -> Dataset:
     w2 = teacher.standard_normal((TEACHER_HIDDEN, NUM_CLASSES), dtype=np.float32)
     try:
         images = smooth_gaussian_images(np.random.default_rng([seed, 0x7EAC4E5, 2]), num_samples)
-    except MemoryError:
-        raise ValueError(f"{num_samples} synthetic samples ({num_samples * features * 4 / 1e9:.3g}"
-                         " GB) do not fit in this machine's memory") from None
+    except MemoryError:  # fits in the machine, not in what its other jobs leave free
+        raise ValueError(_does_not_fit(num_samples)) from None
     labels = np.argmax(np.tanh(images @ w1) @ w2, axis=1).astype(np.int64)
     return Dataset(images, labels)
 

@@ -78,6 +78,11 @@ def mpi_local_rank() -> tuple[int, int]:
     return 0, 1
 
 
+def machine_memory_bytes() -> int:
+    """This machine's physical memory, all of it."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def launcher_local_ranks() -> int | None:
     """How many ranks the launcher started on this machine: torchrun's ``LOCAL_WORLD_SIZE``, else
     mpiexec's (MPICH or Open MPI); None under neither. ``ValueError`` if one is not a number."""
