@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", default="30s", help="process-group timeout, e.g. 30s")
     p.add_argument("--device", default=defaults.device, help="cpu or cuda")
     p.add_argument("--backend", default=None,
-                   help="gloo, nccl or mpi (default: nccl on cuda, mpi under mpiexec, else gloo)")
+                   help="gloo, nccl or mpi (default: nccl on cuda, mpi under mpiexec "
+                        "unless --sync ddp, else gloo)")
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--check-replicas", action="store_true",
                    help="fail unless all ranks hold bit-identical weights after every step")
