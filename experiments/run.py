@@ -180,8 +180,17 @@ def header_lines(meta: dict) -> list[str]:
             f"sync: over steps after warm-up); the {meta['cpus']} CPU cores are shared by the hosts "
             "and by other jobs (the load averages are the machine's, those jobs included), so "
             "repeated runs "
-            "differ per row by the Repeatability figure under each table.", "",
+            "differ per row by the Repeatability figure under each table." + busy_note(meta), "",
             calibration_line(meta, cal, rounds)]
+
+
+def busy_note(meta: dict) -> str:
+    """The header's sentence on the stages before which other processes kept the cores busy
+    (``note_busy_cores``); empty when none did."""
+    busy = [f"{cores:.1f} cores before {stage}" for stage, cores in meta.get("busy_cores", {}).items()
+            if cores is not None and cores >= BUSY_CORES_WARNING]
+    return (f" Other processes kept the machine busy: {', '.join(busy)}; the measurements beside "
+            "them ran slow." if busy else "")
 
 
 def calibration_line(meta: dict, cal: str, rounds: str) -> str:
@@ -485,6 +494,48 @@ def same_inputs(stored: dict | None, net_by_rate: dict) -> bool:
     return all(rate in current and current[rate] == inputs for rate, inputs in stored.items())
 
 
+BUSY_CORES_WARNING = 0.5
+"""Cores kept busy by other processes, before a stage with no test bed up, past which the run
+warns that its measurements will run slow (``busy_cores``)."""
+
+
+def cpu_jiffies(proc_stat: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of every core together, from the text of ``/proc/stat``: its
+    ``cpu`` line's fields are user, nice, system, idle, iowait, irq, softirq, steal (guest time
+    is counted in user already); idle and iowait are not busy."""
+    for line in proc_stat.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            ticks = [int(x) for x in fields[1:9]]
+            return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+    raise ValueError("no 'cpu' line in /proc/stat")
+
+
+def busy_cores(interval_s: float = 1.0) -> float | None:
+    """How many cores' worth of time the machine spent busy over ``interval_s`` (None where
+    ``/proc/stat`` cannot be read). Taken with no test bed up, it is other processes' work,
+    which on a 2-core machine the measurements would share the cores with."""
+    try:
+        busy0, total0 = cpu_jiffies(Path("/proc/stat").read_text())
+        time.sleep(interval_s)
+        busy1, total1 = cpu_jiffies(Path("/proc/stat").read_text())
+    except (OSError, ValueError):
+        return None
+    cpus = os.cpu_count() or 1
+    return cpus * (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+
+
+def note_busy_cores(meta: dict, stage: str) -> None:
+    """Record in ``meta`` how busy the machine is before ``stage``, warning past
+    ``BUSY_CORES_WARNING``."""
+    cores = busy_cores()
+    meta.setdefault("busy_cores", {})[stage] = None if cores is None else round(cores, 2)
+    if cores is not None and cores >= BUSY_CORES_WARNING:
+        print(f"experiments/run.py: warning: before {stage}, other processes kept {cores:.1f} "
+              f"of the machine's {os.cpu_count()} cores busy; measurements beside them run "
+              f"slow", file=sys.stderr, flush=True)
+
+
 def write_run_json(meta: dict) -> None:
     write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
 
@@ -519,6 +570,7 @@ def measure_all(args, meta: dict) -> list[dict]:
             "address_layout": args.address_layout, "probe_idle": args.probe_idle,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": [], "inputs": {}, "wall_s": 0.0, "finished": []})
+    note_busy_cores(meta, "the calibration")
     # written before the calibration too, so that a stop during it is this run's to record
     write_run_json(meta)
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
@@ -531,6 +583,7 @@ def measure_all(args, meta: dict) -> list[dict]:
     results = []
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
+        note_busy_cores(meta, experiment.name)
         result = run_experiment(experiment, net_by_rate, args.quick)
         result["command"] = meta["command"]
         result["inputs"] = {str(rate): net_by_rate[rate].as_dict() for rate in experiment.bandwidths_bps}
