@@ -160,8 +160,8 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
 def busy_machine_reason(record: dict) -> str | None:
     """Why a 2-host calibration record was taken while other work kept the cores busy, or None.
 
-    Each of the calibration's 2 hosts has a core of its own, and on an idle machine a round trip
-    between them takes 0.05-0.2 ms (every stored grid's calibration, TCP and Gloo). Under
+    Each of the calibration's 2 hosts has a core of its own, and on a quiet machine a round trip
+    between them takes 0.02-0.54 ms (the stored grids' calibrations, TCP and Gloo). Under
     ``SCHED_BATCH`` a woken host does not preempt another process running on its core: it waits
     for the scheduler's tick (4 ms at 250 Hz), so on a busy core every round trip takes ~4 ms.
     Such a record misprices every row that takes an input from it: a full grid whose
