@@ -263,8 +263,8 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
     header = header_lines(meta)
     log = Path(os.path.relpath(HERE / "LOG.md", REPORT.parent)).as_posix()
     header += ["", "The notes under each table (`experiments/notes.py`) say what the model takes, "
-               "where it holds and where it misses, with figures over the fourteen full grids the "
-               "README pools (`python -m experiments.grids`); this run's own figures are in the "
+               "where it holds and where it misses, with figures over the full grids the README "
+               "pools (`python -m experiments.grids`); this run's own figures are in the "
                f"tables. How each finding was made, grid by grid, with its commands: [LOG.md]({log})."]
     return rows, results_markdown(results, rows, header, folder)
 
