@@ -28,7 +28,7 @@ NOTES: dict[str, list[str]] = {
         "**Where it holds.** Over the fourteen full grids up to 3e736e5 (2,408 rows, 1,848 of them all-reduce "
         "calls): every call of 1 MB or more within 7.9% (1,092 rows, median 0.3%), every call at "
         "50 Mbit/s within 5.8% (median 0.15%), and the median row of every grid 0.4–0.8%. Every "
-        "row of thirteen of the fourteen quick grids was within 8%. In the ninth (quick-4481a5a) the "
+        "row of fourteen of the fifteen quick grids was within 8%. In the ninth (quick-4481a5a) the "
         "ring's 64 kB call on 4 hosts at 200 Mbit/s came out −12.0% (3.615 ms priced, 4.108 "
         "measured): the call took as long as the probe's ring-driven 16 KiB chains back to back "
         "(3.95–4.03 ms to their 6th round's end), where the model had its first rounds on the "
@@ -157,7 +157,7 @@ NOTES: dict[str, list[str]] = {
         "third digit. The real histograms spread around W − 1, where the simulator's in-order "
         "server gives a spike.",
         "**Where it misses, and why.** 2 workers at 200 Mbit/s: −5.1 to −6.6% in every full "
-        "grid (−6.6% in the fifteenth, a9c7f80), and −6.9% in one quick grid. With 2 workers the server's link is mostly idle, so a "
+        "grid (−6.6% in the fifteenth, a9c7f80), and −6.9% and −7.1% in two quick grids. With 2 workers the server's link is mostly idle, so a "
         "push's header often arrives while the other worker's reply is leaving. The notice that "
         "lets that push in then waits behind the reply's bytes in the server's shaper: 68–69 ms "
         "an update on the bed, where the simulator gives 64.7. Modelling it needs TCP's "
