@@ -10,8 +10,9 @@ hosts (the ranks' wake-ups on shared cores set it where the links are fast), and
 experiment whole. Per kind it prints the rows per grid, the median |error| over all of them, the
 range of the grids' worst |error| and how many rows missed the worst-row target (8%): a Markdown
 table; then every row that missed in some grid, with the grids it missed in; then every row
-whose error keeps one side over five grids or more (a bias of the model, not the noise). Reads
-only; ``--json FILE`` writes the same figures.
+whose error keeps one side over five grids or more (a bias of the model, not the noise).
+``--row "EXPERIMENT: CONFIG"`` (as the lists name a row) also prints that row's price and
+measurement in every grid that holds it. Reads only; ``--json FILE`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -153,6 +154,29 @@ def biases(grids: dict[str, list[dict]], min_grids: int = 5) -> list[dict]:
     return sorted(out, key=lambda b: -abs(b["mean_error"]))
 
 
+def row_history(grids: dict[str, list[dict]], name: str) -> list[dict]:
+    """The row named ``"experiment: config"`` in every grid that holds it, in the grids' order:
+    the grid, its error, and the predicted and measured seconds where the row has them."""
+    experiment, _, config = name.partition(": ")
+    return [{"grid": grid, **{k: r[k] for k in ("predicted_s", "measured_s", "error") if k in r}}
+            for grid, rows in grids.items() for r in rows
+            if (r["experiment"], r["config"]) == (experiment, config)]
+
+
+def history_lines(name: str, history: list[dict]) -> list[str]:
+    """A row's history as text: the range of its prices and measurements, then a line a grid."""
+    def span(key):
+        times = [h[key] * 1e3 for h in history if key in h]
+        return f"{min(times):.3f}-{max(times):.3f} ms" if times else "not stored"
+    lines = [f"{name}, in {len(history)} grids: priced {span('predicted_s')}, "
+             f"measured {span('measured_s')}"]
+    for h in history:
+        times = ", ".join(f"{label} {h[key] * 1e3:.3f} ms" for label, key in
+                          (("priced", "predicted_s"), ("measured", "measured_s")) if key in h)
+        lines.append(f"- {h['grid']}: " + (f"{times}, " if times else "") + f"{h['error']:+.1%}")
+    return lines
+
+
 def markdown(kinds: list[dict]) -> str:
     lines = ["| kind of row | grids | rows a grid | median \\|error\\| "
              f"| worst \\|error\\| of a grid | over {WORST_TARGET:.0%} |", "|---|---|---|---|---|---|"]
@@ -169,6 +193,9 @@ def parse_args(argv=None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path,
                         help="stored grids (folders written by experiments/run.py --out)")
+    parser.add_argument("--row", action="append", default=[], metavar="'EXPERIMENT: CONFIG'",
+                        help="also print this row's price and measurement in every grid "
+                             "(repeatable; named as the lists name a row)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     try:
@@ -193,6 +220,12 @@ def main(argv=None) -> int:
     if not any(grids.values()):
         print("experiments.grids: the folders hold no rows", file=sys.stderr)
         return 2
+    histories = {name: row_history(grids, name) for name in args.row}
+    unheld = [name for name, history in histories.items() if not history]
+    if unheld:
+        print(f"experiments.grids: no grid holds the row {unheld[0]!r} (name it as "
+              "'EXPERIMENT: CONFIG', as the lists below the table do)", file=sys.stderr)
+        return 2
     kinds, missed, biased = summarise_kinds(grids), misses(grids), biases(grids)
     print(markdown(kinds))
     print(f"\n{len(missed)} rows over {WORST_TARGET:.0%} in some grid" + (":" if missed else ""))
@@ -205,9 +238,11 @@ def main(argv=None) -> int:
     for b in biased:
         print(f"- {b['experiment']}: {b['config']}: mean {b['mean_error']:+.1%}, "
               f"sd {b['sd_error']:.1%} over {b['grids']} grids")
+    for name, history in histories.items():
+        print("\n" + "\n".join(history_lines(name, history)))
     return write_json_output("experiments.grids", "--json", args.json,
                              {"grids": list(grids), "kinds": kinds, "misses": missed,
-                              "biases": biased})
+                              "biases": biased, "rows": histories})
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ NOTES: dict[str, list[str]] = {
         "more, every call at 50 Mbit/s), every row of those fourteen grids held within 8%. The "
         "fifteenth (a9c7f80), the worst yet with 17 rows over 8%, missed two of them: the "
         "hand-written ring's 1 MB on 8 hosts at 1000 Mbit/s +17.1% (priced 18.63 ms from its "
-        "bed's ring-driven rounds, the top of the 14.5–18.7 the grids before priced it at; the "
+        "bed's ring-driven rounds, the top of the 15.4–18.7 the grids before priced it at; the "
         "call took 15.92 ms, as in them, 14.9–18.0) and Gloo's 1 MB on 2 hosts at 200 Mbit/s "
         "−9.9% (46.71 ms measured, 41.4–41.8 in all fourteen; the ring's and the naive ring's "
         "beside it 43.6 ms, priced 42.08 as every call there).",

@@ -152,3 +152,31 @@ def test_a_row_on_one_side_in_every_grid_is_a_bias_and_one_on_both_sides_is_not(
     assert [b["config"] for b in found] == ["steady"]
     assert found[0]["grids"] == 5 and found[0]["mean_error"] == pytest.approx(0.052)
     assert biases(grids, min_grids=6) == []  # too few grids to tell
+
+
+def test_cli_prints_a_named_row_in_every_grid_that_holds_it(tmp_path, capsys):
+    one = write_grid(tmp_path / "one", [
+        allreduce_row("ring 1MB H=2 200Mbps", 1_000_000, 2, 200, 0.0420, 0.0415)])
+    two = write_grid(tmp_path / "two", [
+        allreduce_row("ring 1MB H=2 200Mbps", 1_000_000, 2, 200, 0.0421, 0.0467)],
+        [("sync", 1.0, 1.0)])
+    out = tmp_path / "rows.json"
+    assert main([str(one), str(two), "--row", "allreduce: ring 1MB H=2 200Mbps",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert ("allreduce: ring 1MB H=2 200Mbps, in 2 grids: priced 42.000-42.100 ms, "
+            "measured 41.500-46.700 ms\n"
+            f"- {one}: priced 42.000 ms, measured 41.500 ms, +1.2%\n"
+            f"- {two}: priced 42.100 ms, measured 46.700 ms, -9.9%") in text
+    history = json.loads(out.read_text())["rows"]["allreduce: ring 1MB H=2 200Mbps"]
+    assert [h["grid"] for h in history] == [str(one), str(two)]
+    assert history[1]["measured_s"] == pytest.approx(0.0467)
+
+
+def test_cli_refuses_a_row_no_grid_holds_on_one_line(tmp_path, capsys):
+    grid = write_grid(tmp_path / "g", [], [("sync", 1.0, 1.0)])
+    assert main([str(grid), "--row", "sync"]) == 2  # named without its experiment
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "no grid holds the row 'sync'" in captured.err
+    assert captured.out == ""
+    assert main([str(grid), "--row", "sync: sync"]) == 0
