@@ -26,7 +26,9 @@ from pathlib import Path
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from dsgd_sim.units import format_bytes, parse_size
-from experiments.measure import BENCHMARK_FLAGS, add_bed_arguments, rank_command, testbed_config
+from experiments import measure
+from experiments.measure import (BENCHMARK_FLAGS, add_bed_arguments, add_host_cores_argument,
+                                 rank_command, testbed_config)
 from experiments.model import chain_ends
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import run_reporting
@@ -138,8 +140,10 @@ def parse_args(argv=None):
                         help="after each probe, the all-reduce benchmark at these sizes, traced")
     parser.add_argument("--iters", type=int, default=45, help="the benchmark's timed iterations")
     parser.add_argument("--seed", type=int, default=0, help="the benchmark's buffers' seed")
+    add_host_cores_argument(parser)
     parser.add_argument("--json", help="write every launch's figures here")
     args = parser.parse_args(argv)
+    measure.HOST_CORES = args.host_cores
     try:
         check_output_file("--json", args.json)
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]

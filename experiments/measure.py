@@ -24,7 +24,7 @@ from dsgd_sim.argparse_oneline import argparse_type
 from dsgd_sim.units import parse_bandwidth, parse_count
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
-from real.testbed.config import DEFAULT_HOST_CORES, MAX_HOSTS
+from real.testbed.config import DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES, MAX_HOSTS
 
 from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
                       warmup_updates)
@@ -88,6 +88,13 @@ def add_bed_arguments(parser, hosts: int) -> None:
     parser.add_argument("--hosts", type=argparse_type(parse_bed_hosts, "hosts"), default=hosts)
     parser.add_argument("--bandwidth", type=argparse_type(parse_bandwidth, "bandwidth"),
                         default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")
+
+
+def add_host_cores_argument(parser) -> None:
+    """``--host-cores`` (``TestbedConfig.host_cores``) of a tool that builds test beds; the tool
+    sets ``HOST_CORES`` from it."""
+    parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default=DEFAULT_HOST_CORES,
+                        help=HOST_CORES_HELP)
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:

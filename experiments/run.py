@@ -36,7 +36,7 @@ from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir, write_text_atomically)
-from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_POLICIES,  # noqa: E402
+from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,  # noqa: E402
                                  ADDRESS_LAYOUTS, SCHEDULING_POLICIES, parse_congestion_control)
 
 HERE = Path(__file__).resolve().parent
@@ -167,10 +167,13 @@ def header_lines(meta: dict) -> list[str]:
     policy = {"batch": "batch (`SCHED_BATCH`)", "normal": "the machine's default"}.get(
         meta.get("scheduling", "normal"))
     cores = meta.get("host_cores", "shared")
-    if cores in ("own", "spread"):
+    if cores in ("own", "spread", "block"):
         policy += ", each host on a core of its own where there is one per host"
     if cores == "spread":
         policy += " and host i on core i mod cores where the hosts divide evenly among them"
+    if cores == "block":
+        policy += (" and hosts next in rank together, host i on core i // (hosts / cores), where "
+                   "the hosts divide evenly among them")
     if meta.get("address_layout", "random") == "fixed":
         policy += "; address-space randomization off"
     return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
@@ -338,10 +341,8 @@ def parse_args(argv=None):
                         help="every test bed's CPU scheduling policy (default batch: a waking "
                              "thread preempts no other, as on separate machines)")
     parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default=DEFAULT_HOST_CORES,
-                        help="spread (default): every test bed gives each host a core of its own "
-                             "when there is one per host, else host i on core i mod cores when the "
-                             "hosts divide evenly among the cores; own: a core each or none; "
-                             "shared: every host on every core")
+                        help="every test bed's placement of its hosts on the cores: "
+                             + HOST_CORES_HELP)
     parser.add_argument("--address-layout", choices=ADDRESS_LAYOUTS, default="fixed",
                         help="fixed (default): every test bed's processes start with "
                              "address-space randomization off, laid out alike from one launch to "

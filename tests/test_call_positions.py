@@ -138,3 +138,13 @@ def test_one_bed_reports_every_position_measured_and_predicted(tmp_path, capsys)
         assert 0.0 < row["measured_s"] < 0.05 and 0.0 < row["predicted_s"] < 0.05
     printed = capsys.readouterr().out
     assert "bed 0, 64 KB: " in printed and "naive<ring<backend: " in printed
+
+
+def test_the_tools_beds_take_the_placement_asked_for(monkeypatch):
+    from experiments import launch_spread, measure
+    monkeypatch.setattr(measure, "HOST_CORES", measure.HOST_CORES)  # put back after the test
+    for tool_args in (parse_args, launch_spread.parse_args):
+        tool_args(["--host-cores", "block"])
+        assert measure.testbed_config(8, 1e9).host_cores == "block"
+        tool_args([])
+        assert measure.testbed_config(8, 1e9).host_cores == "spread"

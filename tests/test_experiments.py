@@ -432,6 +432,9 @@ def test_results_header_names_the_runs_scheduling_policy():
     assert ("(`SCHED_BATCH`), each host on a core of its own where there is one per host and "
             "host i on core i mod cores where the hosts divide evenly among them)") in \
         header_lines({**meta, "scheduling": "batch"})[0]
+    assert ("per host and hosts next in rank together, host i on core i // (hosts / cores), "
+            "where the hosts divide evenly among them)") in \
+        header_lines({**meta, "scheduling": "batch", "host_cores": "block"})[0]
     assert "; address-space randomization off)" not in header_lines(meta)[0]
     assert "mod cores where the hosts divide evenly among them; address-space randomization " \
         "off)" in header_lines({**meta, "address_layout": "fixed"})[0]

@@ -268,13 +268,17 @@ def test_a_fixed_address_layout_turns_randomization_off_for_what_the_host_starts
 
 def test_hosts_get_a_core_each_or_an_even_share_of_the_cores(monkeypatch):
     monkeypatch.setattr(bed_module.os, "sched_getaffinity", lambda pid: {5, 2, 7})
-    for policy in ("spread", "own"):
+    for policy in ("spread", "block", "own"):
         assert Testbed(TestbedConfig(hosts=3, host_cores=policy)).host_cpus() == [2, 5, 7]
         assert Testbed(TestbedConfig(hosts=2, host_cores=policy)).host_cpus() == [2, 5]
         # more hosts than cores, not a multiple of them: shared
         assert Testbed(TestbedConfig(hosts=4, host_cores=policy)).host_cpus() is None
     # a multiple of the cores: spread round the cores by rank, own leaves them shared
     assert Testbed(TestbedConfig(hosts=6)).host_cpus() == [2, 5, 7, 2, 5, 7]
+    # block: hosts next in rank together, as many on every core
+    assert Testbed(TestbedConfig(hosts=6, host_cores="block")).host_cpus() == [2, 2, 5, 5, 7, 7]
+    assert Testbed(TestbedConfig(hosts=9, host_cores="block")).host_cpus() == [2, 2, 2, 5, 5, 5,
+                                                                               7, 7, 7]
     # an MPI job's launcher picks each rank's core from this list (hydra_launcher.sh)
     assert Testbed(TestbedConfig(hosts=6)).host_env(4)["TESTBED_HOST_CPUS"] == "2,5,7,2,5,7"
     assert Testbed(TestbedConfig(hosts=6, host_cores="own")).host_cpus() is None

@@ -15,8 +15,9 @@ from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
 from real.testbed.calibrate import calibrate
-from real.testbed.config import (ADDRESS_LAYOUTS, DEFAULT_HOST_CORES, HOST_CORES_POLICIES,
-                                 SCHEDULING_POLICIES, TestbedConfig, parse_congestion_control)
+from real.testbed.config import (ADDRESS_LAYOUTS, DEFAULT_HOST_CORES, HOST_CORES_HELP,
+                                 HOST_CORES_POLICIES, SCHEDULING_POLICIES, TestbedConfig,
+                                 parse_congestion_control)
 
 EXAMPLES = """examples:
   python -m real.testbed run --hosts 2 --bandwidth 100Mbps -- \\
@@ -50,10 +51,7 @@ def _add_network_flags(parser: argparse.ArgumentParser, hosts: int | None) -> No
                         help="CPU scheduling policy of every host's processes (default batch: a "
                              "waking thread preempts no other, as on separate machines)")
     parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default=DEFAULT_HOST_CORES,
-                        help="spread (default): each host on a core of its own when there is one "
-                             "per host, else host i on core i mod cores when the hosts divide "
-                             "evenly among the cores; own: a core each or none; shared: every "
-                             "host on every core")
+                        help=HOST_CORES_HELP)
     parser.add_argument("--address-layout", choices=ADDRESS_LAYOUTS, default="fixed",
                         help="fixed (default): every host's processes start with address-space "
                              "randomization off, laid out alike from one launch to the next; "

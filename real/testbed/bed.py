@@ -161,9 +161,10 @@ class Testbed:
 
     def host_cpus(self) -> list[int] | None:
         """The core each host runs on (``TestbedConfig.host_cores``), by rank: this process's
-        cores in order, one per host, when there are enough; under ``spread`` with more hosts
-        than cores, a multiple of them, host i on the (i mod cores)-th; None: every host on
-        every core."""
+        cores in order, one per host, when there are enough; with more hosts than cores, a
+        multiple of them, under ``spread`` host i on the (i mod cores)-th, under ``block`` on the
+        (i // (hosts / cores))-th (hosts next in rank together); None: every host on every
+        core."""
         cores, hosts = sorted(os.sched_getaffinity(0)), self.config.hosts
         if self.config.host_cores == "shared":
             return None
@@ -171,6 +172,8 @@ class Testbed:
             return cores[:hosts]
         if self.config.host_cores == "spread" and hosts % len(cores) == 0:
             return [cores[i % len(cores)] for i in range(hosts)]
+        if self.config.host_cores == "block" and hosts % len(cores) == 0:
+            return [cores[i * len(cores) // hosts] for i in range(hosts)]
         return None
 
     @property

@@ -76,8 +76,13 @@ MIN_BURST_FRAMES = 10
 MAX_HOSTS = 64  # hosts of one test bed
 TC_MAX_BYTES = 2**32 - 1  # tc keeps a bucket and a queue limit in 32 bits
 SCHEDULING_POLICIES = ("batch", "normal")
-HOST_CORES_POLICIES = ("spread", "own", "shared")
+HOST_CORES_POLICIES = ("spread", "block", "own", "shared")
 DEFAULT_HOST_CORES = "spread"
+HOST_CORES_HELP = ("spread (default): each host on a core of its own when there is one per host, "
+                   "else host i on core i mod cores when the hosts divide evenly among the cores "
+                   "(hosts next in rank on different cores); block: so, but hosts next in rank "
+                   "share a core (host i on core i // (hosts / cores)); own: a core each or none; "
+                   "shared: every host on every core")
 ADDRESS_LAYOUTS = ("fixed", "random")
 
 
