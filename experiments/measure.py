@@ -24,7 +24,8 @@ from dsgd_sim.argparse_oneline import argparse_type
 from dsgd_sim.units import parse_bandwidth, parse_count
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
 from real.testbed.calibrate import calibrate
-from real.testbed.config import DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES, MAX_HOSTS
+from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
+                                 MAX_HOSTS)
 
 from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
                       warmup_updates)

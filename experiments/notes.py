@@ -28,7 +28,7 @@ NOTES: dict[str, list[str]] = {
         "**Where it holds.** Over the fourteen full grids up to 3e736e5 (2,408 rows, 1,848 of them all-reduce "
         "calls): every call of 1 MB or more within 7.9% (1,092 rows, median 0.3%), every call at "
         "50 Mbit/s within 5.8% (median 0.15%), and the median row of every grid 0.4–0.8%. Every "
-        "row of fourteen of the fifteen quick grids was within 8%. In the ninth (quick-4481a5a) the "
+        "row of fifteen of the sixteen quick grids was within 8%. In the ninth (quick-4481a5a) the "
         "ring's 64 kB call on 4 hosts at 200 Mbit/s came out −12.0% (3.615 ms priced, 4.108 "
         "measured): the call took as long as the probe's ring-driven 16 KiB chains back to back "
         "(3.95–4.03 ms to their 6th round's end), where the model had its first rounds on the "

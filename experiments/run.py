@@ -36,8 +36,9 @@ from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir, write_text_atomically)
-from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,  # noqa: E402
-                                 ADDRESS_LAYOUTS, SCHEDULING_POLICIES, parse_congestion_control)
+from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E402
+                                 HOST_CORES_POLICIES, ADDRESS_LAYOUTS, SCHEDULING_POLICIES,
+                                 parse_congestion_control)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
