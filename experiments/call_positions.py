@@ -33,7 +33,8 @@ from dsgd_sim.units import format_bytes, parse_size
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
 from experiments import measure
 from experiments.measure import (BENCHMARK_FLAGS, BRACKET_STREAM_CALLS, add_bed_arguments,
-                                 add_host_cores_argument, calibrate_rate, rank_command,
+                                 add_host_cores_argument, add_probe_order_argument,
+                                 calibrate_rate, rank_command,
                                  round_sizes_up_to, run_bracketed, testbed_config)
 from experiments.model import NetworkInputs, predict_stream_rotation_s
 from real.allreduce import call_order
@@ -202,8 +203,9 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="the benchmark's buffers' seed")
     parser.add_argument("--json", help="write every bed's figures and probes here")
     add_host_cores_argument(parser)
+    add_probe_order_argument(parser)
     args = parser.parse_args(argv)
-    measure.HOST_CORES = args.host_cores
+    measure.HOST_CORES, measure.PROBE_ORDER = args.host_cores, args.probe_order
     try:
         check_output_files({"--json": args.json},
                            {"the --calibration file": None if args.calibration == MEASURE

@@ -29,7 +29,7 @@ from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES
 
 from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
                       warmup_updates)
-from .ring_probe import COLUMNS as PROBE_COLUMNS, ENGINE_MAX_BYTES, SIZE_GRID, chain_rounds
+from .ring_probe import COLUMNS as PROBE_COLUMNS, ENGINE_MAX_BYTES, ORDERS, SIZE_GRID, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -67,6 +67,13 @@ HOST_CORES = DEFAULT_HOST_CORES
 ADDRESS_LAYOUT = "fixed"
 """Every test bed's processes' address layout (``TestbedConfig.address_layout``);
 ``experiments/run.py --address-layout`` sets it for a whole run."""
+PROBE_ORDER = "interleaved"
+"""How every ring probe orders its chains of different sizes (``ring_probe.py --order``):
+``interleaved`` (one of each size, then again) or ``blocks`` (each size's chains one after
+another); ``experiments/run.py --probe-order`` sets it for a whole run. On the beds of one
+morning the blocked order took away most of the lean the interleaved one gave the 8-host calls at
+1000 Mbit/s, and moved Gloo's 64 kB at 200 Mbit/s the other way (the ``allreduce`` section of
+``experiments/LOG.md``); no full grid has run with it yet."""
 PROBE_IDLE = False
 """Whether every ring probe idles before each of its chains (``probe_idle_s``) rather than
 running them back to back; ``experiments/run.py --probe-idle`` sets it for a whole run. Off by
@@ -96,6 +103,16 @@ def add_host_cores_argument(parser) -> None:
     sets ``HOST_CORES`` from it."""
     parser.add_argument("--host-cores", choices=HOST_CORES_POLICIES, default=DEFAULT_HOST_CORES,
                         help=HOST_CORES_HELP)
+
+
+def add_probe_order_argument(parser) -> None:
+    """``--probe-order`` (``PROBE_ORDER``) of a tool whose test beds run the ring probe; the tool
+    sets ``PROBE_ORDER`` from it."""
+    parser.add_argument("--probe-order", choices=ORDERS, default="interleaved",
+                        help="how every ring probe orders its chains of different sizes: "
+                             "interleaved (default: one of each size, then again, so that a burst "
+                             "of other load spreads over all of them) or blocks (each size's "
+                             "chains one after another, as the benchmark's calls of one size)")
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
@@ -231,12 +248,13 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
     Gloo's own ring drives them, and with ``ring`` (``--ring-rounds``, the same sizes) as
     ``real/allreduce.py``'s ring drives them, each chain after ``idle_s`` (``--idle``), then
     with ``stream_gaps`` a stream of that many 1-element calls (``--stream-gaps``), writing
-    ``{out}/json_name``."""
+    ``{out}/json_name``; the chains in the run's ``PROBE_ORDER``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
             "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
             *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
             "--idle", f"{idle_s * 1e3:.3f}ms",
-            *(["--stream-gaps", str(stream_gaps)] if stream_gaps else [])]
+            *(["--stream-gaps", str(stream_gaps)] if stream_gaps else []),
+            *(["--order", PROBE_ORDER] if PROBE_ORDER != "interleaved" else [])]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 

@@ -159,18 +159,21 @@ def _after_idle(chain, idle_s: float):
     return idle_then_chain
 
 
+ORDERS = ("interleaved", "blocks")  # how a probe's chains of different sizes follow one another
 SMALL_BYTES = 256 << 10  # rounds this small take milliseconds, and wake-ups make them noisy:
 SMALL_FACTOR = 9         # they get this many times the chains (for about the price of one large one)
 COLUMNS = ("first", "next", "reduce")  # per chain: first round, mean later round, reduction
 
 
 def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
-          idle_s: float = 0.0) -> list[dict]:
+          idle_s: float = 0.0, order: str = "interleaved") -> list[dict]:
     """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
     to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
     what arrived last (``reduce_s``), after one warm-up chain per size; every chain's own
     figures too, and the slowest rank's time to the end of each round (``ends_chains_s``).
-    Sizes interleave across repeats, so a burst of other load spreads over all of them.
+    Sizes interleave across repeats, so a burst of other load spreads over all of them; with
+    ``order="blocks"`` each size's chains run one after another instead (a chain then follows
+    chains of its own size, as a call of the benchmark follows calls of its own size).
     ``chain(comm, buffers, rounds)`` runs one chain (default: ``chain_marks``, from Python).
     With ``idle_s``, every rank first sleeps that long before each chain, so that a shaped
     link's bucket refills and every chain starts on a full one (by default a chain starts on
@@ -186,14 +189,17 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
     # per chain: the end of each round, then its mean later round and the addition
     ends = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
     times = torch.zeros(len(sizes), max(chains), 2, dtype=torch.float64)
-    for rep in range(max(chains)):
-        for i, n in enumerate(sizes):
-            if rep < chains[i]:
-                marks, arrived = chain(comm, buffers[n], rounds)
-                ends[i, rep] = torch.tensor(marks, dtype=torch.float64)
-                times[i, rep] = torch.tensor([(marks[-1] - marks[0]) / (rounds - 1),
-                                              time_addition(arrived, totals[n])],
-                                             dtype=torch.float64)
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    runs = [(i, rep) for rep in range(max(chains)) for i in range(len(sizes)) if rep < chains[i]]
+    if order == "blocks":
+        runs.sort()
+    for i, rep in runs:
+        marks, arrived = chain(comm, buffers[sizes[i]], rounds)
+        ends[i, rep] = torch.tensor(marks, dtype=torch.float64)
+        times[i, rep] = torch.tensor([(marks[-1] - marks[0]) / (rounds - 1),
+                                      time_addition(arrived, totals[sizes[i]])],
+                                     dtype=torch.float64)
     comm.all_reduce(ends, op="max")   # each chain's time is its slowest rank's
     comm.all_reduce(times, op="max")
     rows = []
@@ -241,6 +247,10 @@ def parse_args(argv=None):
                              "links idle between two of its calls, from the end of the slowest "
                              "rank's call to the next call's start ('stream_gap_s', one per "
                              "pair of calls; default: none)")
+    parser.add_argument("--order", choices=ORDERS, default="interleaved",
+                        help="interleaved (default): one chain of every size, then again, so that "
+                             "a burst of other load spreads over all sizes; blocks: each size's "
+                             "chains one after another")
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser, gpu=False)
     args = parser.parse_args(argv)
@@ -289,7 +299,7 @@ def main(argv=None) -> None:
         rounds = args.rounds or chain_rounds(comm.world_size)
         record = {"probe": "ring rounds", "world_size": comm.world_size, "engine": comm.engine,
                   "backend": comm.backend, "rounds": rounds, "repeats": args.repeats,
-                  "idle_s": args.idle_s,
+                  "idle_s": args.idle_s, "order": args.order,
                   "threads_per_rank": torch.get_num_threads()}
         if args.engine_rounds:
             try:
@@ -297,12 +307,13 @@ def main(argv=None) -> None:
             except engine_rounds.EngineRoundsError as error:
                 parser.error(str(error))
         record["results"] = probe(comm, args.size_bytes, rounds, args.repeats,
-                                  idle_s=args.idle_s)
+                                  idle_s=args.idle_s, order=args.order)
         tables = [("", record["results"])]
         ring_sizes = [n for n in args.size_bytes if n <= args.engine_max_bytes]
         if args.ring_rounds and ring_sizes:
             record["ring_results"] = probe(comm, ring_sizes, rounds, args.repeats,
-                                           chain=ring_chain_marks, idle_s=args.idle_s)
+                                           chain=ring_chain_marks, idle_s=args.idle_s,
+                                           order=args.order)
             tables.append(("ring ", record["ring_results"]))
         engine_sizes = [n for n in args.size_bytes
                         if engine_rounds.MIN_BYTES <= n <= args.engine_max_bytes]
@@ -310,7 +321,7 @@ def main(argv=None) -> None:
             record["engine_results"] = probe(
                 comm, engine_sizes, rounds, args.repeats,
                 chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG),
-                idle_s=args.idle_s)
+                idle_s=args.idle_s, order=args.order)
             tables.append(("C++ ", record["engine_results"]))
         if args.stream_gaps:
             record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)

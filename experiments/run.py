@@ -210,6 +210,8 @@ def calibration_line(meta: dict, cal: str, rounds: str) -> str:
             + ("; every probe idled before each of its chains (`--probe-idle`: twice its bed's "
                "bucket refill and 1 ms), and a call of k rounds of one size is priced from the "
                "chains' time to the end of their k-th round" if meta.get("probe_idle") else "")
+            + ("; every probe ran each size's chains one after another (`--probe-order blocks`) "
+               "instead of interleaving the sizes" if meta.get("probe_order") == "blocks" else "")
             + ". Each experiment below was predicted from the calibration made in its own run.")
 
 
@@ -353,6 +355,10 @@ def parse_args(argv=None):
                              "have refilled twice, so that each starts as a call alone does, and "
                              "calls are priced from the chains' ends (default: chains back to "
                              "back, each on what the one before it left)")
+    parser.add_argument("--probe-order", choices=("interleaved", "blocks"), default="interleaved",
+                        help="how every ring probe orders its chains of different sizes: "
+                             "interleaved (default: one of each size, then again) or blocks (each "
+                             "size's chains one after another)")
     args = parser.parse_args(argv)
     try:
         args.names = list(dict.fromkeys(args.names))  # an experiment named twice runs once
@@ -361,6 +367,7 @@ def parse_args(argv=None):
     except ValueError as error:
         parser.error(str(error))
     if args.report_only and (args.names or args.repredict or args.quick or args.probe_idle
+                             or args.probe_order != "interleaved"
                              or args.congestion_control != "reno" or args.scheduling != "batch"
                              or args.host_cores != DEFAULT_HOST_CORES
                              or args.address_layout != "fixed"):
@@ -372,10 +379,11 @@ def parse_args(argv=None):
     if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
                            or args.scheduling != "batch"
                            or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle
+                           or args.probe_order != "interleaved"
                            or args.address_layout != "fixed"):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
-                     "--congestion-control, --scheduling, --host-cores, --address-layout or "
-                     "--probe-idle")
+                     "--congestion-control, --scheduling, --host-cores, --address-layout, "
+                     "--probe-idle or --probe-order")
     return args
 
 
@@ -553,6 +561,7 @@ def measure_all(args, meta: dict) -> list[dict]:
     measure.HOST_CORES = args.host_cores
     measure.ADDRESS_LAYOUT = args.address_layout
     measure.PROBE_IDLE = args.probe_idle
+    measure.PROBE_ORDER = args.probe_order
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
     meta.update({"command": "python experiments/run.py" + (" --quick" if args.quick else "")
@@ -565,11 +574,13 @@ def measure_all(args, meta: dict) -> list[dict]:
             + (f" --address-layout {args.address_layout}" if args.address_layout != "fixed"
                else "")
             + (" --probe-idle" if args.probe_idle else "")
+            + (f" --probe-order {args.probe_order}" if args.probe_order != "interleaved" else "")
             + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
             "scheduling": args.scheduling, "host_cores": args.host_cores,
             "address_layout": args.address_layout, "probe_idle": args.probe_idle,
+            "probe_order": args.probe_order,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": [], "inputs": {}, "wall_s": 0.0, "finished": []})
     note_busy_cores(meta, "the calibration")

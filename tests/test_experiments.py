@@ -411,7 +411,10 @@ def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(caps
                         "--address-layout"),
                        (["--repredict", "--scheduling", "normal", "ps_vs_ring"], "--scheduling"),
                        (["--repredict", "--host-cores", "shared", "ps_vs_ring"], "--host-cores"),
-                       (["--repredict", "--probe-idle", "allreduce"], "--probe-idle")):
+                       (["--repredict", "--probe-idle", "allreduce"], "--probe-idle"),
+                       (["--repredict", "--probe-order", "blocks", "allreduce"], "--probe-order"),
+                       (["--probe-order", "random", "allreduce"], "'random'"),
+                       (["--report-only", "--probe-order", "blocks"], "--report-only")):
         with pytest.raises(SystemExit) as exit_:
             run.parse_args(argv)
         assert exit_.value.code == 2
@@ -448,6 +451,8 @@ def test_results_header_says_whether_the_probes_idled_before_their_chains():
     meta = json.loads((REPO / "experiments/results/run.json").read_text())
     assert "idled" not in header_lines(meta)[2]  # a run from before the flag: back to back
     assert "`--probe-idle`" in header_lines({**meta, "probe_idle": True})[2]
+    assert "--probe-order" not in header_lines(meta)[2]  # a run from before the flag: interleaved
+    assert "(`--probe-order blocks`)" in header_lines({**meta, "probe_order": "blocks"})[2]
 
 
 def test_report_only_without_a_run_in_the_out_folder_says_so_in_one_line(tmp_path):

@@ -117,6 +117,44 @@ def test_probe_chains_are_as_long_as_a_ring_all_reduce_on_as_many_hosts():
     assert words[words.index("--idle") + 1] == "0.000ms"  # by default chains back to back
 
 
+class _OneRank:
+    """A communicator of one rank: the probe's reductions over ranks change nothing."""
+
+    def all_reduce(self, tensor, op="sum"):
+        return tensor
+
+
+def test_probe_interleaves_its_sizes_or_runs_each_sizes_chains_in_a_block(monkeypatch):
+    from experiments import ring_probe
+    monkeypatch.setattr(ring_probe, "SMALL_BYTES", 64)  # 64 B: 2 repeats x 3; 1 KiB: 2
+    monkeypatch.setattr(ring_probe, "SMALL_FACTOR", 3)
+    for order, expected in (("interleaved", [64, 1024, 64, 1024, 64, 64, 64, 64]),
+                            ("blocks", [64, 64, 64, 64, 64, 64, 1024, 1024])):
+        seen = []
+
+        def chain(comm, buffers, rounds):
+            seen.append(4 * buffers[0].numel())
+            return [1e-3 * (k + 1) for k in range(rounds)], buffers[1]
+
+        rows = ring_probe.probe(_OneRank(), [64, 1024], 4, 2, chain=chain, order=order)
+        assert seen[:2] == [64, 1024]  # one warm-up chain a size, in size order
+        assert seen[2:] == expected
+        assert [len(r["next_chains_s"]) for r in rows] == [6, 2]
+        assert all(r["next_s"] == pytest.approx(1e-3) for r in rows)
+    with pytest.raises(ValueError, match="order must be one of"):
+        ring_probe.probe(_OneRank(), [64], 4, 1, chain=chain, order="random")
+
+
+def test_the_test_beds_probes_take_the_runs_order_of_sizes(monkeypatch):
+    from experiments import run
+    assert "--order" not in probe_command([64], 3, "r.json", 4).split()
+    monkeypatch.setattr(measure, "PROBE_ORDER", "blocks")  # experiments/run.py --probe-order
+    words = probe_command([64], 3, "r.json", 4).split()
+    assert words[words.index("--order") + 1] == "blocks"
+    assert run.parse_args(["--probe-order", "blocks", "allreduce"]).probe_order == "blocks"
+    assert run.parse_args(["allreduce"]).probe_order == "interleaved"
+
+
 def test_the_test_beds_probes_idle_until_the_slowest_bucket_has_refilled_twice(monkeypatch):
     from experiments import measure
     from experiments.measure import PROBE_WAKE_S, probe_idle_s, testbed_config
