@@ -27,9 +27,9 @@ from real.testbed.calibrate import calibrate
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
                                  MAX_HOSTS)
 
-from .configs import (AllReduceConfig, AsyncRunConfig, SyncRunConfig, bed_label, push_window,
-                      warmup_updates)
-from .ring_probe import COLUMNS as PROBE_COLUMNS, ENGINE_MAX_BYTES, ORDERS, SIZE_GRID, chain_rounds
+from .configs import (PROBE_ORDER_HELP, PROBE_ORDERS, AllReduceConfig, AsyncRunConfig,
+                      SyncRunConfig, bed_label, push_window, warmup_updates)
+from .ring_probe import COLUMNS as PROBE_COLUMNS, ENGINE_MAX_BYTES, SIZE_GRID, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -67,7 +67,7 @@ HOST_CORES = DEFAULT_HOST_CORES
 ADDRESS_LAYOUT = "fixed"
 """Every test bed's processes' address layout (``TestbedConfig.address_layout``);
 ``experiments/run.py --address-layout`` sets it for a whole run."""
-PROBE_ORDER = "interleaved"
+PROBE_ORDER = PROBE_ORDERS[0]
 """How every ring probe orders its chains of different sizes (``ring_probe.py --order``):
 ``interleaved`` (one of each size, then again) or ``blocks`` (each size's chains one after
 another); ``experiments/run.py --probe-order`` sets it for a whole run. On the beds of one
@@ -108,11 +108,8 @@ def add_host_cores_argument(parser) -> None:
 def add_probe_order_argument(parser) -> None:
     """``--probe-order`` (``PROBE_ORDER``) of a tool whose test beds run the ring probe; the tool
     sets ``PROBE_ORDER`` from it."""
-    parser.add_argument("--probe-order", choices=ORDERS, default="interleaved",
-                        help="how every ring probe orders its chains of different sizes: "
-                             "interleaved (default: one of each size, then again, so that a burst "
-                             "of other load spreads over all of them) or blocks (each size's "
-                             "chains one after another, as the benchmark's calls of one size)")
+    parser.add_argument("--probe-order", choices=PROBE_ORDERS, default=PROBE_ORDERS[0],
+                        help=PROBE_ORDER_HELP)
 
 
 def testbed_config(hosts: int, bandwidth_bps: float, **settings) -> TestbedConfig:
@@ -254,7 +251,7 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
             *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
             "--idle", f"{idle_s * 1e3:.3f}ms",
             *(["--stream-gaps", str(stream_gaps)] if stream_gaps else []),
-            *(["--order", PROBE_ORDER] if PROBE_ORDER != "interleaved" else [])]
+            *(["--order", PROBE_ORDER] if PROBE_ORDER != PROBE_ORDERS[0] else [])]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 

@@ -51,6 +51,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from dsgd_sim.argparse_oneline import check_output_file, write_text_atomically  # noqa: E402
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
+from experiments.configs import PROBE_ORDER_HELP, PROBE_ORDERS  # noqa: E402
 from real.allreduce import MAX_BUFFER_BYTES, stream_gaps  # noqa: E402
 from real.comm import launched_by_mpi  # noqa: E402
 from real.comm_cli import add_comm_arguments, check_outputs_together, open_comm  # noqa: E402
@@ -159,14 +160,13 @@ def _after_idle(chain, idle_s: float):
     return idle_then_chain
 
 
-ORDERS = ("interleaved", "blocks")  # how a probe's chains of different sizes follow one another
 SMALL_BYTES = 256 << 10  # rounds this small take milliseconds, and wake-ups make them noisy:
 SMALL_FACTOR = 9         # they get this many times the chains (for about the price of one large one)
 COLUMNS = ("first", "next", "reduce")  # per chain: first round, mean later round, reduction
 
 
 def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
-          idle_s: float = 0.0, order: str = "interleaved") -> list[dict]:
+          idle_s: float = 0.0, order: str = PROBE_ORDERS[0]) -> list[dict]:
     """Per size: the median over ``repeats`` chains (``SMALL_FACTOR`` times as many for sizes up
     to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
     what arrived last (``reduce_s``), after one warm-up chain per size; every chain's own
@@ -189,8 +189,8 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
     # per chain: the end of each round, then its mean later round and the addition
     ends = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
     times = torch.zeros(len(sizes), max(chains), 2, dtype=torch.float64)
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if order not in PROBE_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(PROBE_ORDERS)}, got {order!r}")
     runs = [(i, rep) for rep in range(max(chains)) for i in range(len(sizes)) if rep < chains[i]]
     if order == "blocks":
         runs.sort()
@@ -247,10 +247,8 @@ def parse_args(argv=None):
                              "links idle between two of its calls, from the end of the slowest "
                              "rank's call to the next call's start ('stream_gap_s', one per "
                              "pair of calls; default: none)")
-    parser.add_argument("--order", choices=ORDERS, default="interleaved",
-                        help="interleaved (default): one chain of every size, then again, so that "
-                             "a burst of other load spreads over all sizes; blocks: each size's "
-                             "chains one after another")
+    parser.add_argument("--order", choices=PROBE_ORDERS, default=PROBE_ORDERS[0],
+                        help=PROBE_ORDER_HELP)
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser, gpu=False)
     args = parser.parse_args(argv)

@@ -29,7 +29,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.configs import EXPERIMENTS, select  # noqa: E402
+from experiments.configs import (EXPERIMENTS, PROBE_ORDER_HELP, PROBE_ORDERS,  # noqa: E402
+                                 select)
 from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
@@ -355,10 +356,8 @@ def parse_args(argv=None):
                              "have refilled twice, so that each starts as a call alone does, and "
                              "calls are priced from the chains' ends (default: chains back to "
                              "back, each on what the one before it left)")
-    parser.add_argument("--probe-order", choices=("interleaved", "blocks"), default="interleaved",
-                        help="how every ring probe orders its chains of different sizes: "
-                             "interleaved (default: one of each size, then again) or blocks (each "
-                             "size's chains one after another)")
+    parser.add_argument("--probe-order", choices=PROBE_ORDERS, default=PROBE_ORDERS[0],
+                        help=PROBE_ORDER_HELP + ", for every probe of the run")
     args = parser.parse_args(argv)
     try:
         args.names = list(dict.fromkeys(args.names))  # an experiment named twice runs once
@@ -367,7 +366,7 @@ def parse_args(argv=None):
     except ValueError as error:
         parser.error(str(error))
     if args.report_only and (args.names or args.repredict or args.quick or args.probe_idle
-                             or args.probe_order != "interleaved"
+                             or args.probe_order != PROBE_ORDERS[0]
                              or args.congestion_control != "reno" or args.scheduling != "batch"
                              or args.host_cores != DEFAULT_HOST_CORES
                              or args.address_layout != "fixed"):
@@ -379,7 +378,7 @@ def parse_args(argv=None):
     if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
                            or args.scheduling != "batch"
                            or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle
-                           or args.probe_order != "interleaved"
+                           or args.probe_order != PROBE_ORDERS[0]
                            or args.address_layout != "fixed"):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
                      "--congestion-control, --scheduling, --host-cores, --address-layout, "
@@ -574,7 +573,7 @@ def measure_all(args, meta: dict) -> list[dict]:
             + (f" --address-layout {args.address_layout}" if args.address_layout != "fixed"
                else "")
             + (" --probe-idle" if args.probe_idle else "")
-            + (f" --probe-order {args.probe_order}" if args.probe_order != "interleaved" else "")
+            + (f" --probe-order {args.probe_order}" if args.probe_order != PROBE_ORDERS[0] else "")
             + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
