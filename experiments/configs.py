@@ -20,11 +20,12 @@ ALLREDUCE_ALGORITHMS = ("ring", "naive", "backend")  # real/allreduce.py's names
 LAUNCHERS = ("direct", "torchrun")  # how a sync run's ranks are started (experiments/measure.py)
 # how a ring probe's chains of different sizes follow one another (experiments/ring_probe.py),
 # the default first; here, not there, so that experiments/run.py names them without torch
-PROBE_ORDERS = ("interleaved", "blocks")
-PROBE_ORDER_HELP = ("how the ring probe orders its chains of different sizes: interleaved "
-                    "(default: one of each size, then again, so that a burst of other load "
-                    "spreads over all of them) or blocks (each size's chains one after another, "
-                    "as the benchmark's calls of one size)")
+PROBE_ORDERS = ("blocks", "interleaved")
+PROBE_ORDER_HELP = ("how the ring probe orders its chains of different sizes: blocks (default: "
+                    "each size's chains one after another, as the benchmark runs its calls of "
+                    "one size) or interleaved (one of each size, then again, so that a burst of "
+                    "other load spreads over all of them; the default of every stored grid "
+                    "that does not name an order)")
 
 
 def bed_label(hosts: int, bandwidth_bps: float) -> str:

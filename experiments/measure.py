@@ -69,11 +69,12 @@ ADDRESS_LAYOUT = "fixed"
 ``experiments/run.py --address-layout`` sets it for a whole run."""
 PROBE_ORDER = PROBE_ORDERS[0]
 """How every ring probe orders its chains of different sizes (``ring_probe.py --order``):
-``interleaved`` (one of each size, then again) or ``blocks`` (each size's chains one after
-another); ``experiments/run.py --probe-order`` sets it for a whole run. On the beds of one
-morning the blocked order took away most of the lean the interleaved one gave the 8-host calls at
-1000 Mbit/s, and moved Gloo's 64 kB at 200 Mbit/s the other way (the ``allreduce`` section of
-``experiments/LOG.md``); no full grid has run with it yet."""
+``blocks`` (each size's chains one after another, the default) or ``interleaved`` (one of each
+size, then again: every stored grid that does not name an order); ``experiments/run.py
+--probe-order`` sets it for a whole run. Interleaved, the 8-host calls at 1000 Mbit/s leaned
+over their price (the 64 KiB chains slow the 32 KiB ones after them); in the two full grids made
+in blocks every such call held within 6.4% (the ``allreduce`` section of
+``experiments/LOG.md``)."""
 PROBE_IDLE = False
 """Whether every ring probe idles before each of its chains (``probe_idle_s``) rather than
 running them back to back; ``experiments/run.py --probe-idle`` sets it for a whole run. Off by

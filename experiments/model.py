@@ -122,6 +122,11 @@ PACED_SHARE = 0.9
 # latency-bound)
 PACED_OVER_LATENCY = 2.0
 
+# chains of one size the walk of a probe run in blocks runs (``ChainRounds.sizes_on_tokens``):
+# each chain starts on what the one before it left, and a few settle the bucket (a chain that
+# drains it leaves the same to the next; one that does not refills it to the full within a few)
+BLOCK_WALK_CHAINS = 8
+
 # the most rotations of the benchmark's calls run through the bucket to let it settle: each
 # rotation drains it by the same bytes until the calls wait for it, so a stream still draining
 # after this many lacks under a thousandth of the bucket a rotation, a wait no longer than that
@@ -362,6 +367,9 @@ class ChainRounds(RoundCosts):
     the rate."""
 
     rounds_s: tuple[tuple[float, ...], ...] = ()
+    # the probe ran each size's chains one after another (``ring_probe.py --order blocks``),
+    # not one chain of each size in turn
+    blocks: bool = False
 
     def round_s(self, index: int, size_bytes: float) -> float:
         """Seconds of round ``index`` (0: the first) at ``size_bytes``, interpolated between
@@ -391,23 +399,37 @@ class ChainRounds(RoundCosts):
                         refilled_bytes: float) -> list[float]:
         """The table's sizes, from the smallest up, whose chains started with their first
         round's tokens in the bucket, up to the first that did not. The probe runs the sizes'
-        chains in turn, smallest first (``ring_probe.probe``), a pause before each that refills
+        chains smallest first (``ring_probe.probe``), a pause before each that refills
         ``refilled_bytes``; walked from a full bucket (``bucket_bytes``) before the smallest,
         each chain's rounds as they took, the bucket refilling at ``payload_bps`` meanwhile
-        and a paced round short of tokens leaving it empty. On 4 hosts at 1000 Mbit/s the 32 KiB
-        chains drain the bucket and a 0.2 ms pause refills 24 kB, so the 64 KiB chains start
-        short: their first round took 0.29-0.33 ms against 0.14-0.15 at 32 KiB and below; with
-        a 0.28 ms pause they started on tokens, and it took 0.20-0.23."""
-        rate_Bps, tokens, covered = payload_bps / 8.0, bucket_bytes, []
+        and a paced round short of tokens leaving it empty. Interleaved, a chain follows one of
+        the next smaller size: on 4 hosts at 1000 Mbit/s the 32 KiB chains drain the bucket and
+        a 0.2 ms pause refills 24 kB, so the 64 KiB chains start short: their first round took
+        0.29-0.33 ms against 0.14-0.15 at 32 KiB and below; with a 0.28 ms pause they started
+        on tokens, and it took 0.20-0.23. In blocks (``blocks``), a chain follows chains of its
+        own size: the walk runs each size's chain ``BLOCK_WALK_CHAINS`` times from what the size
+        below left, and the size counts as on tokens where its last chain started so, as most
+        of its chains, whose median the table holds, did."""
+        tokens, covered = bucket_bytes, []
         for size, rounds in zip(self.sizes_bytes, self.rounds_s):
-            tokens = min(bucket_bytes, tokens + refilled_bytes)
-            if tokens < size:
+            for _ in range(BLOCK_WALK_CHAINS if self.blocks else 1):
+                tokens = min(bucket_bytes, tokens + refilled_bytes)
+                started = tokens
+                tokens = self._after_chain(tokens, size, rounds, payload_bps, bucket_bytes)
+            if started < size:
                 break
             covered.append(size)
-            for took_s in rounds:
-                tokens = (0.0 if self.paced(took_s, size, payload_bps) and tokens < size else
-                          min(bucket_bytes, max(0.0, tokens + took_s * rate_Bps - size)))
         return covered
+
+    def _after_chain(self, tokens: float, size: float, rounds: tuple[float, ...],
+                     payload_bps: float, bucket_bytes: float) -> float:
+        """The bucket's tokens after a chain of rounds of ``size`` that took ``rounds`` seconds
+        each, started on ``tokens`` (``sizes_on_tokens``)."""
+        rate_Bps = payload_bps / 8.0
+        for took_s in rounds:
+            tokens = (0.0 if self.paced(took_s, size, payload_bps) and tokens < size else
+                      min(bucket_bytes, max(0.0, tokens + took_s * rate_Bps - size)))
+        return tokens
 
     def first_on_tokens_s(self, size_bytes: float, covered: list[float]) -> float:
         """A first round of ``size_bytes`` that starts with its bytes' tokens in the bucket: the
@@ -432,15 +454,17 @@ class ChainRounds(RoundCosts):
                                          - self.first_round_s(self.sizes_bytes[0]))
 
 
-def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCosts:
+def with_chain_rounds(table: RoundCosts, ends: dict[int, list[float]],
+                      blocks: bool = False) -> RoundCosts:
     """``table`` as ``ChainRounds`` with the rounds' durations from ``ends`` (``chain_ends``)
-    where they cover every size of it; else as it is."""
+    where they cover every size of it, from a probe that ran its sizes' chains in blocks or
+    not (``ChainRounds.blocks``); else as it is."""
     if not all(int(n) in ends for n in table.sizes_bytes):
         return table
     rounds = tuple(tuple(e[:1] + [b - a for a, b in zip(e, e[1:])])
                    for e in (ends[int(n)] for n in table.sizes_bytes))
     return ChainRounds(table.sizes_bytes, table.first_s, table.next_s, table.reduce_s,
-                       rounds_s=rounds)
+                       rounds_s=rounds, blocks=blocks)
 
 
 def bucket_walk(table: RoundCosts | None, messages_bytes: list[float], tokens: float,
@@ -538,7 +562,7 @@ def priced_from_ends(table: RoundCosts, probe: dict, driver: str = "") -> RoundC
     (``experiments.sync_model``) take the tables as they are. ValueError where a probe that
     idled lacks the chains' ends at a size of the table."""
     if not probe.get("idle_s"):
-        return with_chain_rounds(table, ends_of(probe, driver))
+        return with_chain_rounds(table, ends_of(probe, driver), probe.get("order") == "blocks")
     ends = ends_of(probe, driver)
     missing = [int(n) for n in table.sizes_bytes if int(n) not in ends]
     if missing:

@@ -171,9 +171,10 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
     to ``SMALL_BYTES``) of the slowest rank's first round, mean later round, and addition of
     what arrived last (``reduce_s``), after one warm-up chain per size; every chain's own
     figures too, and the slowest rank's time to the end of each round (``ends_chains_s``).
-    Sizes interleave across repeats, so a burst of other load spreads over all of them; with
-    ``order="blocks"`` each size's chains run one after another instead (a chain then follows
-    chains of its own size, as a call of the benchmark follows calls of its own size).
+    By default (``order="blocks"``) each size's chains run one after another, so that a chain
+    follows chains of its own size, as a call of the benchmark follows calls of its own size;
+    with ``order="interleaved"`` the sizes take turns, so that a burst of other load spreads
+    over all of them (a 64 KiB chain then slows the 32 KiB one after it on 8 hosts).
     ``chain(comm, buffers, rounds)`` runs one chain (default: ``chain_marks``, from Python).
     With ``idle_s``, every rank first sleeps that long before each chain, so that a shaped
     link's bucket refills and every chain starts on a full one (by default a chain starts on

@@ -211,8 +211,10 @@ def calibration_line(meta: dict, cal: str, rounds: str) -> str:
             + ("; every probe idled before each of its chains (`--probe-idle`: twice its bed's "
                "bucket refill and 1 ms), and a call of k rounds of one size is priced from the "
                "chains' time to the end of their k-th round" if meta.get("probe_idle") else "")
-            + ("; every probe ran each size's chains one after another (`--probe-order blocks`) "
-               "instead of interleaving the sizes" if meta.get("probe_order") == "blocks" else "")
+            + ("; every probe ran each size's chains one after another (`--probe-order blocks`)"
+               if meta.get("probe_order") == "blocks" else  # a run from before the flag too
+               "; every probe interleaved its sizes' chains, one of each size in turn "
+               "(`--probe-order interleaved`)")
             + ". Each experiment below was predicted from the calibration made in its own run.")
 
 

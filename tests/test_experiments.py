@@ -412,9 +412,9 @@ def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(caps
                        (["--repredict", "--scheduling", "normal", "ps_vs_ring"], "--scheduling"),
                        (["--repredict", "--host-cores", "shared", "ps_vs_ring"], "--host-cores"),
                        (["--repredict", "--probe-idle", "allreduce"], "--probe-idle"),
-                       (["--repredict", "--probe-order", "blocks", "allreduce"], "--probe-order"),
+                       (["--repredict", "--probe-order", "interleaved", "allreduce"], "--probe-order"),
                        (["--probe-order", "random", "allreduce"], "'random'"),
-                       (["--report-only", "--probe-order", "blocks"], "--report-only")):
+                       (["--report-only", "--probe-order", "interleaved"], "--report-only")):
         with pytest.raises(SystemExit) as exit_:
             run.parse_args(argv)
         assert exit_.value.code == 2
@@ -451,7 +451,10 @@ def test_results_header_says_whether_the_probes_idled_before_their_chains():
     meta = json.loads((REPO / "experiments/results/run.json").read_text())
     assert "idled" not in header_lines(meta)[2]  # a run from before the flag: back to back
     assert "`--probe-idle`" in header_lines({**meta, "probe_idle": True})[2]
-    assert "--probe-order" not in header_lines(meta)[2]  # a run from before the flag: interleaved
+    # a run from before the flag interleaved its sizes, as one with --probe-order interleaved
+    for made in (meta, {**meta, "probe_order": "interleaved"}):
+        assert "(`--probe-order interleaved`)" in header_lines(made)[2]
+        assert "--probe-order blocks" not in header_lines(made)[2]
     assert "(`--probe-order blocks`)" in header_lines({**meta, "probe_order": "blocks"})[2]
 
 
@@ -716,6 +719,34 @@ def test_a_first_round_on_tokens_is_priced_from_chains_that_started_on_tokens():
     on_later = 1e-4 + (on_first - 1.4e-4)
     assert full_bucket_saving_s(table, [65536] * 3, payload_bps, bucket, 24_000) == \
         pytest.approx((3.2e-4 - on_first) + (5.5e-4 - on_later))
+
+
+def test_chains_run_in_blocks_start_on_what_their_own_size_left():
+    from dataclasses import replace
+
+    from dsgd_sim.collectives import RoundCosts
+    from experiments.model import plain_table, with_chain_rounds
+    # the table above, from a probe that ran each size's chains one after another: the 32 KiB
+    # chains drain the bucket, and the next 32 KiB chain starts on what a 24 kB pause refilled
+    rounds = {64: [1.4e-4, 1e-4, 1e-4], 8192: [1.4e-4, 1e-4, 1e-4],
+              32768: [1.5e-4, 1.2e-4, 1.2e-4, 1.2e-4, 1.2e-4, 3.1e-4],
+              65536: [3.2e-4, 5.5e-4, 5.5e-4]}
+    table = RoundCosts(tuple(rounds), tuple(r[0] for r in rounds.values()),
+                       tuple(sum(r[1:]) / (len(r) - 1) for r in rounds.values()))
+    ends = {n: [sum(r[:k + 1]) for k in range(len(r))] for n, r in rounds.items()}
+    blocks = with_chain_rounds(table, ends, blocks=True)
+    payload_bps, bucket = 950e6, 118_779
+    assert blocks.blocks and not with_chain_rounds(table, ends).blocks
+    assert blocks.sizes_on_tokens(payload_bps, bucket, 24_000) == [64, 8192]
+    assert replace(blocks, blocks=False).sizes_on_tokens(payload_bps, bucket, 24_000) == \
+        [64, 8192, 32768]  # interleaved, each 32 KiB chain after an 8 KiB one on a full bucket
+    # a 70 kB pause covers a 64 KiB first round even after a chain that emptied the bucket
+    assert blocks.sizes_on_tokens(payload_bps, bucket, 70_000) == list(rounds)
+    # the order comes from the probe's record; a record from before the flag ran interleaved
+    probe = {"results": [{"bytes": n, "first_s": r[0], "next_s": sum(r[1:]) / (len(r) - 1),
+                          "ends_chains_s": [ends[n]]} for n, r in rounds.items()]}
+    assert not plain_table(probe).blocks
+    assert plain_table({**probe, "order": "blocks"}).blocks
 
 
 def test_a_call_that_waited_for_tokens_leaves_the_bucket_empty():

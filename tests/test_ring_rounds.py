@@ -128,15 +128,17 @@ def test_probe_interleaves_its_sizes_or_runs_each_sizes_chains_in_a_block(monkey
     from experiments import ring_probe
     monkeypatch.setattr(ring_probe, "SMALL_BYTES", 64)  # 64 B: 2 repeats x 3; 1 KiB: 2
     monkeypatch.setattr(ring_probe, "SMALL_FACTOR", 3)
+    blocks = [64, 64, 64, 64, 64, 64, 1024, 1024]
     for order, expected in (("interleaved", [64, 1024, 64, 1024, 64, 64, 64, 64]),
-                            ("blocks", [64, 64, 64, 64, 64, 64, 1024, 1024])):
+                            ("blocks", blocks), (None, blocks)):  # None: the default
         seen = []
 
         def chain(comm, buffers, rounds):
             seen.append(4 * buffers[0].numel())
             return [1e-3 * (k + 1) for k in range(rounds)], buffers[1]
 
-        rows = ring_probe.probe(_OneRank(), [64, 1024], 4, 2, chain=chain, order=order)
+        rows = ring_probe.probe(_OneRank(), [64, 1024], 4, 2, chain=chain,
+                                **({"order": order} if order else {}))
         assert seen[:2] == [64, 1024]  # one warm-up chain a size, in size order
         assert seen[2:] == expected
         assert [len(r["next_chains_s"]) for r in rows] == [6, 2]
@@ -147,12 +149,13 @@ def test_probe_interleaves_its_sizes_or_runs_each_sizes_chains_in_a_block(monkey
 
 def test_the_test_beds_probes_take_the_runs_order_of_sizes(monkeypatch):
     from experiments import run
-    assert "--order" not in probe_command([64], 3, "r.json", 4).split()
-    monkeypatch.setattr(measure, "PROBE_ORDER", "blocks")  # experiments/run.py --probe-order
+    assert "--order" not in probe_command([64], 3, "r.json", 4).split()  # the default, blocks
+    monkeypatch.setattr(measure, "PROBE_ORDER", "interleaved")  # run.py --probe-order interleaved
     words = probe_command([64], 3, "r.json", 4).split()
-    assert words[words.index("--order") + 1] == "blocks"
-    assert run.parse_args(["--probe-order", "blocks", "allreduce"]).probe_order == "blocks"
-    assert run.parse_args(["allreduce"]).probe_order == "interleaved"
+    assert words[words.index("--order") + 1] == "interleaved"
+    assert run.parse_args(["--probe-order", "interleaved", "allreduce"]).probe_order == \
+        "interleaved"
+    assert run.parse_args(["allreduce"]).probe_order == "blocks"
 
 
 def test_the_test_beds_probes_idle_until_the_slowest_bucket_has_refilled_twice(monkeypatch):
@@ -390,13 +393,6 @@ def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
                    and 2 * later >= ends[2] - ends[0] - 1e-12
                    for ends, later in zip(r["ends_chains_s"], r["next_chains_s"]))
     RoundCosts.from_rows(table["results"])  # what the calibration hands the simulator
-
-
-class _OneRank:
-    """What ``ring_probe.probe`` asks of a communicator, for one rank alone."""
-
-    def all_reduce(self, tensor, op):
-        pass
 
 
 def test_probe_with_idle_sleeps_that_long_before_every_chain(monkeypatch):
