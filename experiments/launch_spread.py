@@ -28,7 +28,7 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, 
 from dsgd_sim.units import format_bytes, parse_size
 from experiments import measure
 from experiments.measure import (BENCHMARK_FLAGS, add_bed_arguments, add_host_cores_argument,
-                                 rank_command, testbed_config)
+                                 add_probe_order_argument, rank_command, testbed_config)
 from experiments.model import chain_ends
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import run_reporting
@@ -84,7 +84,8 @@ def launch_commands(args, folder: Path, launch: int) -> list[tuple[str, str]]:
     probe = rank_command("experiments/ring_probe.py", [
         "--sizes", ",".join(f"{n}B" for n in args.sizes), "--repeats", str(args.repeats),
         "--engine-rounds", "--ring-rounds", "--stream-gaps", str(args.stream_gaps),
-        "--threads", "1", "--json", str(folder / f"probe{launch}.json")])
+        "--order", args.probe_order, "--threads", "1",
+        "--json", str(folder / f"probe{launch}.json")])
     commands = [("probe", probe)]
     if args.benchmark:
         commands.append(("benchmark", rank_command("real/allreduce.py", [
@@ -141,6 +142,7 @@ def parse_args(argv=None):
     parser.add_argument("--iters", type=int, default=45, help="the benchmark's timed iterations")
     parser.add_argument("--seed", type=int, default=0, help="the benchmark's buffers' seed")
     add_host_cores_argument(parser)
+    add_probe_order_argument(parser)
     parser.add_argument("--json", help="write every launch's figures here")
     args = parser.parse_args(argv)
     measure.HOST_CORES = args.host_cores

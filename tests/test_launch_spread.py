@@ -56,6 +56,15 @@ def test_bad_arguments_are_one_line_and_status_2(argv, named, capsys):
     assert named in usage_error(main, argv, capsys)
 
 
+def test_each_launchs_probe_runs_its_sizes_in_the_order_asked_for(tmp_path):
+    from experiments.launch_spread import launch_commands, parse_args
+    for argv, order in (([], "blocks"), (["--probe-order", "interleaved"], "interleaved")):
+        _, args = parse_args(["--hosts", "2", "--sizes", "64B", *argv])
+        (what, probe), = launch_commands(args, tmp_path, 0)
+        words = probe.split()
+        assert what == "probe" and words[words.index("--order") + 1] == order
+
+
 @needs_namespaces
 def test_two_launches_on_one_bed_report_the_probes_and_the_benchmarks_gaps(tmp_path, capsys):
     out = tmp_path / "spread.json"
