@@ -3,7 +3,7 @@
 #
 #   ./install.sh            the package (simulator and real trainers)
 #   ./install.sh mpi        + mpi4py and mpich (a working mpiexec)
-#   ./install.sh dev        + what the tests and the experiments need: pytest, mpi4py and mpich
+#   ./install.sh dev        + what the tests and the experiments need: pytest, NVRTC, mpi4py and mpich
 #                             (MPI), ninja; as root with apt-get: iproute2 (the test bed), and a
 #                             C++ compiler and Python's headers where missing (the C++ ring rounds)
 #
