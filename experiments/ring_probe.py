@@ -179,6 +179,8 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
     With ``idle_s``, every rank first sleeps that long before each chain, so that a shaped
     link's bucket refills and every chain starts on a full one (by default a chain starts on
     whatever the one before it left)."""
+    if order not in PROBE_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(PROBE_ORDERS)}, got {order!r}")
     chain = chain_marks if chain is None else chain
     if idle_s:
         chain = _after_idle(chain, idle_s)
@@ -190,8 +192,6 @@ def probe(comm, sizes: list[int], rounds: int, repeats: int, chain=None,
     # per chain: the end of each round, then its mean later round and the addition
     ends = torch.zeros(len(sizes), max(chains), rounds, dtype=torch.float64)
     times = torch.zeros(len(sizes), max(chains), 2, dtype=torch.float64)
-    if order not in PROBE_ORDERS:
-        raise ValueError(f"order must be one of {', '.join(PROBE_ORDERS)}, got {order!r}")
     runs = [(i, rep) for rep in range(max(chains)) for i in range(len(sizes)) if rep < chains[i]]
     if order == "blocks":
         runs.sort()

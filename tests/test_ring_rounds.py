@@ -143,8 +143,10 @@ def test_probe_interleaves_its_sizes_or_runs_each_sizes_chains_in_a_block(monkey
         assert seen[2:] == expected
         assert [len(r["next_chains_s"]) for r in rows] == [6, 2]
         assert all(r["next_s"] == pytest.approx(1e-3) for r in rows)
+    seen.clear()
     with pytest.raises(ValueError, match="order must be one of"):
         ring_probe.probe(_OneRank(), [64], 4, 1, chain=chain, order="random")
+    assert seen == []  # refused before any chain ran, the warm-up ones included
 
 
 def test_the_test_beds_probes_take_the_runs_order_of_sizes(monkeypatch):
