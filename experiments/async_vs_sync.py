@@ -76,7 +76,7 @@ class AsyncVsSyncConfig:
     @property
     def sync_run(self) -> SyncRunConfig:
         return SyncRunConfig(self.workers, self.bandwidth_bps, self.model, self.emulate_compute_s,
-                             self.steps, SYNC_WARMUP_STEPS, self.batch_size)
+                             self.steps, SYNC_WARMUP_STEPS, self.batch_size, real_gradients=True)
 
     @property
     def label(self) -> str:

@@ -74,7 +74,9 @@ class SyncRunConfig:
     """One synchronous-SGD run (``real/sync.py``): ``hosts`` replicas, one per host.
 
     ``emulate_compute_s`` > 0 sleeps instead of computing (an accelerator-like replica whose compute
-    takes no CPU); 0 computes for real on the CPU, where the hosts share the machine's cores."""
+    takes no CPU); 0 computes for real on the CPU, where the hosts share the machine's cores.
+    ``real_gradients``: with emulated compute, compute the real gradients and sleep out the rest
+    of the emulated time (``real/sync.py --real-gradients``)."""
 
     hosts: int
     bandwidth_bps: float
@@ -84,6 +86,7 @@ class SyncRunConfig:
     warmup_steps: int = 5
     batch_size: int = 32
     launcher: str = "direct"  # "direct": each rank started on its host; "torchrun": c10d rendezvous
+    real_gradients: bool = False
     kind: str = field(default="sync", init=False)
 
     def __post_init__(self):
@@ -95,6 +98,8 @@ class SyncRunConfig:
             raise ValueError(f"bandwidth must be positive, got {self.bandwidth_bps} bit/s")
         if self.emulate_compute_s < 0:
             raise ValueError(f"emulated compute must be >= 0 s, got {self.emulate_compute_s}")
+        if self.real_gradients and not self.emulate_compute_s > 0:
+            raise ValueError("real gradients pad an emulated compute time: give emulate_compute_s")
         if self.steps <= self.warmup_steps:
             raise ValueError(f"steps ({self.steps}) must exceed warmup steps ({self.warmup_steps})")
 

@@ -457,7 +457,8 @@ def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:
     args = ["--model", config.model, "--steps", str(config.steps), "--warmup-steps",
             str(config.warmup_steps), "--batch-size", str(config.batch_size), "--no-progress",
             "--threads", "1",
-            "--emulate-compute", f"{config.emulate_compute_s}s"]
+            "--emulate-compute", f"{config.emulate_compute_s}s",
+            *(["--real-gradients"] if config.real_gradients else [])]
     if config.launcher == "torchrun":
         command = _torchrun_command("real/sync.py", args, "multinode") + " --json {out}/sync.json"
         return _run(config, command, "sync.json", timeout_s)

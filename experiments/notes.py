@@ -110,8 +110,11 @@ NOTES: dict[str, list[str]] = {
     "sync": [
         "**What the model does.** The simulator's iteration (`experiments.sync_model`): compute "
         "and overhead from a single-process profile of the same model and batch on this machine; "
-        "with real compute, the replicas share the machine's 2 cores (core sharing), and with "
-        "`--emulate-compute` they take no CPU. The gradient's all-reduce (mlp: 0.94 MB, Gloo's "
+        "with real compute, the replicas share the machine's 2 cores (core sharing). With "
+        "`--emulate-compute` they take no CPU, and the compute and the rest of the step are those "
+        "of one process run alone with the same emulated compute (`sync_model.emulated_step`; for "
+        "the mlp's 50 ms, 50.8 ms and 1.0 ms, where the real step's rest is 0.4 ms). The "
+        "gradient's all-reduce (mlp: 0.94 MB, Gloo's "
         "ring) is priced from ring rounds timed on the run's own test bed, just before and just "
         "after it, as an all-reduce point's are.",
         "**Where it holds.** Over the fourteen full grids up to 3e736e5 every row is within 7.7% (168 "
@@ -119,8 +122,12 @@ NOTES: dict[str, list[str]] = {
         "is measured a little slower than predicted: emulated −1.0 to −4.2%, real compute −1.8 "
         "to −7.7% on 4 and 8 replicas. In the fifteenth (a9c7f80) the 8 replicas with real compute "
         "at 200 Mbit/s came out −9.9% (74.9 ms priced, 83.1 measured), every other row within 6.2%.",
-        "**What it leaves out.** An emulated step runs 0.5–0.8 ms past its deadline: the last "
-        "wake-up, and the hooks of the last gradient. The model prices the nominal compute. With "
+        "**What it leaves out.** Until the emulated step came from a run of its own, the model "
+        "priced the nominal compute and the real step's rest, where an emulated step runs "
+        "0.5–0.8 ms past its deadline (the last wake-up, the hooks of the last gradient) and its "
+        "rest takes 0.6 ms more: on the stored measurements of eighteen full grids, pricing the emulated step from its own run takes the emulated rows' median "
+        "|error| from 1.2% to 0.5% and their mean at 200 Mbit/s from −1.8%, −1.9% and −2.5% to "
+        "−0.3%, −0.6% and −1.4% on 2, 4 and 8 replicas (`LOG.md`). With "
         "real compute at 200 Mbit/s, a replica's compute step on the bed took 2.3×, 2.7× and "
         "7.4× the single-process profile on 2, 4 and 8 hosts, where core sharing gives 1×, 2× "
         "and 4×. The all-reduce's threads and the shapers' packet work run beside the backward "

@@ -10,7 +10,12 @@ Inputs, none taken from the run being predicted:
 * the replica's step: a profile written by one process of ``real/sync.py`` run alone (no network)
   with the same model, batch and thread count (``--profile-out``): per-layer gradient sizes and
   the compute-time samples, plus the rest of its step (data, optimizer: ``idle_time_s``) as a
-  fixed per-iteration overhead;
+  fixed per-iteration overhead. With emulated compute, the step of one process run alone with
+  the same ``--emulate-compute`` (and ``--real-gradients`` where the run has it) gives the compute
+  and the rest (``emulated_step``): its sleeps wake late and its gradients' hooks and zeros take
+  time (an emulated 50 ms step of the mlp computed 50.8 ms alone, 50.7-50.9 on the test bed's
+  replicas), and its rest of the step is not the real one's (1.0 ms alone against 0.42 for real
+  compute; 1.1-1.2 on the bed);
 * core sharing: with real compute every replica is a process on the same machine, one thread
   each, so the simulator's ``cores`` is the machine's CPU count; with emulated compute (sleep) the
   replicas take no CPU to compute and ``cores`` is left unset.
@@ -36,6 +41,9 @@ from .model import NetworkInputs, allreduce_messages
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 1  # torch threads per replica, in the profile and on the test bed alike
 _PROFILES: dict[tuple, dict] = {}
+_STEPS: dict[tuple, dict] = {}
+EMULATED_STEPS = 40  # steps of the single-process emulated run (the first WARMUP ones not timed)
+EMULATED_WARMUP = 5
 
 
 def single_process_profile(config: SyncRunConfig) -> dict:
@@ -56,9 +64,36 @@ def single_process_profile(config: SyncRunConfig) -> dict:
     return _PROFILES[key]
 
 
+def emulated_step(config: SyncRunConfig) -> dict:
+    """The summary of ``real/sync.py`` run as one process (no test bed) with ``config``'s emulated
+    compute (``--emulate-compute``, and ``--real-gradients`` where ``config`` has them): its
+    ``compute_time_s`` and ``idle_time_s`` (medians over the steps after the warm-up) price an
+    emulated replica's step."""
+    if not config.emulate_compute_s > 0:
+        raise ValueError("an emulated step needs emulated compute (emulate_compute_s > 0)")
+    key = (config.model, config.batch_size, config.emulate_compute_s, config.real_gradients)
+    if key not in _STEPS:
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = Path(tmp, "summary.json")
+            argv = [sys.executable, str(REPO / "real/sync.py"), "--nproc-per-node", "1",
+                    "--model", config.model, "--batch-size", str(config.batch_size),
+                    "--steps", str(EMULATED_STEPS), "--warmup-steps", str(EMULATED_WARMUP),
+                    "--threads", str(THREADS), "--no-progress",
+                    "--emulate-compute", f"{config.emulate_compute_s}s",
+                    *(["--real-gradients"] if config.real_gradients else []),
+                    "--json", str(summary)]
+            subprocess.run(argv, check=True, capture_output=True, timeout=600,
+                           env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
+            _STEPS[key] = json.loads(summary.read_text())
+    return _STEPS[key]
+
+
 def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | None = None,
-                   cpu_cores: int | None = None) -> float:
-    """Mean iteration seconds the simulator predicts for ``config`` on the test bed."""
+                   cpu_cores: int | None = None, step: dict | None = None) -> float:
+    """Mean iteration seconds the simulator predicts for ``config`` on the test bed: the
+    single-process profile ``reference`` (``single_process_profile``) gives the gradient and, with
+    real compute, the compute and the rest of the step; with emulated compute the single-process
+    emulated ``step`` (``emulated_step``) gives those two."""
     reference = reference or single_process_profile(config)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(reference["profile"], handle)
@@ -67,8 +102,11 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
     finally:
         os.unlink(handle.name)
     emulated = config.emulate_compute_s > 0
+    overhead_s = reference["summary"].get("idle_time_s") or 0.0
     if emulated:
-        workload = workload.with_compute(Constant(config.emulate_compute_s))
+        step = step or emulated_step(config)
+        workload = workload.with_compute(Constant(step["compute_time_s"]))
+        overhead_s = step["idle_time_s"]
     table = net.rounds_for("backend", config.hosts)  # the gradient's all-reduce is Gloo's own
     cluster = ClusterConfig(replicas=config.hosts, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s,
@@ -76,7 +114,6 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
                             round_costs=table)
     result = SyncSimulation(SyncConfig(cluster, workload, algorithm="ring", iterations=50,
                                        seed=0)).run()
-    overhead_s = reference["summary"].get("idle_time_s") or 0.0
     if table is not None:  # the measured rounds hold the call's and the rounds' own costs
         return float(result.iteration_s.mean()) + overhead_s
     call_s = net.call_overhead_s if config.hosts > 1 else 0.0

@@ -17,7 +17,9 @@ from experiments.configs import EXPERIMENTS, select
 from experiments.fidelity import fidelity_row
 from experiments.model import NetworkInputs, predict_allreduce_stream_s
 from experiments.ps_model import server_link_bps, simulate_async
-from experiments.sync_model import predict_async, predict_sync_s
+from experiments import measure, sync_model
+from experiments.configs import SyncRunConfig
+from experiments.sync_model import emulated_step, predict_async, predict_sync_s
 from tests.dist_helpers import run_script
 
 CALIBRATION = {"bandwidth_bps": 200e6, "goodput_bps": 191e6, "frame_bytes": 1514,
@@ -30,6 +32,17 @@ REFERENCE = {"profile": {"model": "hand-made", "batch_size": 32,
                          "layers": [{"name": "w", "grad_bytes": GRAD_BYTES, "backward_s": 0.001}],
                          "compute_s": [0.002] * 5},
              "summary": {"idle_time_s": 0.001}}
+# What sync_model.emulated_step returns, made by hand: an emulated step of one process alone,
+# its compute past the emulated time and the rest of its step longer than the real one's.
+STEP = {"compute_time_s": 0.0508, "idle_time_s": 0.0011}
+
+
+@pytest.fixture(autouse=True)
+def hand_made_emulated_step(monkeypatch):
+    """Emulated steps priced from ``STEP``: no single-process run."""
+    asked = []
+    monkeypatch.setattr(sync_model, "emulated_step", lambda config: asked.append(config) or STEP)
+    return asked
 
 
 @pytest.fixture
@@ -377,6 +390,51 @@ def test_run_repredict_writes_nothing_when_another_file_is_bad(tmp_path, net, mo
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
     assert {p.name: p.is_file() and p.read_text() for p in tmp_path.iterdir()} == before
+
+
+def test_an_emulated_step_is_priced_from_one_process_run_with_the_same_emulated_compute(
+        net, hand_made_emulated_step):
+    config = SyncRunConfig(4, 200e6, emulate_compute_s=0.05)
+    nominal = predict_sync_s(config, net, REFERENCE,
+                             step={"compute_time_s": 0.05, "idle_time_s": 0.001})
+    assert hand_made_emulated_step == []  # a step given is not asked for
+    priced = predict_sync_s(config, net, REFERENCE)
+    assert hand_made_emulated_step == [config]
+    # its compute and the rest of its step in place of the nominal time and the real step's rest
+    assert priced - nominal == pytest.approx((0.0508 - 0.05) + (0.0011 - 0.001), abs=1e-6)
+    real = SyncRunConfig(4, 200e6)
+    predict_sync_s(real, net, REFERENCE)
+    assert hand_made_emulated_step == [config]  # real compute: the profile's own figures
+
+
+def test_the_sync_run_against_async_pads_real_gradients_and_is_priced_so(net, hand_made_emulated_step):
+    point = avs.AsyncVsSyncConfig(4, 200e6, updates=80)
+    assert point.sync_run.real_gradients and point.sync_run.emulate_compute_s == 0.05
+    avs.predict(point, net, REFERENCE)
+    assert hand_made_emulated_step == [point.sync_run]
+    with pytest.raises(ValueError, match="emulate_compute_s"):
+        SyncRunConfig(4, 200e6, real_gradients=True)
+
+
+def test_a_sync_run_with_real_gradients_is_measured_with_them(monkeypatch):
+    commands = []
+    monkeypatch.setattr(measure, "run_collect", lambda _config, command, *_a, **_k:
+                        commands.append(command) or {"iteration_time_s": 0.4})
+    measure.measure_sync(SyncRunConfig(1, 200e6, emulate_compute_s=0.05, real_gradients=True))
+    measure.measure_sync(SyncRunConfig(1, 200e6, emulate_compute_s=0.05))
+    assert ["--real-gradients" in c.split() for c in commands] == [True, False]
+
+
+def test_the_single_process_emulated_step_runs_the_emulated_compute_asked_for():
+    padded = SyncRunConfig(1, 1e9, emulate_compute_s=0.01, real_gradients=True)
+    for config in (SyncRunConfig(1, 1e9, emulate_compute_s=0.01), padded):
+        step = emulated_step(config)  # the real one: one process of real/sync.py, 40 steps
+        assert 0.01 <= step["compute_time_s"] < 0.03 and step["idle_time_s"] > 0
+        assert step["emulate_compute_s"] == 0.01
+        assert step["real_gradients"] == config.real_gradients
+    assert emulated_step(padded) is step  # once per model, batch and emulated compute
+    with pytest.raises(ValueError, match="emulated compute"):
+        emulated_step(SyncRunConfig(1, 1e9))
 
 
 def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
