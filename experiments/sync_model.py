@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 THREADS = 1  # torch threads per replica, in the profile and on the test bed alike
 _PROFILES: dict[tuple, dict] = {}
 _STEPS: dict[tuple, dict] = {}
-EMULATED_STEPS = 40  # steps of the single-process emulated run (the first WARMUP ones not timed)
+EMULATED_STEPS = 40  # steps of the single-process emulated run, the first EMULATED_WARMUP not timed
 EMULATED_WARMUP = 5
 
 
