@@ -44,7 +44,7 @@ from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
 # experiments whose stored rows can be predicted again
-REPREDICTABLE = ("allreduce", "async", "ps_vs_ring", "async_vs_sync")
+REPREDICTABLE = ("allreduce", "sync", "multinode", "async", "ps_vs_ring", "async_vs_sync")
 REPORT = HERE / "RESULTS.md"  # the report written from them
 
 
@@ -97,13 +97,36 @@ def repredict_async(result: dict, net_by_rate: dict) -> list[dict]:
     return replay_stored(result, points, stored_of, rows_fn, net_by_rate)
 
 
+def repredict_sync(result: dict, net_by_rate: dict) -> list[dict]:
+    """The ``sync`` or ``multinode`` rows of a stored run predicted again from ``net_by_rate`` (its
+    own calibration): each point's stored summary and the ring rounds timed around it (its row's
+    ``measured`` and ``rounds``), today's model. The single-process profiles are not stored with
+    the run and are taken again on this machine."""
+    from experiments.configs import SyncRunConfig, replay_stored, rows_named
+    from experiments.sync_model import predict_sync_s
+    points = tuple(SyncRunConfig(**{k: v for k, v in p.items() if k != "kind"})
+                   for p in result["points"])
+
+    def stored_of(point, stored_rows):
+        row = rows_named(stored_rows, [point.label])[0]
+        return {**row["measured"], **({"rounds": row["rounds"]} if "rounds" in row else {})}
+
+    def rows_fn(experiment, nets, measure_fn):
+        return sync_rows(experiment, nets, measure_fn, predict_sync_s)
+
+    return replay_stored(result, points, stored_of, rows_fn, net_by_rate)
+
+
 def repredictor(name: str):
     """What predicts experiment ``name``'s stored rows again and draws them: its module (its
-    ``repredict`` and ``plot``), or for ``async``, whose rows this file makes, the same pair."""
+    ``repredict`` and ``plot``), or for ``async``, ``sync`` and ``multinode``, whose rows this
+    file makes, the same pair."""
     import importlib
     import types
     if name == "async":
         return types.SimpleNamespace(repredict=repredict_async, plot=plot_async)
+    if name in ("sync", "multinode"):
+        return types.SimpleNamespace(repredict=repredict_sync, plot=plot_sync)
     return importlib.import_module(f"experiments.{name}")
 
 

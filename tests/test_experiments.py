@@ -513,7 +513,7 @@ def test_out_folder_that_is_a_file_is_refused_in_one_line(tmp_path):
     assert done.stderr.count("\n") == 1 and "is not a folder" in done.stderr
 
 
-@pytest.mark.parametrize("names", [[], ["sync"], ["allreduce", "multinode"]])
+@pytest.mark.parametrize("names", [[], ["tree"], ["allreduce", "nosuch"]])
 def test_repredict_takes_only_experiments_that_can_be_predicted_again(tmp_path, names):
     done = subprocess.run([sys.executable, str(REPO / "experiments/run.py"), "--repredict",
                            *names, "--out", str(tmp_path)], capture_output=True, text=True,

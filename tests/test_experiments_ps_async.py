@@ -437,6 +437,33 @@ def test_the_single_process_emulated_step_runs_the_emulated_compute_asked_for():
         emulated_step(SyncRunConfig(1, 1e9))
 
 
+def test_sync_rows_of_a_stored_run_are_predicted_again_from_their_own_rounds(net, monkeypatch):
+    from experiments import run
+    from experiments.configs import Experiment
+    monkeypatch.setattr(sync_model, "single_process_profile", lambda config: REFERENCE)
+    points = (SyncRunConfig(4, 200e6, emulate_compute_s=0.05), SyncRunConfig(4, 200e6))
+    own = _probe(0.2)
+    summaries = {p.label: {"iteration_time_s": 0.3 + i, "rounds": own} for i, p in enumerate(points)}
+    rows = run.sync_rows(Experiment("sync", "?", points), {200e6: net},
+                         lambda p: dict(summaries[p.label]), predict_sync_s)
+    stored = {"name": "sync", "question": "?", "points": [p.as_dict() for p in points],
+              "rows": json.loads(json.dumps(rows))}
+    held = NetworkInputs.from_calibration({**CALIBRATION, "goodput_bps": 95e6})  # a slower bed
+    again = run.repredict_sync(stored, {200e6: held})
+    assert [r["config"] for r in again] == [p.label for p in points]
+    for new, old in zip(again, stored["rows"]):
+        assert {k: v for k, v in new.items() if k != "predicted_s"} == \
+            {k: v for k, v in old.items() if k != "predicted_s"}
+    # today's model from the stored rounds, where the calibration's rate has no say
+    assert [r["predicted_s"] for r in again] == pytest.approx(
+        [predict_sync_s(p, held.with_rounds(4, own), REFERENCE) for p in points])
+    assert [r["predicted_s"] for r in again] == pytest.approx([r["predicted_s"] for r in rows])
+    assert run.repredictor("multinode").repredict is run.repredict_sync
+    stored["rows"].pop()
+    with pytest.raises(ValueError, match="no row 'H=4 200Mbps mlp cpu'"):
+        run.repredict_sync(stored, {200e6: held})
+
+
 def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
     point = avs.AsyncVsSyncConfig(4, 200e6, updates=80)
     predicted = avs.predict(point, net, REFERENCE)
