@@ -46,21 +46,29 @@ EMULATED_STEPS = 40  # steps of the single-process emulated run, the first EMULA
 EMULATED_WARMUP = 5
 
 
+def _run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str,
+               profile: bool = False) -> tuple[dict, dict | None]:
+    """Run ``real/sync.py`` as one process (no test bed) with ``config``'s model and batch and
+    ``flags``: its summary, and its layer profile (``--profile-out``) where asked for."""
+    with tempfile.TemporaryDirectory() as tmp:
+        layers, summary = Path(tmp, "profile.json"), Path(tmp, "summary.json")
+        argv = [sys.executable, str(REPO / "real/sync.py"), "--nproc-per-node", "1",
+                "--model", config.model, "--batch-size", str(config.batch_size),
+                "--steps", str(steps), "--warmup-steps", str(warmup_steps),
+                "--threads", str(THREADS), "--no-progress", *flags,
+                *(["--profile-out", str(layers)] if profile else []), "--json", str(summary)]
+        subprocess.run(argv, check=True, capture_output=True, timeout=600,
+                       env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
+        return (json.loads(summary.read_text()),
+                json.loads(layers.read_text()) if profile else None)
+
+
 def single_process_profile(config: SyncRunConfig) -> dict:
     """Run ``real/sync.py`` as one process (no test bed) and return its profile and summary."""
     key = (config.model, config.batch_size, config.steps)
     if key not in _PROFILES:
-        with tempfile.TemporaryDirectory() as tmp:
-            profile, summary = Path(tmp, "profile.json"), Path(tmp, "summary.json")
-            argv = [sys.executable, str(REPO / "real/sync.py"), "--nproc-per-node", "1",
-                    "--model", config.model, "--batch-size", str(config.batch_size),
-                    "--steps", str(config.steps), "--warmup-steps", str(config.warmup_steps),
-                    "--threads", str(THREADS), "--no-progress",
-                    "--profile-out", str(profile), "--json", str(summary)]
-            subprocess.run(argv, check=True, capture_output=True, timeout=600,
-                           env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
-            _PROFILES[key] = {"profile_path": None, "profile": json.loads(profile.read_text()),
-                              "summary": json.loads(summary.read_text())}
+        summary, layers = _run_alone(config, config.steps, config.warmup_steps, profile=True)
+        _PROFILES[key] = {"profile_path": None, "profile": layers, "summary": summary}
     return _PROFILES[key]
 
 
@@ -73,18 +81,9 @@ def emulated_step(config: SyncRunConfig) -> dict:
         raise ValueError("an emulated step needs emulated compute (emulate_compute_s > 0)")
     key = (config.model, config.batch_size, config.emulate_compute_s, config.real_gradients)
     if key not in _STEPS:
-        with tempfile.TemporaryDirectory() as tmp:
-            summary = Path(tmp, "summary.json")
-            argv = [sys.executable, str(REPO / "real/sync.py"), "--nproc-per-node", "1",
-                    "--model", config.model, "--batch-size", str(config.batch_size),
-                    "--steps", str(EMULATED_STEPS), "--warmup-steps", str(EMULATED_WARMUP),
-                    "--threads", str(THREADS), "--no-progress",
-                    "--emulate-compute", f"{config.emulate_compute_s}s",
-                    *(["--real-gradients"] if config.real_gradients else []),
-                    "--json", str(summary)]
-            subprocess.run(argv, check=True, capture_output=True, timeout=600,
-                           env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
-            _STEPS[key] = json.loads(summary.read_text())
+        _STEPS[key] = _run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
+                                 "--emulate-compute", f"{config.emulate_compute_s}s",
+                                 *(["--real-gradients"] if config.real_gradients else []))[0]
     return _STEPS[key]
 
 

@@ -464,6 +464,31 @@ def test_sync_rows_of_a_stored_run_are_predicted_again_from_their_own_rounds(net
         run.repredict_sync(stored, {200e6: held})
 
 
+def test_emulated_steps_of_a_stored_run_are_priced_both_ways(tmp_path, net, monkeypatch, capsys):
+    from experiments import emulated_steps
+    monkeypatch.setattr(sync_model, "single_process_profile", lambda config: REFERENCE)
+    own = _probe(0.2)
+    emulated, real = SyncRunConfig(4, 200e6, emulate_compute_s=0.05), SyncRunConfig(4, 200e6)
+    (tmp_path / "run.json").write_text(json.dumps({"calibration": [CALIBRATION]}))
+    (tmp_path / "sync.json").write_text(json.dumps({
+        "points": [emulated.as_dict(), real.as_dict()],
+        "rows": [{"measured_s": 0.3, "rounds": own}, {"measured_s": 0.1, "rounds": own}]}))
+    with_rounds = net.with_rounds(4, own)
+    nominal = predict_sync_s(emulated, with_rounds, REFERENCE,
+                             step={"compute_time_s": 0.05, "idle_time_s": 0.001})
+    (row,) = emulated_steps.errors(tmp_path)  # the real-compute row is not an emulated one
+    assert row[0] == f"sync {emulated.label}"
+    assert row[1:] == pytest.approx((nominal / 0.3 - 1,
+                                     predict_sync_s(emulated, with_rounds, REFERENCE) / 0.3 - 1))
+    assert row[1] < row[2]  # the step's own run is longer than the nominal one
+    assert emulated_steps.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"nominal {100 * row[1]:+.1f}%" in out and f"own run {100 * row[2]:+.1f}%" in out
+    assert emulated_steps.main([str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nowhere" in err
+
+
 def test_async_vs_sync_predictions_reuse_predict_async_and_predict_sync_s(net):
     point = avs.AsyncVsSyncConfig(4, 200e6, updates=80)
     predicted = avs.predict(point, net, REFERENCE)

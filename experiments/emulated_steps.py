@@ -1,0 +1,110 @@
+"""The emulated sync steps of stored runs priced two ways: from the single-process emulated step
+(``sync_model.emulated_step``, the model the experiments use) and as the model priced them before
+it, at the nominal emulated compute and the real-compute profile's rest of the step.
+
+    python -m experiments.emulated_steps experiments/results/full-*
+
+Every emulated row of each folder's ``sync.json`` and of the sync half of its
+``async_vs_sync.json``, priced from the rounds stored with it and the folder's calibration
+(``run.json``), as ``run.py --repredict`` prices it. Prints, per kind of row, the mean error
+both ways, then the median and worst |error| over all of them. Both single-process runs are taken
+once, on this machine as it is now: they move with its state (``docs/experiments.md``), so run
+this on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
+from experiments.async_vs_sync import AsyncVsSyncConfig  # noqa: E402
+from experiments.configs import SyncRunConfig  # noqa: E402
+from experiments.model import NetworkInputs  # noqa: E402
+from experiments import sync_model  # noqa: E402
+
+WAYS = ("nominal", "own run")  # the step before sync_model.emulated_step, and with it
+
+
+def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict]]:
+    """(kind of row, its run's config, the stored row) for every emulated sync row of a stored
+    run: the ``sync`` experiment's and the sync half of ``async_vs_sync``'s."""
+    out = []
+    sync = folder / "sync.json"
+    if sync.is_file():
+        result = json.loads(sync.read_text())
+        for point, row in zip(result["points"], result["rows"]):
+            config = SyncRunConfig(**{k: v for k, v in point.items() if k != "kind"})
+            if config.emulate_compute_s > 0:
+                out.append((f"sync {config.label}", config, row))
+    versus = folder / "async_vs_sync.json"
+    if versus.is_file():
+        result = json.loads(versus.read_text())
+        rows = {row["config"]: row for row in result["rows"]}
+        for point in result["points"]:
+            config = AsyncVsSyncConfig(**{k: v for k, v in point.items() if k != "kind"})
+            name = f"sync per step {config.label}"
+            out.append((f"async_vs_sync {name}", config.sync_run, rows[name]))
+    return out
+
+
+def errors(folder: Path) -> list[tuple[str, float, float]]:
+    """(kind of row, error priced at the nominal step, error priced from the step's own run) for
+    every emulated sync row of the stored run in ``folder``."""
+    meta = json.loads((folder / "run.json").read_text())
+    nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
+    out = []
+    for kind, config, row in stored_rows(folder):
+        net = nets[config.bandwidth_bps].with_rounds(config.hosts, row.get("rounds"))
+        reference = sync_model.single_process_profile(config)
+        nominal = {"compute_time_s": config.emulate_compute_s,
+                   "idle_time_s": reference["summary"].get("idle_time_s") or 0.0}
+        priced = [sync_model.predict_sync_s(config, net, reference, step=step)
+                  for step in (nominal, None)]
+        out.append((kind, *(p / row["measured_s"] - 1.0 for p in priced)))
+    return out
+
+
+def summary_lines(rows: list[tuple[str, float, float]]) -> list[str]:
+    """Per kind of row its mean error both ways; then the median and worst |error| of all."""
+    kinds: dict[str, list[tuple[float, float]]] = {}
+    for kind, *both in rows:
+        kinds.setdefault(kind, []).append(tuple(both))
+    lines = [f"{kind}: {len(v)} rows, mean error " + ", ".join(
+        f"{way} {100 * statistics.mean(e[i] for e in v):+.1f}%" for i, way in enumerate(WAYS))
+        for kind, v in kinds.items()]
+    for i, way in enumerate(WAYS):
+        size = [abs(r[1 + i]) for r in rows]
+        lines.append(f"{way}: {len(size)} rows, median |error| {100 * statistics.median(size):.2f}%,"
+                     f" worst {100 * max(size):.1f}%")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = OneLineArgumentParser(prog="python -m experiments.emulated_steps",
+                                   description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+", help="stored runs (folders of experiments/run.py)")
+    args = parser.parse_args(argv)
+    rows = []
+    for folder in map(Path, args.folders):
+        try:
+            rows += errors(folder)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"experiments.emulated_steps: {folder}: {type(error).__name__}: {error}",
+                  file=sys.stderr)
+            return 2
+    if not rows:
+        print("experiments.emulated_steps: no emulated sync rows in those folders",
+              file=sys.stderr)
+        return 2
+    print("\n".join(summary_lines(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
