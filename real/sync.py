@@ -27,7 +27,8 @@ Without torchrun (this script starts the N processes itself), over MPI, and on G
 
 Measuring: ``--json FILE`` (summary, rank 0), ``--trace FILE`` (Chrome trace, one track per rank),
 ``--profile-out FILE`` (per-layer profile for ``python -m dsgd_sim --profile FILE``) and
-``--emulate-compute 80ms`` (sleep instead of compute, real gradients exchanged). Every flag and
+``--emulate-compute 80ms`` (sleep instead of compute, real gradients exchanged), ``--emulate-comm
+40ms`` (a wait after each exchange, as a slower network would add). Every flag and
 its default: ``real/sync_config.py``; the guide: ``docs/sync.md``.
 """
 
@@ -209,7 +210,7 @@ def train(config: SyncConfig, comm, dataset, device: torch.device) -> None:
                 comm.barrier()
                 window_start_s = time.perf_counter()
             loss = train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
-                              recorder, first_measured, floor)
+                              recorder, first_measured, floor, config.emulate_comm_s)
             if config.check_replicas and not replicas_agree(comm, model):
                 raise ReplicaMismatch(f"ranks hold different weights after step {step}")
             if config.checkpoint_dir and ((step + 1) % config.checkpoint_every == 0
@@ -241,9 +242,10 @@ def progress_bar(config: SyncConfig, comm, start_step: int) -> tqdm:
 
 
 def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer, recorder,
-               first_measured, floor=None) -> float:
+               first_measured, floor=None, comm_pause_s: float = 0.0) -> float:
     """One SGD step of this rank; records its timings; returns this rank's loss (NaN if emulated).
-    ``floor`` (a ``ComputeFloor``): pad the real forward and backward to the emulated time."""
+    ``floor`` (a ``ComputeFloor``): pad the real forward and backward to the emulated time;
+    ``comm_pause_s``: wait this long after the gradients' exchange, as part of it."""
     marks = [time.perf_counter()]
     images, labels = dataset.batch(batches.indices(step))
     images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
@@ -261,6 +263,8 @@ def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
     if floor:
         floor.backward_done(marks[2] - backward_start_s)
     comm_spans = sync.finish()
+    if comm_pause_s:
+        time.sleep(comm_pause_s)
     marks.append(clock(device))
     optimizer.step()
     marks.append(clock(device))
@@ -294,6 +298,7 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         "batch_size": config.batch_size, "global_batch_size": batches.global_batch_size,
         "grad_bytes": grad_bytes(model), "seed": config.seed, "backend": config.backend,
         "device": config.device, "emulate_compute_s": config.emulate_compute_s,
+        "emulate_comm_s": config.emulate_comm_s,
         "threads_per_rank": torch.get_num_threads(),
         "real_gradients": config.real_gradients, "loss_curve": curve,
     }

@@ -46,6 +46,9 @@ class SyncConfig:
     warmup_steps: int = 5            # steps left out of the timing statistics
     emulate_compute_s: float = 0.0   # >0: sleep this long instead of forward+backward
     real_gradients: bool = False     # with emulate_compute_s: real forward+backward, padded to it
+    emulate_comm_s: float = 0.0      # >0: wait this long after the gradients' exchange (counted
+                                     # as communication: a slower network, or, in one process
+                                     # alone, a step whose CPU work follows a pause)
     checkpoint_dir: str | None = None
     checkpoint_every: int = 50       # steps between checkpoints (with --checkpoint-dir)
     keep_checkpoints: int = 2        # complete checkpoints kept on disk
@@ -102,9 +105,10 @@ class SyncConfig:
                              "give --emulate-compute too")
         if self.emulate_compute_s and self.profile_out:
             raise ValueError("--profile-out measures real compute; drop --emulate-compute")
-        if self.emulate_compute_s > MAX_TIME_S:
-            raise ValueError(f"--emulate-compute must be at most {MAX_TIME_S:g} s, "
-                             f"got {self.emulate_compute_s:g} s")
+        for flag, seconds in (("--emulate-compute", self.emulate_compute_s),
+                              ("--emulate-comm", self.emulate_comm_s)):
+            if seconds > MAX_TIME_S:
+                raise ValueError(f"{flag} must be at most {MAX_TIME_S:g} s, got {seconds:g} s")
 
     def _check_backend(self):
         if self.backend not in BACKENDS:
@@ -143,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--real-gradients", action="store_true",
                    help="with --emulate-compute: real forward and backward, padded with a sleep "
                    "to the emulated time (the run learns; a step takes max(emulated, real))")
+    p.add_argument("--emulate-comm", default="0",
+                   help="e.g. 40ms: wait this long after each step's gradient exchange, counted "
+                   "as communication (a slower network; one process alone: its CPU work after "
+                   "a pause)")
     p.add_argument("--timeout", default="30s", help="process-group timeout, e.g. 30s")
     p.add_argument("--device", default=defaults.device, help="cpu or cuda")
     p.add_argument("--backend", default=None,
@@ -175,6 +183,8 @@ def parse_args(argv: list[str] | None = None) -> SyncConfig:
     try:
         args["emulate_compute_s"] = parse_flag("--emulate-compute", parse_time,
                                                args.pop("emulate_compute"))
+        args["emulate_comm_s"] = parse_flag("--emulate-comm", parse_time,
+                                            args.pop("emulate_comm"))
         args["timeout_s"] = parse_flag("--timeout", parse_time, args.pop("timeout"))
         known = {f.name for f in fields(SyncConfig)}
         config = SyncConfig(**{k: v for k, v in args.items() if k in known})
