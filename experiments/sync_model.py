@@ -10,7 +10,12 @@ Inputs, none taken from the run being predicted:
 * the replica's step: a profile written by one process of ``real/sync.py`` run alone (no network)
   with the same model, batch and thread count (``--profile-out``): per-layer gradient sizes and
   the compute-time samples, plus the rest of its step (data, optimizer: ``idle_time_s``) as a
-  fixed per-iteration overhead. With emulated compute, the step of one process run alone with
+  fixed per-iteration overhead. With real compute those two are then taken again from one
+  process run alone that waits, between its steps, as long as the first simulation's all-reduce
+  (``paused_step``, ``real/sync.py --emulate-comm``): the same work after a wait of tens of
+  milliseconds took 2-3 times as long on this machine (caches and the processor's state go cold;
+  ``python -m experiments.after_pause``), and the bed's replicas run their step after one. With
+  emulated compute, the step of one process run alone with
   the same ``--emulate-compute`` (and ``--real-gradients`` where the run has it) gives the compute
   and the rest (``emulated_step``): its sleeps wake late and its gradients' hooks and zeros take
   time (an emulated 50 ms step of the mlp computed 50.8 ms alone, 50.7-50.9 on the test bed's
@@ -44,6 +49,8 @@ _PROFILES: dict[tuple, dict] = {}
 _STEPS: dict[tuple, dict] = {}
 EMULATED_STEPS = 40  # steps of the single-process emulated run, the first EMULATED_WARMUP not timed
 EMULATED_WARMUP = 5
+_PAUSED: dict[tuple, dict] = {}
+PAUSE_GRAIN_S = 1e-3  # a paused step's wait, to the millisecond: one run serves nearby waits
 
 
 def _run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str,
@@ -87,12 +94,30 @@ def emulated_step(config: SyncRunConfig) -> dict:
     return _STEPS[key]
 
 
+def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
+    """The summary of ``real/sync.py`` run as one process (no test bed) with ``config``'s model and
+    batch, real compute, waiting ``pause_s`` (to the ``PAUSE_GRAIN_S``) after each step's exchange
+    (``--emulate-comm``): its ``compute_time_s`` and ``idle_time_s`` (medians over the steps after
+    the warm-up) price a replica's compute and the rest of its step where the all-reduce between
+    its steps takes that long. Cached per model, batch and pause."""
+    grains = round(max(0.0, pause_s) / PAUSE_GRAIN_S)
+    key = (config.model, config.batch_size, grains)
+    if key not in _PAUSED:
+        _PAUSED[key] = _run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
+                                  "--emulate-comm", f"{grains * PAUSE_GRAIN_S:.6f}s")[0]
+    return _PAUSED[key]
+
+
 def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | None = None,
-                   cpu_cores: int | None = None, step: dict | None = None) -> float:
+                   cpu_cores: int | None = None, step: dict | None = None,
+                   paused: dict | None = None) -> float:
     """Mean iteration seconds the simulator predicts for ``config`` on the test bed: the
-    single-process profile ``reference`` (``single_process_profile``) gives the gradient and, with
-    real compute, the compute and the rest of the step; with emulated compute the single-process
-    emulated ``step`` (``emulated_step``) gives those two."""
+    single-process profile ``reference`` (``single_process_profile``) gives the gradient; with
+    emulated compute the single-process emulated ``step`` (``emulated_step``) gives the compute
+    and the rest of the step; with real compute a first simulation from the profile's compute
+    and rest gives the wait between a replica's compute and the rest of its step (the
+    all-reduce), and the step of one process run alone that waits that long (``paused``:
+    ``paused_step``) gives the compute and the rest the iteration is simulated with."""
     reference = reference or single_process_profile(config)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(reference["profile"], handle)
@@ -111,16 +136,26 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
                             latency_s=net.latency_s,
                             cores=None if emulated else (cpu_cores or os.cpu_count()),
                             round_costs=table)
-    result = SyncSimulation(SyncConfig(cluster, workload, algorithm="ring", iterations=50,
-                                       seed=0)).run()
-    if table is not None:  # the measured rounds hold the call's and the rounds' own costs
-        return float(result.iteration_s.mean()) + overhead_s
-    call_s = net.call_overhead_s if config.hosts > 1 else 0.0
-    # the duplex start-up of every ring round (the simulator's all-reduce has none): Gloo's ring
-    # over the whole gradient, one bucket for these models
-    startup_s = sum(net.startup_excess_s(size)
-                    for size in allreduce_messages("backend", config.hosts, workload.grad_bytes))
-    return float(result.iteration_s.mean()) + overhead_s + call_s + startup_s
+    extra_s = 0.0
+    if table is None:  # the measured rounds hold the call's and the rounds' own costs; else
+        call_s = net.call_overhead_s if config.hosts > 1 else 0.0
+        # the duplex start-up of every ring round (the simulator's all-reduce has none): Gloo's
+        # ring over the whole gradient, one bucket for these models
+        extra_s = call_s + sum(net.startup_excess_s(size) for size in
+                               allreduce_messages("backend", config.hosts, workload.grad_bytes))
+
+    def simulate(workload):
+        return SyncSimulation(SyncConfig(cluster, workload, algorithm="ring", iterations=50,
+                                         seed=0)).run()
+
+    result = simulate(workload)
+    if not emulated:
+        wait_s = float((result.iteration_s - result.compute_s).mean()) + extra_s
+        paused = paused or paused_step(config, wait_s)
+        workload = workload.with_compute(Constant(paused["compute_time_s"]))
+        overhead_s = paused["idle_time_s"]
+        result = simulate(workload)
+    return float(result.iteration_s.mean()) + overhead_s + extra_s
 
 
 def predict_async(config, net: NetworkInputs, reference: dict | None = None) -> dict:

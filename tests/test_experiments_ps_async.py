@@ -19,7 +19,7 @@ from experiments.model import NetworkInputs, predict_allreduce_stream_s
 from experiments.ps_model import server_link_bps, simulate_async
 from experiments import measure, sync_model
 from experiments.configs import SyncRunConfig
-from experiments.sync_model import emulated_step, predict_async, predict_sync_s
+from experiments.sync_model import emulated_step, paused_step, predict_async, predict_sync_s
 from tests.dist_helpers import run_script
 
 CALIBRATION = {"bandwidth_bps": 200e6, "goodput_bps": 191e6, "frame_bytes": 1514,
@@ -35,6 +35,9 @@ REFERENCE = {"profile": {"model": "hand-made", "batch_size": 32,
 # What sync_model.emulated_step returns, made by hand: an emulated step of one process alone,
 # its compute past the emulated time and the rest of its step longer than the real one's.
 STEP = {"compute_time_s": 0.0508, "idle_time_s": 0.0011}
+# What sync_model.paused_step returns, made by hand: the profile's own compute and rest, so that a
+# real-compute price is the profile's unless a test says otherwise.
+PAUSED = {"compute_time_s": 0.002, "idle_time_s": 0.001}
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +45,15 @@ def hand_made_emulated_step(monkeypatch):
     """Emulated steps priced from ``STEP``: no single-process run."""
     asked = []
     monkeypatch.setattr(sync_model, "emulated_step", lambda config: asked.append(config) or STEP)
+    return asked
+
+
+@pytest.fixture(autouse=True)
+def hand_made_paused_step(monkeypatch):
+    """Real-compute steps priced from ``PAUSED``: no single-process run; the waits asked."""
+    asked = []
+    monkeypatch.setattr(sync_model, "paused_step",
+                        lambda config, pause_s: asked.append((config, pause_s)) or PAUSED)
     return asked
 
 
@@ -435,6 +447,34 @@ def test_the_single_process_emulated_step_runs_the_emulated_compute_asked_for():
     assert emulated_step(padded) is step  # once per model, batch and emulated compute
     with pytest.raises(ValueError, match="emulated compute"):
         emulated_step(SyncRunConfig(1, 1e9))
+
+
+def test_real_compute_is_priced_from_a_step_run_alone_after_the_models_own_wait(
+        net, hand_made_paused_step):
+    config = SyncRunConfig(4, 200e6)
+    # a core per replica: the compute is not shared, and the paused step's figures are the
+    # profile's, so the iteration is the profile's
+    profiled = predict_sync_s(config, net, REFERENCE, cpu_cores=4, paused=PAUSED)
+    assert hand_made_paused_step == []  # a paused step given is not asked for
+    assert predict_sync_s(config, net, REFERENCE, cpu_cores=4) == pytest.approx(profiled)
+    # the wait asked: the iteration less the compute and the rest of the step
+    [(asked, wait_s)] = hand_made_paused_step
+    assert asked is config and wait_s == pytest.approx(profiled - 0.002 - 0.001)
+    # after that wait one process computed 2 ms longer and took 1.5 ms longer for the rest
+    slower = predict_sync_s(config, net, REFERENCE, cpu_cores=4,
+                            paused={"compute_time_s": 0.004, "idle_time_s": 0.0025})
+    assert slower == pytest.approx(profiled + 0.002 + 0.0015)
+    # emulated compute takes no such step
+    predict_sync_s(SyncRunConfig(4, 200e6, emulate_compute_s=0.05), net, REFERENCE)
+    assert len(hand_made_paused_step) == 1
+
+
+def test_the_single_process_paused_step_waits_as_asked_and_computes_for_real():
+    config = SyncRunConfig(1, 1e9)
+    step = paused_step(config, 0.0204)  # the real one: one process of real/sync.py, 40 steps
+    assert step["emulate_comm_s"] == pytest.approx(0.020)  # to the millisecond
+    assert step["comm_time_s"] >= 0.020 and step["compute_time_s"] > 0 and step["idle_time_s"] > 0
+    assert paused_step(config, 0.0196) is step  # once per model, batch and millisecond of wait
 
 
 def test_sync_rows_of_a_stored_run_are_predicted_again_from_their_own_rounds(net, monkeypatch):
