@@ -140,9 +140,9 @@ NOTES: dict[str, list[str]] = {
         "tens of milliseconds the same step's compute took 2–3 times as long on this machine, "
         "and the rest of it 4–9 times (`python -m experiments.after_pause`: caches and the "
         "processor's state go cold in a wait), and a replica on the bed runs its step after its "
-        "all-reduce. A run that sleeps through its wait is colder than a replica on the bed, "
-        "whose links' packet work keeps its core busy: the rest of the step came out 2.0–4.6 ms "
-        "alone after such waits, 1.3–2.3 ms on the bed. The sync experiment run with it "
+        "all-reduce. The process alone sleeps through its wait, where a replica on the bed "
+        "handles its links' packets meanwhile; whether the two cool alike is not measured. The "
+        "sync experiment run with it "
         "(`experiments/results/sync-2b6e8f2/`): every row within 2.3%, the real-compute rows "
         "−2.3% to +0.9%.",
         "**What mattered most** (`LOG.md`):\n"
