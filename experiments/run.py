@@ -50,15 +50,19 @@ REPORT = HERE / "RESULTS.md"  # the report written from them
 
 def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
     """Seconds per step, each predicted from the ring rounds timed on its own test bed around
-    the run where the measurement has them (``rounds``), else from the calibration's."""
+    the run where the measurement has them (``rounds``), else from the calibration's; each row
+    keeps the replica's step its prediction took (``priced_step``: compute, rest and, with real
+    compute, the wait of the single-process run: ``sync_model.predict_sync_s``)."""
     rows = []
     for point in experiment.points:
         summary = measure(point)
         rounds = summary.pop("rounds", None)
         net = net_by_rate[point.bandwidth_bps].with_rounds(point.hosts, rounds)
+        priced: dict = {}  # the replica's step the prediction took (predict_sync_s's ``priced``)
+        predicted = predict(point, net, priced=priced)
         rows.append({"config": point.label, "hosts": point.hosts, "bandwidth_bps": point.bandwidth_bps,
                      "mode": "emulated" if point.emulate_compute_s else "cpu",
-                     "predicted_s": predict(point, net),
+                     "predicted_s": predicted, "priced_step": priced,
                      "measured_s": summary["iteration_time_s"], "measured": summary,
                      **({"rounds": rounds} if rounds is not None else {})})
     return rows

@@ -110,14 +110,17 @@ def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
 
 def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | None = None,
                    cpu_cores: int | None = None, step: dict | None = None,
-                   paused: dict | None = None) -> float:
+                   paused: dict | None = None, priced: dict | None = None) -> float:
     """Mean iteration seconds the simulator predicts for ``config`` on the test bed: the
     single-process profile ``reference`` (``single_process_profile``) gives the gradient; with
     emulated compute the single-process emulated ``step`` (``emulated_step``) gives the compute
     and the rest of the step; with real compute a first simulation from the profile's compute
     and rest gives the wait between a replica's compute and the rest of its step (the
     all-reduce), and the step of one process run alone that waits that long (``paused``:
-    ``paused_step``) gives the compute and the rest the iteration is simulated with."""
+    ``paused_step``) gives the compute and the rest the iteration is simulated with.
+    ``priced``, where given, is filled with the step priced: its ``compute_s`` (the profile's
+    median, or the single-process run's), its ``rest_s`` and, with real compute, the ``wait_s``
+    the paused run waited for."""
     reference = reference or single_process_profile(config)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(reference["profile"], handle)
@@ -149,12 +152,16 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
                                          seed=0)).run()
 
     result = simulate(workload)
+    step_s = {"compute_s": step["compute_time_s"]} if emulated else {}
     if not emulated:
         wait_s = float((result.iteration_s - result.compute_s).mean()) + extra_s
         paused = paused or paused_step(config, wait_s)
         workload = workload.with_compute(Constant(paused["compute_time_s"]))
         overhead_s = paused["idle_time_s"]
         result = simulate(workload)
+        step_s = {"compute_s": paused["compute_time_s"], "wait_s": wait_s}
+    if priced is not None:
+        priced.update(step_s, rest_s=overhead_s)
     return float(result.iteration_s.mean()) + overhead_s + extra_s
 
 

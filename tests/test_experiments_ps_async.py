@@ -464,9 +464,16 @@ def test_real_compute_is_priced_from_a_step_run_alone_after_the_models_own_wait(
     slower = predict_sync_s(config, net, REFERENCE, cpu_cores=4,
                             paused={"compute_time_s": 0.004, "idle_time_s": 0.0025})
     assert slower == pytest.approx(profiled + 0.002 + 0.0015)
+    # the step priced is kept where asked for
+    priced = {}
+    predict_sync_s(config, net, REFERENCE, cpu_cores=4, priced=priced)
+    assert priced == {"compute_s": 0.002, "rest_s": 0.001,
+                      "wait_s": pytest.approx(profiled - 0.003)}
     # emulated compute takes no such step
-    predict_sync_s(SyncRunConfig(4, 200e6, emulate_compute_s=0.05), net, REFERENCE)
-    assert len(hand_made_paused_step) == 1
+    priced = {}
+    predict_sync_s(SyncRunConfig(4, 200e6, emulate_compute_s=0.05), net, REFERENCE, priced=priced)
+    assert len(hand_made_paused_step) == 2
+    assert priced == {"compute_s": STEP["compute_time_s"], "rest_s": STEP["idle_time_s"]}
 
 
 def test_the_single_process_paused_step_waits_as_asked_and_computes_for_real():

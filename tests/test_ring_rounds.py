@@ -257,8 +257,9 @@ def test_sync_rows_are_predicted_from_the_rounds_timed_around_their_run():
     point = SyncRunConfig(4, 50e6, emulate_compute_s=0.05)
     seen = []
 
-    def predict(p, n):
+    def predict(p, n, priced):
         seen.append(n)
+        priced.update(compute_s=0.05, rest_s=0.001)
         return 0.5
 
     experiment = Experiment("sync", "?", (point,))
@@ -267,6 +268,7 @@ def test_sync_rows_are_predicted_from_the_rounds_timed_around_their_run():
     assert seen[0].round_costs[4] == RoundCosts.from_rows(own["results"])
     assert rows[0]["rounds"] == own and "rounds" not in rows[0]["measured"]
     assert (rows[0]["predicted_s"], rows[0]["measured_s"]) == (0.5, 0.4)
+    assert rows[0]["priced_step"] == {"compute_s": 0.05, "rest_s": 0.001}
     # a run without its own rounds (torchrun's) is priced from the calibration's
     rows = sync_rows(experiment, {50e6: net}, lambda p: {"iteration_time_s": 0.4}, predict)
     assert seen[1] is net and "rounds" not in rows[0]
