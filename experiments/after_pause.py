@@ -22,9 +22,10 @@ import sys
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
                                        write_json_output)
+from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import format_time, parse_time
 from experiments.configs import SyncRunConfig
-from experiments.sync_model import _run_alone
+from experiments.sync_model import RUN_TIMEOUT_S, run_alone
 from real.models import MODELS
 
 MAX_REPEATS = 100
@@ -37,6 +38,8 @@ def parse_pauses(text: str) -> list[float]:
     for item in text.split(","):
         item = item.strip()
         seconds = parse_time(item)
+        if seconds > MAX_TIME_S:
+            raise ValueError(f"pause {item} is more than {MAX_TIME_S:g} s")
         if seconds in pauses:
             raise ValueError(f"pause {item} given twice")
         pauses.append(seconds)
@@ -47,7 +50,7 @@ def measure(pauses: list[float], repeats: int, model: str = "mlp", batch_size: i
             steps: int = 40, warmup_steps: int = 5, run=None) -> list[dict]:
     """Per pause, each run's ``compute_time_s`` and ``idle_time_s`` (``run``: one process of
     ``real/sync.py`` alone with ``--emulate-comm`` at that pause), the pauses taken in turn."""
-    run = run or _run_alone
+    run = run or run_alone
     config = SyncRunConfig(hosts=1, bandwidth_bps=1.0, model=model, batch_size=batch_size,
                            steps=steps, warmup_steps=warmup_steps)
     runs: dict[float, list[dict]] = {p: [] for p in pauses}
@@ -89,6 +92,10 @@ def main(argv=None) -> int:
                      f"{args.warmup_steps} and {args.steps}")
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    longest_s = args.steps * max(args.pauses)
+    if longest_s > RUN_TIMEOUT_S / 2:  # the rest of a run (start-up, compute) needs the other half
+        parser.error(f"--steps × the longest pause is {format_time(longest_s)}, more than the "
+                     f"{format_time(RUN_TIMEOUT_S / 2)} a run may wait")
     if args.model not in MODELS:
         parser.error(f"unknown --model {args.model!r} (choose from {', '.join(MODELS)})")
     try:

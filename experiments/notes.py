@@ -108,9 +108,9 @@ NOTES: dict[str, list[str]] = {
         "probes and benchmark launches pooled over one bed.",
     ],
     "sync": [
-        "**What the model does.** The simulator's iteration (`experiments.sync_model`): compute "
-        "and overhead from a single-process profile of the same model and batch on this machine; "
-        "with real compute, the replicas share the machine's 2 cores (core sharing). With "
+        "**What the model does.** The simulator's iteration (`experiments.sync_model`): the "
+        "gradient's layers from a single-process profile of the same model and batch on this "
+        "machine; with real compute, the replicas share the machine's 2 cores (core sharing). With "
         "`--emulate-compute` they take no CPU, and the compute and the rest of the step are those "
         "of one process run alone with the same emulated compute (`sync_model.emulated_step`; for "
         "the mlp's 50 ms, 50.8 ms and 1.0 ms, where the real step's rest is 0.4 ms). With real "
@@ -141,8 +141,11 @@ NOTES: dict[str, list[str]] = {
         "and the rest of it 4–9 times (`python -m experiments.after_pause`: caches and the "
         "processor's state go cold in a wait), and a replica on the bed runs its step after its "
         "all-reduce. The process alone sleeps through its wait, where a replica on the bed "
-        "handles its links' packets meanwhile; whether the two cool alike is not measured. The "
-        "sync experiment run with it "
+        "handles its links' packets meanwhile and may stay warmer: repriced later, the paused "
+        "steps gave the rest of the step 2.0–4.6 ms after these rows' waits, where the bed's "
+        "replicas spent 1.3–2.3 ms, so part of the rows' agreement may be errors that offset "
+        "(each row keeps the step it was priced with, `priced_step`, beside its `measured` one). "
+        "The sync experiment run with it "
         "(`experiments/results/sync-2b6e8f2/`): every row within 2.3%, the real-compute rows "
         "−2.3% to +0.9%.",
         "**What mattered most** (`LOG.md`):\n"

@@ -104,8 +104,9 @@ def repredict_async(result: dict, net_by_rate: dict) -> list[dict]:
 def repredict_sync(result: dict, net_by_rate: dict) -> list[dict]:
     """The ``sync`` or ``multinode`` rows of a stored run predicted again from ``net_by_rate`` (its
     own calibration): each point's stored summary and the ring rounds timed around it (its row's
-    ``measured`` and ``rounds``), today's model. The single-process profiles are not stored with
-    the run and are taken again on this machine."""
+    ``measured`` and ``rounds``), today's model. The single-process runs (the profile, the
+    emulated and the paused steps) are not stored with the run and are taken again on this
+    machine; each row's ``priced_step`` is then today's."""
     from experiments.configs import SyncRunConfig, replay_stored, rows_named
     from experiments.sync_model import predict_sync_s
     points = tuple(SyncRunConfig(**{k: v for k, v in p.items() if k != "kind"})

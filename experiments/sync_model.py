@@ -12,11 +12,12 @@ Inputs, none taken from the run being predicted:
   the compute-time samples, plus the rest of its step (data, optimizer: ``idle_time_s``) as a
   fixed per-iteration overhead. With real compute those two are then taken again from one
   process run alone that waits, between its steps, as long as the first simulation's all-reduce
-  (``paused_step``, ``real/sync.py --emulate-comm``): the same work after a wait of tens of
-  milliseconds took 2-3 times as long on this machine (caches and the processor's state go cold;
-  ``python -m experiments.after_pause``), and the bed's replicas run their step after one. With
-  emulated compute, the step of one process run alone with
-  the same ``--emulate-compute`` (and ``--real-gradients`` where the run has it) gives the compute
+  (``paused_step``, ``real/sync.py --emulate-comm``): after a wait of tens of milliseconds a
+  step's compute took 2-3 times as long on this machine and the rest of it 4-9 times (caches
+  and the processor's state go cold; ``python -m experiments.after_pause``), and the bed's
+  replicas run their step after one; a process asleep through its wait may cool more than a
+  replica handling its links' packets (``LOG.md``). With emulated compute, the step of one
+  process run alone with the same ``--emulate-compute`` (and ``--real-gradients`` where the run has it) gives the compute
   and the rest (``emulated_step``): its sleeps wake late and its gradients' hooks and zeros take
   time (an emulated 50 ms step of the mlp computed 50.8 ms alone, 50.7-50.9 on the test bed's
   replicas), and its rest of the step is not the real one's (1.0 ms alone against 0.42 for real
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,10 +53,11 @@ EMULATED_STEPS = 40  # steps of the single-process emulated run, the first EMULA
 EMULATED_WARMUP = 5
 _PAUSED: dict[tuple, dict] = {}
 PAUSE_GRAIN_S = 1e-3  # a paused step's wait, to the millisecond: one run serves nearby waits
+RUN_TIMEOUT_S = 600.0  # a single-process run that takes longer has hung
 
 
-def _run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str,
-               profile: bool = False) -> tuple[dict, dict | None]:
+def run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str,
+              profile: bool = False) -> tuple[dict, dict | None]:
     """Run ``real/sync.py`` as one process (no test bed) with ``config``'s model and batch and
     ``flags``: its summary, and its layer profile (``--profile-out``) where asked for."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,7 +67,7 @@ def _run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str
                 "--steps", str(steps), "--warmup-steps", str(warmup_steps),
                 "--threads", str(THREADS), "--no-progress", *flags,
                 *(["--profile-out", str(layers)] if profile else []), "--json", str(summary)]
-        subprocess.run(argv, check=True, capture_output=True, timeout=600,
+        subprocess.run(argv, check=True, capture_output=True, timeout=RUN_TIMEOUT_S,
                        env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
         return (json.loads(summary.read_text()),
                 json.loads(layers.read_text()) if profile else None)
@@ -74,7 +77,7 @@ def single_process_profile(config: SyncRunConfig) -> dict:
     """Run ``real/sync.py`` as one process (no test bed) and return its profile and summary."""
     key = (config.model, config.batch_size, config.steps)
     if key not in _PROFILES:
-        summary, layers = _run_alone(config, config.steps, config.warmup_steps, profile=True)
+        summary, layers = run_alone(config, config.steps, config.warmup_steps, profile=True)
         _PROFILES[key] = {"profile_path": None, "profile": layers, "summary": summary}
     return _PROFILES[key]
 
@@ -88,9 +91,9 @@ def emulated_step(config: SyncRunConfig) -> dict:
         raise ValueError("an emulated step needs emulated compute (emulate_compute_s > 0)")
     key = (config.model, config.batch_size, config.emulate_compute_s, config.real_gradients)
     if key not in _STEPS:
-        _STEPS[key] = _run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
-                                 "--emulate-compute", f"{config.emulate_compute_s}s",
-                                 *(["--real-gradients"] if config.real_gradients else []))[0]
+        _STEPS[key] = run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
+                                "--emulate-compute", f"{config.emulate_compute_s}s",
+                                *(["--real-gradients"] if config.real_gradients else []))[0]
     return _STEPS[key]
 
 
@@ -103,8 +106,8 @@ def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
     grains = round(max(0.0, pause_s) / PAUSE_GRAIN_S)
     key = (config.model, config.batch_size, grains)
     if key not in _PAUSED:
-        _PAUSED[key] = _run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
-                                  "--emulate-comm", f"{grains * PAUSE_GRAIN_S:.6f}s")[0]
+        _PAUSED[key] = run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
+                                 "--emulate-comm", f"{grains * PAUSE_GRAIN_S:.6f}s")[0]
     return _PAUSED[key]
 
 
@@ -114,13 +117,14 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
     """Mean iteration seconds the simulator predicts for ``config`` on the test bed: the
     single-process profile ``reference`` (``single_process_profile``) gives the gradient; with
     emulated compute the single-process emulated ``step`` (``emulated_step``) gives the compute
-    and the rest of the step; with real compute a first simulation from the profile's compute
+    and the rest of the step. With real compute a first simulation from the profile's compute
     and rest gives the wait between a replica's compute and the rest of its step (the
-    all-reduce), and the step of one process run alone that waits that long (``paused``:
-    ``paused_step``) gives the compute and the rest the iteration is simulated with.
-    ``priced``, where given, is filled with the step priced: its ``compute_s`` (the profile's
-    median, or the single-process run's), its ``rest_s`` and, with real compute, the ``wait_s``
-    the paused run waited for."""
+    all-reduce, the straggler's wait included), and the step of one process run alone that
+    waits that long (``paused``: ``paused_step``) gives the compute (a constant, as the emulated
+    step's) and the rest the iteration is simulated with; a wait under half a ``PAUSE_GRAIN_S``
+    (one replica) keeps the profile's. ``priced``, where given, is filled with the step priced:
+    ``compute_s`` (the profile's median where it is kept), ``rest_s`` and, with real compute,
+    the simulated ``wait_s`` (the paused run waits it to the ``PAUSE_GRAIN_S``)."""
     reference = reference or single_process_profile(config)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(reference["profile"], handle)
@@ -129,40 +133,44 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
     finally:
         os.unlink(handle.name)
     emulated = config.emulate_compute_s > 0
-    overhead_s = reference["summary"].get("idle_time_s") or 0.0
+    taken = {"compute_s": statistics.median(reference["profile"]["compute_s"]),
+             "rest_s": reference["summary"].get("idle_time_s") or 0.0}
     if emulated:
         step = step or emulated_step(config)
-        workload = workload.with_compute(Constant(step["compute_time_s"]))
-        overhead_s = step["idle_time_s"]
+        taken = {"compute_s": step["compute_time_s"], "rest_s": step["idle_time_s"]}
+        workload = workload.with_compute(Constant(taken["compute_s"]))
     table = net.rounds_for("backend", config.hosts)  # the gradient's all-reduce is Gloo's own
     cluster = ClusterConfig(replicas=config.hosts, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s,
                             cores=None if emulated else (cpu_cores or os.cpu_count()),
                             round_costs=table)
-    extra_s = 0.0
-    if table is None:  # the measured rounds hold the call's and the rounds' own costs; else
-        call_s = net.call_overhead_s if config.hosts > 1 else 0.0
-        # the duplex start-up of every ring round (the simulator's all-reduce has none): Gloo's
-        # ring over the whole gradient, one bucket for these models
-        extra_s = call_s + sum(net.startup_excess_s(size) for size in
-                               allreduce_messages("backend", config.hosts, workload.grad_bytes))
-
-    def simulate(workload):
-        return SyncSimulation(SyncConfig(cluster, workload, algorithm="ring", iterations=50,
-                                         seed=0)).run()
-
-    result = simulate(workload)
-    step_s = {"compute_s": step["compute_time_s"]} if emulated else {}
-    if not emulated:
-        wait_s = float((result.iteration_s - result.compute_s).mean()) + extra_s
+    # the measured rounds hold the call's and the rounds' own costs; without them, those
+    extra_s = 0.0 if table is not None else _unmeasured_call_s(config, net, workload.grad_bytes)
+    result = _simulate(cluster, workload)
+    wait_s = float((result.iteration_s - result.compute_s).mean()) + extra_s
+    if not emulated and round(wait_s / PAUSE_GRAIN_S) > 0:
         paused = paused or paused_step(config, wait_s)
-        workload = workload.with_compute(Constant(paused["compute_time_s"]))
-        overhead_s = paused["idle_time_s"]
-        result = simulate(workload)
-        step_s = {"compute_s": paused["compute_time_s"], "wait_s": wait_s}
+        taken = {"compute_s": paused["compute_time_s"], "rest_s": paused["idle_time_s"],
+                 "wait_s": wait_s}
+        result = _simulate(cluster, workload.with_compute(Constant(taken["compute_s"])))
     if priced is not None:
-        priced.update(step_s, rest_s=overhead_s)
-    return float(result.iteration_s.mean()) + overhead_s + extra_s
+        priced.update(taken)
+    return float(result.iteration_s.mean()) + taken["rest_s"] + extra_s
+
+
+def _simulate(cluster: ClusterConfig, workload):
+    """The simulator's sync iterations of ``workload`` on ``cluster`` (Gloo's ring, 50 of them)."""
+    return SyncSimulation(SyncConfig(cluster, workload, algorithm="ring", iterations=50,
+                                     seed=0)).run()
+
+
+def _unmeasured_call_s(config: SyncRunConfig, net: NetworkInputs, grad_bytes: float) -> float:
+    """What the simulator's all-reduce leaves out where no rounds were measured: the fixed cost
+    of a call and the duplex start-up of every ring round (Gloo's ring over the whole gradient,
+    one bucket for these models)."""
+    call_s = net.call_overhead_s if config.hosts > 1 else 0.0
+    return call_s + sum(net.startup_excess_s(size)
+                        for size in allreduce_messages("backend", config.hosts, grad_bytes))
 
 
 def predict_async(config, net: NetworkInputs, reference: dict | None = None) -> dict:

@@ -264,7 +264,9 @@ def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
         floor.backward_done(marks[2] - backward_start_s)
     comm_spans = sync.finish()
     if comm_pause_s:
+        waited_s = time.perf_counter()
         time.sleep(comm_pause_s)
+        comm_spans = [*comm_spans, ("emulated wait", waited_s, time.perf_counter())]
     marks.append(clock(device))
     optimizer.step()
     marks.append(clock(device))

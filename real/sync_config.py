@@ -107,8 +107,8 @@ class SyncConfig:
             raise ValueError("--profile-out measures real compute; drop --emulate-compute")
         for flag, seconds in (("--emulate-compute", self.emulate_compute_s),
                               ("--emulate-comm", self.emulate_comm_s)):
-            if seconds > MAX_TIME_S:
-                raise ValueError(f"{flag} must be at most {MAX_TIME_S:g} s, got {seconds:g} s")
+            if not 0 <= seconds <= MAX_TIME_S:
+                raise ValueError(f"{flag} must be 0 to {MAX_TIME_S:g} s, got {seconds:g} s")
 
     def _check_backend(self):
         if self.backend not in BACKENDS:

@@ -464,6 +464,20 @@ def test_real_compute_is_priced_from_a_step_run_alone_after_the_models_own_wait(
     slower = predict_sync_s(config, net, REFERENCE, cpu_cores=4,
                             paused={"compute_time_s": 0.004, "idle_time_s": 0.0025})
     assert slower == pytest.approx(profiled + 0.002 + 0.0015)
+    # on 2 cores the 4 replicas share them, two to a core: the wait asked is what the shared
+    # compute leaves of the iteration, and 1 ms more of compute a replica costs 2 ms a step
+    shared = predict_sync_s(config, net, REFERENCE, cpu_cores=2, paused=PAUSED)
+    predict_sync_s(config, net, REFERENCE, cpu_cores=2)
+    assert hand_made_paused_step[-1][1] == pytest.approx(shared - 2 * 0.002 - 0.001)
+    assert predict_sync_s(config, net, REFERENCE, cpu_cores=2,
+                          paused={"compute_time_s": 0.003, "idle_time_s": 0.001}) == \
+        pytest.approx(shared + 2 * 0.001)
+    # with rounds measured on the bed the wait is the simulated all-reduce's alone
+    measured = net.with_rounds(4, _probe(0.2))
+    timed = predict_sync_s(config, measured, REFERENCE, cpu_cores=4, paused=PAUSED)
+    predict_sync_s(config, measured, REFERENCE, cpu_cores=4)
+    assert hand_made_paused_step[-1][1] == pytest.approx(timed - 0.003)
+    del hand_made_paused_step[1:]
     # the step priced is kept where asked for
     priced = {}
     predict_sync_s(config, net, REFERENCE, cpu_cores=4, priced=priced)
