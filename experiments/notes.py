@@ -147,7 +147,8 @@ NOTES: dict[str, list[str]] = {
         "(each row keeps the step it was priced with, `priced_step`, beside its `measured` one). "
         "The sync experiment run with it "
         "(`experiments/results/sync-2b6e8f2/`): every row within 2.3%, the real-compute rows "
-        "−2.3% to +0.9%.",
+        "−2.3% to +0.9%; in the full grid made with it (`full-2b6e8f2`) every row within 2.1%, "
+        "the real-compute rows −1.0% to +1.1%.",
         "**What mattered most** (`LOG.md`):\n"
         "- **Chain length.** Probe chains as long as the ring's: priced from chains of 4 rounds, "
         "the 8 replicas had come out 19–45% over.\n"
