@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments import after_pause
+from tests.cli_helpers import usage_error
 from tests.dist_helpers import child_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,11 +64,7 @@ def test_pauses_parse_with_units(text, want):
     (["--json", "/no/such/folder/x.json"], "--json"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        after_pause.main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err, err
+    assert message in usage_error(after_pause.main, argv, capsys)
 
 
 def test_a_failed_single_process_run_is_one_line_and_exit_status_1(capsys, monkeypatch):
