@@ -17,8 +17,8 @@ Inputs, none taken from the run being predicted:
   and the processor's state go cold; ``python -m experiments.after_pause``), and the bed's
   replicas run their step after one; a process asleep through its wait may cool more than a
   replica handling its links' packets (``LOG.md``). With emulated compute, the step of one
-  process run alone with the same ``--emulate-compute`` (and ``--real-gradients`` where the run has it) gives the compute
-  and the rest (``emulated_step``): its sleeps wake late and its gradients' hooks and zeros take
+  process run alone with the same ``--emulate-compute`` (and ``--real-gradients`` where the run
+  has it) gives the compute and the rest (``emulated_step``): its sleeps wake late and its gradients' hooks and zeros take
   time (an emulated 50 ms step of the mlp computed 50.8 ms alone, 50.7-50.9 on the test bed's
   replicas), and its rest of the step is not the real one's (1.0 ms alone against 0.42 for real
   compute; 1.1-1.2 on the bed);
@@ -89,12 +89,18 @@ def emulated_step(config: SyncRunConfig) -> dict:
     emulated replica's step."""
     if not config.emulate_compute_s > 0:
         raise ValueError("an emulated step needs emulated compute (emulate_compute_s > 0)")
-    key = (config.model, config.batch_size, config.emulate_compute_s, config.real_gradients)
-    if key not in _STEPS:
-        _STEPS[key] = run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
-                                "--emulate-compute", f"{config.emulate_compute_s}s",
-                                *(["--real-gradients"] if config.real_gradients else []))[0]
-    return _STEPS[key]
+    return _step_alone(_STEPS, (config.emulate_compute_s, config.real_gradients), config,
+                       "--emulate-compute", f"{config.emulate_compute_s}s",
+                       *(["--real-gradients"] if config.real_gradients else []))
+
+
+def _step_alone(cache: dict, key: tuple, config: SyncRunConfig, *flags: str) -> dict:
+    """The summary of ``run_alone`` with ``flags`` over ``EMULATED_STEPS`` steps, cached in
+    ``cache`` per model, batch and ``key``."""
+    key = (config.model, config.batch_size, *key)
+    if key not in cache:
+        cache[key] = run_alone(config, EMULATED_STEPS, EMULATED_WARMUP, *flags)[0]
+    return cache[key]
 
 
 def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
@@ -104,11 +110,8 @@ def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
     the warm-up) price a replica's compute and the rest of its step where the all-reduce between
     its steps takes that long. Cached per model, batch and pause."""
     grains = round(max(0.0, pause_s) / PAUSE_GRAIN_S)
-    key = (config.model, config.batch_size, grains)
-    if key not in _PAUSED:
-        _PAUSED[key] = run_alone(config, EMULATED_STEPS, EMULATED_WARMUP,
-                                 "--emulate-comm", f"{grains * PAUSE_GRAIN_S:.6f}s")[0]
-    return _PAUSED[key]
+    return _step_alone(_PAUSED, (grains,), config,
+                       "--emulate-comm", f"{grains * PAUSE_GRAIN_S:.6f}s")
 
 
 def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | None = None,
