@@ -1,4 +1,4 @@
-"""The all-reduce model twelve ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model thirteen ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
@@ -27,7 +27,10 @@ All predictions come from the same run's calibration (network only); only the mo
   paid even where a call starts on a full bucket);
 * ``rounds, the calibration's gap``: the same, every stream of calls with the gap between
   two calls the calibration timed on 2 hosts, not the one its own test bed's probes timed
-  (``ring_probe.py --stream-gaps``), where they timed one;
+  (``ring_probe.py --stream-gaps``), where they timed one, at every size;
+* ``rounds, one gap at every size``: the same, every stream of calls with its bed's gap of a
+  stream of 1-element calls, not the gap its probes timed where the loop refills a buffer of
+  the calls' size (``ring_probe.py --gap-sizes``), where they timed one;
 * ``rounds, calls counted at their length``: the same, each call in the stream leaving the
   bucket what it started on plus its length at the rate less its bytes, not what the walk of its
   rounds leaves (``experiments.model.bucket_left_after``: a call that waited for tokens in a
@@ -82,7 +85,7 @@ GROUPS = {
 MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain chains",
           "rounds, chains' ends", "rounds, first and mean later rounds",
           "rounds, no full-bucket walk", "rounds, the calibration's gap",
-          "rounds, calls counted at their length", "rounds, calls alone",
+          "rounds, one gap at every size", "rounds, calls counted at their length", "rounds, calls alone",
           "rounds, no additions", "shaper", "shaper, no start-up")
 
 
@@ -153,7 +156,9 @@ def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = 
             gap_s = net.stream_gap_s
             net = net.with_rounds(r["hosts"], tables[label])
             if model == "rounds, the calibration's gap":
-                net = dataclasses.replace(net, stream_gap_s=gap_s)
+                net = dataclasses.replace(net, stream_gap_s=gap_s, sized_gaps=())
+            if model == "rounds, one gap at every size":
+                net = dataclasses.replace(net, sized_gaps=())
             if model == "rounds, chains' ends":
                 net = with_own_chain_ends(net, r["hosts"], tables[label])
         if model == "rounds, first and mean later rounds":

@@ -114,7 +114,7 @@ def run_bed(args, net: NetworkInputs, bed: int) -> tuple[dict, dict]:
         testbed_config(args.hosts, args.bandwidth), [bed_command(args)],
         ("bench.json", "trace.json"), f"bed {bed} ({bed_label(args.hosts, args.bandwidth)})",
         BED_TIMEOUT_S, round_sizes_up_to(args.probe_up_to, quick=False), ring=True,
-        stream_gaps=BRACKET_STREAM_CALLS)
+        stream_gaps=BRACKET_STREAM_CALLS, gap_sizes=tuple(args.sizes))
     measured = measured_positions(files["trace.json"]["traceEvents"])
     net = net.with_rounds(args.hosts, rounds)
     figures = {}

@@ -46,7 +46,8 @@ DRIVERS = ("ring", "engine")  # the bracketed tables' driver-specific rounds, as
 def one_side(table: dict, side: str) -> dict:
     """A point's bracketed round table (``measure.bracket``'s) as if only the probe ``side``
     ("before" or "after" its rows) had run. Both probes ran one command, so the stream gaps
-    they timed together are the first half (before) and the second half (after)."""
+    they timed together (of every size) are the first half (before) and the second half
+    (after)."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     if side not in table:
@@ -56,13 +57,19 @@ def one_side(table: dict, side: str) -> dict:
     for driver in DRIVERS:
         if f"{driver}_{side}" in table:
             out[f"{driver}_results"] = table[f"{driver}_{side}"]
-    gaps = table.get("stream_gap_s")
-    if gaps:
-        if len(gaps) % 2:
-            raise ValueError(f"{len(gaps)} stream gaps cannot be two probes' equal halves")
-        half = len(gaps) // 2
-        out["stream_gap_s"] = gaps[:half] if side == "before" else gaps[half:]
+    if table.get("stream_gap_s"):
+        out["stream_gap_s"] = _half(table["stream_gap_s"], side)
+    if table.get("sized_stream_gaps"):
+        out["sized_stream_gaps"] = [{**g, "gaps_s": _half(g["gaps_s"], side)}
+                                    for g in table["sized_stream_gaps"]]
     return out
+
+
+def _half(gaps: list[float], side: str) -> list[float]:
+    if len(gaps) % 2:
+        raise ValueError(f"{len(gaps)} stream gaps cannot be two probes' equal halves")
+    half = len(gaps) // 2
+    return gaps[:half] if side == "before" else gaps[half:]
 
 
 def side_prices(result: dict, net_by_rate: dict) -> dict[str, dict[str, float]]:

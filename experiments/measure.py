@@ -240,18 +240,22 @@ def probe_idle_s(config: TestbedConfig) -> float:
 
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
                   engine_max: int = ENGINE_MAX_BYTES, ring: bool = False,
-                  idle_s: float = 0.0, stream_gaps: int = 0) -> str:
+                  idle_s: float = 0.0, stream_gaps: int = 0,
+                  gap_sizes: tuple[int, ...] = ()) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     driven from Python and (``--engine-rounds``, the sizes up to ``engine_max``) from C++ as
     Gloo's own ring drives them, and with ``ring`` (``--ring-rounds``, the same sizes) as
     ``real/allreduce.py``'s ring drives them, each chain after ``idle_s`` (``--idle``), then
-    with ``stream_gaps`` a stream of that many 1-element calls (``--stream-gaps``), writing
+    with ``stream_gaps`` a stream of that many 1-element calls (``--stream-gaps``), and one at
+    each of ``gap_sizes``, the benchmark's buffer sizes (``--gap-sizes``), writing
     ``{out}/json_name``; the chains in the run's ``PROBE_ORDER``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
             "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
             *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
             "--idle", f"{idle_s * 1e3:.3f}ms",
             *(["--stream-gaps", str(stream_gaps)] if stream_gaps else []),
+            *(["--gap-sizes", ",".join(f"{n}B" for n in gap_sizes)]
+              if stream_gaps and gap_sizes else []),
             *(["--order", PROBE_ORDER] if PROBE_ORDER != PROBE_ORDERS[0] else [])]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
@@ -267,13 +271,23 @@ def bracket(before: dict, after: dict) -> dict:
     less than it moves that half's), for the Python-driven rounds (``results``) and the
     C++-driven ones and the ring-driven ones where both records have them (``engine_results``,
     ``ring_results``); both records kept. The gaps of a stream of calls (``stream_gap_s``)
-    where both records have them: both probes' together."""
+    where both records have them: both probes' together, the first probe's first; so too per
+    size the gaps of the streams at the benchmark's sizes (``sized_stream_gaps``)."""
     merged = {**before, "results": _bracket_rows(before["results"], after["results"]),
               "before": before["results"], "after": after["results"]}
     if before.get("stream_gap_s") and after.get("stream_gap_s"):
         merged["stream_gap_s"] = before["stream_gap_s"] + after["stream_gap_s"]
     else:
         merged.pop("stream_gap_s", None)
+    if before.get("sized_stream_gaps") and after.get("sized_stream_gaps"):
+        merged["sized_stream_gaps"] = [
+            {"bytes": b["bytes"], "gaps_s": b["gaps_s"] + a["gaps_s"]}
+            for b, a in zip(before["sized_stream_gaps"], after["sized_stream_gaps"], strict=True)]
+        if any(b["bytes"] != a["bytes"] for b, a in zip(before["sized_stream_gaps"],
+                                                        after["sized_stream_gaps"])):
+            raise ValueError("probes whose streams refilled different sizes")
+    else:
+        merged.pop("sized_stream_gaps", None)
     for driver in DRIVERS:
         if f"{driver}_results" in before and f"{driver}_results" in after:
             merged[f"{driver}_results"] = _bracket_rows(before[f"{driver}_results"],
@@ -411,20 +425,23 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
                                   tuple(f"{name}.json" for name, _, _ in groups), config.label,
                                   timeout_s, round_sizes_up_to(max(config.sizes_bytes), quick),
                                   ring="ring" in config.algorithms,
-                                  stream_gaps=BRACKET_STREAM_CALLS)
+                                  stream_gaps=BRACKET_STREAM_CALLS,
+                                  gap_sizes=tuple(config.sizes_bytes))
     return {"rounds": rounds,
             "results": [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]}
 
 
 def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tuple[str, ...],
                   label: str, timeout_s: float, round_sizes: list[int],
-                  ring: bool = False, stream_gaps: int = 0) -> tuple[dict, dict]:
+                  ring: bool = False, stream_gaps: int = 0,
+                  gap_sizes: tuple[int, ...] = ()) -> tuple[dict, dict]:
     """``commands`` one after the other on a fresh test bed, with ring rounds of ``round_sizes``
     timed by ``experiments/ring_probe.py`` on the same hosts just before them and again just
     after: the ``json_names`` files (as ``run_collect`` returns them) and the round table
     (``bracket``: per size the median over both probes' chains), for the point's prediction.
     With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``);
-    with ``stream_gaps``, each also times the gaps of a stream of that many calls.
+    with ``stream_gaps``, each also times the gaps of a stream of that many calls, and of one at
+    each of ``gap_sizes`` (the buffer the loop refills that large).
 
     Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
     emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
@@ -434,7 +451,7 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     rounds = chain_rounds(bed_config.hosts)
     probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
                             engine_max_bytes(bed_config.bandwidth_bps), ring,
-                            probe_idle_s(bed_config), stream_gaps)
+                            probe_idle_s(bed_config), stream_gaps, gap_sizes)
               for side in ("before", "after")]
     files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)

@@ -166,6 +166,9 @@ class NetworkInputs:
     # what a stream of calls made as the benchmark makes them leaves idle between two (a barrier
     # and the loop's own work; measured, median); None: not measured, the 1-element all_reduce
     stream_gap_s: float | None = None
+    # (bytes, median seconds): the same gap where the loop refills a buffer of that many bytes
+    # before each call, as the benchmark does at that size (measured on the bed, by size)
+    sized_gaps: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -196,12 +199,15 @@ class NetworkInputs:
         ``hosts`` hosts: its Python-driven rounds, and its C++-driven and ring-driven ones where
         it has them; and the gap a stream of calls leaves between two of them on those hosts
         (``call_gap_s``) where it timed one (``stream_gap_s``: the median), else the
-        calibration's, timed on 2 hosts. Without a probe (a run that timed no rounds of its
-        own), these inputs unchanged."""
+        calibration's, timed on 2 hosts; and that gap at each buffer size where it timed it
+        (``sized_stream_gaps``: the medians; ``call_gap_at``). Without a probe (a run that
+        timed no rounds of its own), these inputs unchanged."""
         if probe is None:
             return self
         gap_s = (statistics.median(probe["stream_gap_s"]) if probe.get("stream_gap_s")
                  else self.stream_gap_s)
+        sized = tuple(sorted((int(g["bytes"]), statistics.median(g["gaps_s"]))
+                             for g in probe.get("sized_stream_gaps") or []))
         engine = {k: v for k, v in self.engine_round_costs.items() if k != hosts}
         if probe.get("engine_results"):
             engine[hosts] = engine_table(probe)
@@ -210,7 +216,8 @@ class NetworkInputs:
             ring[hosts] = ring_table(probe)
         return replace(self, round_costs={**self.round_costs,
                                           hosts: plain_table(probe)},
-                       engine_round_costs=engine, ring_round_costs=ring, stream_gap_s=gap_s)
+                       engine_round_costs=engine, ring_round_costs=ring, stream_gap_s=gap_s,
+                       sized_gaps=sized)
 
     def rounds_for(self, algorithm: str, hosts: int) -> RoundCosts | None:
         """The measured rounds an algorithm's calls are composed of on ``hosts`` hosts: Gloo's own
@@ -284,6 +291,24 @@ class NetworkInputs:
         calibration without it) the 1-element all_reduce, the barrier's own length."""
         return self.call_overhead_s if self.stream_gap_s is None else self.stream_gap_s
 
+    def call_gap_at(self, n_bytes: float) -> float:
+        """The links' idle time before each call of a stream of ``n_bytes`` calls: the loop
+        refills the call's buffer before its barrier, and a larger buffer takes longer. Where
+        the bed timed that gap by size (``sized_gaps``), interpolated in bytes between the
+        1-element stream's gap (``call_gap_s``, at 4 bytes) and the sizes timed, the last
+        stretch's slope beyond them; else ``call_gap_s`` at every size."""
+        if not self.sized_gaps:
+            return self.call_gap_s
+        points = [(4, self.call_gap_s)] + [p for p in self.sized_gaps if p[0] > 4]
+        below = max((p for p in points if p[0] <= n_bytes), default=points[0])
+        above = min((p for p in points if p[0] > n_bytes), default=None)
+        if above is None:  # beyond the largest size timed: the last stretch's slope
+            if len(points) < 2:
+                return below[1]
+            below, above = points[-2], points[-1]
+        slope = (above[1] - below[1]) / (above[0] - below[0])
+        return max(0.0, below[1] + slope * (n_bytes - below[0]))
+
     @property
     def gap_refill_bytes(self) -> float:
         """What the bucket refills in the pause before a call or a probe's chain (``call_gap_s``
@@ -304,6 +329,8 @@ class NetworkInputs:
                                           for h, t in sorted(self.ring_round_costs.items())}
         if self.stream_gap_s is not None:  # as stored before the gap was measured
             engine["stream_gap_s"] = self.stream_gap_s
+        if self.sized_gaps:  # a bed's inputs; a calibration times no sized gaps
+            engine["sized_gaps"] = [[n, g] for n, g in self.sized_gaps]
         return {**engine, "rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
                 "duplex_payload_bps": self.duplex_payload_bps, "latency_s": self.latency_s,
                 "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes,
@@ -716,8 +743,8 @@ def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
                               walk_calls: bool = True) -> list[list[float]]:
     """Seconds of each of ``algorithms``' calls in a settled rotation of ``real/allreduce.py``'s
     stream at one size (``stream_rotation_s``): each call alone costs ``predict_call_alone_s``;
-    the stream adds what the shaper's bucket cannot lend (the gap between calls:
-    ``NetworkInputs.call_gap_s``), and a call leaves the bucket as ``bucket_walk`` walks its
+    the stream adds what the shaper's bucket cannot lend (the gap between calls of that size:
+    ``NetworkInputs.call_gap_at``), and a call leaves the bucket as ``bucket_walk`` walks its
     rounds from the tokens it started on (``bucket_left_after``; without ``walk_calls``, as
     the call's length at the rate counts it, the ablation's older model)."""
     alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
@@ -725,7 +752,7 @@ def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
     left = [bucket_left_after(net.rounds_for(a, hosts) if measured_rounds and walk_calls
                               else None, allreduce_messages(a, hosts, n_bytes), net)
             for a in algorithms]
-    return stream_rotation_s(alone, sent, net.call_gap_s, net.duplex_payload_bps,
+    return stream_rotation_s(alone, sent, net.call_gap_at(n_bytes), net.duplex_payload_bps,
                              net.bucket_payload_bytes, left)
 
 

@@ -28,7 +28,10 @@ emulated hosts at 1000 Mbit/s a 16 KiB round took 0.19-0.21 ms in the plain chai
 ``--stream-gaps N`` it also times how long the links idle between two calls of the benchmark's
 stream (``real.allreduce.stream_gaps``), as ``stream_gap_s``: in one full grid 0.11 ms on 2
 hosts, 0.28-0.29 ms on 4 and 0.54-0.60 ms on 8, at every rate (the barrier before each call
-takes ⌈log2 H⌉ rounds).
+takes ⌈log2 H⌉ rounds). With ``--gap-sizes SIZES`` as well, it times such a stream at each of
+those sizes, the buffer refilled before each call that large as the benchmark's is, the call
+still of one element (``sized_stream_gaps``): the loop's own work grows with its buffer (on 2
+hosts 0.15 ms at 4 bytes, 0.31 ms at 1 MB, 1.4 ms at 16 MB), and the links idle meanwhile.
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on
@@ -248,6 +251,11 @@ def parse_args(argv=None):
                              "links idle between two of its calls, from the end of the slowest "
                              "rank's call to the next call's start ('stream_gap_s', one per "
                              "pair of calls; default: none)")
+    parser.add_argument("--gap-sizes", metavar="SIZES",
+                        help="with --stream-gaps, also time such a stream at each of these sizes "
+                             "(comma-separated, multiples of 4 bytes): the buffer refilled before "
+                             "each call that large, as the benchmark's at that size, the call "
+                             "still of 1 element ('sized_stream_gaps': per size its gaps)")
     parser.add_argument("--order", choices=PROBE_ORDERS, default=PROBE_ORDERS[0],
                         help=PROBE_ORDER_HELP)
     parser.add_argument("--json", help="write the table here (rank 0)")
@@ -257,6 +265,8 @@ def parse_args(argv=None):
         args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
         args.engine_max_bytes = parse_size(args.engine_max)
         args.idle_s = parse_time(args.idle)
+        args.gap_bytes = (sorted({parse_size(s) for s in args.gap_sizes.split(",")})
+                          if args.gap_sizes else [])
     except ValueError as error:
         parser.error(str(error))
     backend = "mpi" if args.backend == "auto" and launched_by_mpi() else args.backend
@@ -277,6 +287,12 @@ def parse_args(argv=None):
     if not (args.stream_gaps == 0 or 2 <= args.stream_gaps <= MAX_STREAM_CALLS):
         parser.error(f"--stream-gaps must be 0 (none) or from 2 to {MAX_STREAM_CALLS} calls "
                      f"(got {args.stream_gaps})")
+    if args.gap_bytes and not args.stream_gaps:
+        parser.error("--gap-sizes needs --stream-gaps N (the calls of each size's stream)")
+    bad = [n for n in args.gap_bytes if n <= 0 or n % 4 or n > MAX_BUFFER_BYTES]
+    if bad:
+        parser.error(f"--gap-sizes: {bad[0]} bytes is not a positive multiple of 4 up to "
+                     f"{format_bytes(MAX_BUFFER_BYTES)}")
     if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS) \
             or not 1 <= args.repeats <= MAX_REPEATS:
         parser.error(f"--rounds must be from 2 to {MAX_ROUNDS} and --repeats from 1 to "
@@ -324,6 +340,10 @@ def main(argv=None) -> None:
             tables.append(("C++ ", record["engine_results"]))
         if args.stream_gaps:
             record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)
+            if args.gap_bytes:
+                record["sized_stream_gaps"] = [
+                    {"bytes": n, "gaps_s": stream_gaps(comm, args.stream_gaps, copy_bytes=n)}
+                    for n in args.gap_bytes]
         if comm.rank == 0:
             for driver, rows in tables:
                 for r in rows:
@@ -332,6 +352,9 @@ def main(argv=None) -> None:
             if record.get("stream_gap_s"):
                 print(f"stream of {args.stream_gaps} calls: median gap "
                       f"{statistics.median(record['stream_gap_s']) * 1e3:.3f} ms")
+            for sized in record.get("sized_stream_gaps", []):
+                print(f"stream of {args.stream_gaps} calls refilling {sized['bytes']} B: median "
+                      f"gap {statistics.median(sized['gaps_s']) * 1e3:.3f} ms")
             if args.json:
                 write_text_atomically(args.json, json.dumps(record, indent=1) + "\n")
 

@@ -353,16 +353,21 @@ def max_over_ranks(comm, values: torch.Tensor) -> torch.Tensor:
     return on_device.cpu()
 
 
-def stream_gaps(comm, count: int, warmup: int = 3) -> list[float]:
+def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4) -> list[float]:
     """Seconds the links idle between two calls of a stream of ``count`` 1-element all-reduces
     made as ``time_size`` makes the benchmark's (the buffer refilled, a barrier, the call), as
     the benchmark times them: from the end of the slowest rank's call to the start of the next
     (this rank's start to start, less the slowest rank's call). On 4 emulated hosts at 1000
     Mbit/s the slowest rank's call ends 0.05-0.15 ms after rank 0's, so the gap after rank 0's
-    own call is that much longer than the one the links get."""
+    own call is that much longer than the one the links get. With ``copy_bytes``, the buffer
+    refilled before each call is that large, as the benchmark's at that size, and the call
+    reduces its first element only: the loop's own work at that size, without its call (on 2
+    emulated hosts 0.15 ms with 4 bytes, 0.31 ms with 1 MB, 1.4 ms with 16 MB)."""
+    if copy_bytes < 4 or copy_bytes % 4:
+        raise ValueError(f"copy_bytes must be a positive multiple of 4, got {copy_bytes}")
     spans: list = []
-    time_size(comm, {"backend": backend_all_reduce}, torch.ones(1, device=comm.device), count,
-              warmup, spans)
+    time_size(comm, {"backend": lambda c, work: backend_all_reduce(c, work[:1])},
+              torch.ones(copy_bytes // 4, device=comm.device), count, warmup, spans)
     slowest = max_over_ranks(comm, torch.tensor([seconds for _, _, seconds in spans],
                                                 dtype=torch.float64))
     return [b_start - a_start - a_slowest for (_, a_start, _), (_, b_start, _), a_slowest

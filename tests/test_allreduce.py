@@ -267,3 +267,25 @@ def test_stream_gaps_are_start_to_start_less_the_call(monkeypatch):
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
     gaps = bench.stream_gaps(ClockedComm(clock, barrier_s=1e-3, call_s=0.5e-3), count=5, warmup=2)
     assert gaps == pytest.approx([1e-3] * 4)  # 5 timed calls, 4 gaps: each the barrier alone
+
+
+def test_stream_gaps_refill_a_buffer_of_the_size_given_and_reduce_one_element(monkeypatch):
+    import real.allreduce as bench
+    clock, copied, reduced = [0.0], [], []
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, src: copied.append(
+        (self.numel(), src.numel())) or self, raising=False)
+
+    class Recording(ClockedComm):
+        def all_reduce(self, tensor, op="sum"):
+            if op == "sum":
+                reduced.append(tensor.numel())
+            super().all_reduce(tensor, op)
+
+    gaps = bench.stream_gaps(Recording(clock, barrier_s=1e-3, call_s=0.5e-3), count=4,
+                             warmup=1, copy_bytes=64_000)
+    assert gaps == pytest.approx([1e-3] * 3)
+    assert copied == [(16_000, 16_000)] * 5 and reduced == [1] * 5
+    for bad in (0, 6, -4):
+        with pytest.raises(ValueError, match="positive multiple of 4"):
+            bench.stream_gaps(Recording(clock, 1e-3, 0.5e-3), count=4, copy_bytes=bad)

@@ -53,6 +53,14 @@ def test_one_side_keeps_that_probes_rounds_and_its_half_of_the_gaps():
     assert table["stream_gap_s"] is gaps and table["results"] != table["before"]  # untouched
 
 
+def test_one_side_splits_the_gaps_of_every_sized_stream():
+    table = {"before": [], "after": [], "stream_gap_s": [1.0, 2.0],
+             "sized_stream_gaps": [{"bytes": 64, "gaps_s": [3.0, 4.0, 5.0, 6.0]}]}
+    assert one_side(table, "before")["sized_stream_gaps"] == [{"bytes": 64, "gaps_s": [3.0, 4.0]}]
+    assert one_side(table, "after")["sized_stream_gaps"] == [{"bytes": 64, "gaps_s": [5.0, 6.0]}]
+    assert table["sized_stream_gaps"][0]["gaps_s"] == [3.0, 4.0, 5.0, 6.0]
+
+
 def test_one_side_refuses_what_is_not_a_bracketed_table():
     with pytest.raises(ValueError, match="no probe halves"):
         one_side({"results": []}, "before")

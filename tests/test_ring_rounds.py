@@ -197,6 +197,19 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
     assert gaps["stream_gap_s"] == [1e-4, 2e-4, 3e-4]
     assert "stream_gap_s" not in bracket({"results": before, "stream_gap_s": [1e-4]},
                                          {"results": before})
+    # ... and per size, the gaps of the streams that refilled the benchmark's buffers
+    sized = bracket({"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [1.0]},
+                                                              {"bytes": 128, "gaps_s": [2.0]}]},
+                    {"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [3.0]},
+                                                              {"bytes": 128, "gaps_s": [4.0]}]})
+    assert sized["sized_stream_gaps"] == [{"bytes": 64, "gaps_s": [1.0, 3.0]},
+                                          {"bytes": 128, "gaps_s": [2.0, 4.0]}]
+    assert "sized_stream_gaps" not in bracket(
+        {"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [1.0]}]},
+        {"results": before})
+    with pytest.raises(ValueError, match="refilled different sizes"):
+        bracket({"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [1.0]}]},
+                {"results": before, "sized_stream_gaps": [{"bytes": 32, "gaps_s": [1.0]}]})
     with pytest.raises(ValueError):  # a probe that lost a size cannot be paired
         bracket({"results": before}, {"results": []})
     with pytest.raises(ValueError, match="different sizes"):
@@ -248,6 +261,34 @@ def test_a_stream_of_calls_is_priced_with_the_gap_timed_on_its_own_hosts():
     assert errors([row], {50e6: net}, "rounds", tables) == [pytest.approx(0.0, abs=1e-12)]
     assert errors([row], {50e6: net}, "rounds, the calibration's gap", tables) == [
         pytest.approx(3e-4 / long["ring"])]
+
+
+def test_a_stream_of_large_calls_is_priced_with_the_gap_timed_at_its_size():
+    net = NetworkInputs.from_calibration(
+        {**CALIBRATION, "burst_bytes": 62_500,
+         "gloo": {**CALIBRATION["gloo"], "stream_gap_s": {"median": 1e-4}}})
+    fast = [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4},
+            {"bytes": 1 << 20, "first_s": 1e-3, "next_s": 1e-3}]
+    probe = {"results": fast, "stream_gap_s": [2e-4],
+             "sized_stream_gaps": [{"bytes": 1 << 20, "gaps_s": [5e-4, 7e-4, 6e-4]},
+                                   {"bytes": 1 << 22, "gaps_s": [1.2e-3]}]}
+    bed = net.with_rounds(4, probe)
+    assert bed.sized_gaps == ((1 << 20, pytest.approx(6e-4)), (1 << 22, 1.2e-3))
+    assert bed.call_gap_s == 2e-4  # the 1-element stream's, which the probe's chains follow
+    assert bed.call_gap_at(4) == pytest.approx(2e-4)
+    assert bed.call_gap_at(1 << 20) == pytest.approx(6e-4)
+    assert bed.call_gap_at(5 << 19) == pytest.approx(9e-4)  # halfway between 1 and 4 MiB
+    assert bed.call_gap_at(1 << 23) == pytest.approx(2.0e-3)  # the last stretch's slope on
+    assert bed.call_gap_at(1 << 19) == pytest.approx(2e-4 + 0.5 * 4e-4, rel=1e-5)
+    assert net.with_rounds(4, {**probe, "sized_stream_gaps": []}).call_gap_at(1 << 20) == 2e-4
+    # 1 MiB calls on 4 hosts at 50 Mbit/s outrun the bucket: the 0.4 ms more of gap their
+    # loop leaves at that size refills 0.4 ms more of the link's bytes, each call that shorter
+    plain = predict_allreduce_stream_s(["ring"], 4, 1 << 20,
+                                       net.with_rounds(4, {**probe, "sized_stream_gaps": []}))
+    sized = predict_allreduce_stream_s(["ring"], 4, 1 << 20, bed)
+    assert plain["ring"] - sized["ring"] == pytest.approx(4e-4)
+    assert bed.as_dict()["sized_gaps"] == [[1 << 20, pytest.approx(6e-4)], [1 << 22, 1.2e-3]]
+    assert "sized_gaps" not in net.as_dict()
 
 
 def test_sync_rows_are_predicted_from_the_rounds_timed_around_their_run():
@@ -376,13 +417,18 @@ def test_repredict_allreduce_without_a_points_round_table_says_so_in_one_line(tm
 def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
     out = tmp_path / "rounds.json"
     run = run_script(["experiments/ring_probe.py", "--sizes", "64B,16KiB", "--repeats", "2",
-                      "--rounds", "3", "--stream-gaps", "20", "--json", str(out)], 2,
-                     timeout_s=120)
+                      "--rounds", "3", "--stream-gaps", "20", "--gap-sizes", "64KB,4KB",
+                      "--json", str(out)], 2, timeout_s=120)
     assert run.returncode == 0, run.stderr
     table = json.loads(out.read_text())
     # a gap between each two of the stream's 20 calls: the barrier and the loop, never nothing
     assert len(table["stream_gap_s"]) == 19 and statistics.median(table["stream_gap_s"]) > 0
     assert "median gap" in run.stdout
+    # and so at each size the loop refills, smallest first
+    assert [g["bytes"] for g in table["sized_stream_gaps"]] == [4000, 64000]
+    assert all(len(g["gaps_s"]) == 19 and statistics.median(g["gaps_s"]) > 0
+               for g in table["sized_stream_gaps"])
+    assert "refilling 64000 B: median gap" in run.stdout
     assert table["world_size"] == 2 and table["rounds"] == 3 and table["threads_per_rank"] >= 1
     assert [r["bytes"] for r in table["results"]] == [64, 16384]
     assert all(r["first_s"] > 0 and r["next_s"] > 0 for r in table["results"])
@@ -441,6 +487,10 @@ def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     (["--idle", "1h"], "'1h'"),
     (["--stream-gaps", "1"], "got 1"),
     (["--stream-gaps", "-5"], "got -5"),
+    (["--gap-sizes", "64KB"], "--gap-sizes needs --stream-gaps"),
+    (["--stream-gaps", "20", "--gap-sizes", "6B"], "6 bytes"),
+    (["--stream-gaps", "20", "--gap-sizes", "1e15B"], "1000000000000000 bytes"),
+    (["--stream-gaps", "20", "--gap-sizes", "much"], "'much'"),
 ])
 def test_probe_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
