@@ -280,12 +280,12 @@ def bracket(before: dict, after: dict) -> dict:
     else:
         merged.pop("stream_gap_s", None)
     if before.get("sized_stream_gaps") and after.get("sized_stream_gaps"):
-        merged["sized_stream_gaps"] = [
-            {"bytes": b["bytes"], "gaps_s": b["gaps_s"] + a["gaps_s"]}
-            for b, a in zip(before["sized_stream_gaps"], after["sized_stream_gaps"], strict=True)]
-        if any(b["bytes"] != a["bytes"] for b, a in zip(before["sized_stream_gaps"],
-                                                        after["sized_stream_gaps"])):
+        pairs = list(zip(before["sized_stream_gaps"], after["sized_stream_gaps"]))
+        if len(before["sized_stream_gaps"]) != len(after["sized_stream_gaps"]) \
+                or any(b["bytes"] != a["bytes"] for b, a in pairs):
             raise ValueError("probes whose streams refilled different sizes")
+        merged["sized_stream_gaps"] = [{"bytes": b["bytes"], "gaps_s": b["gaps_s"] + a["gaps_s"]}
+                                       for b, a in pairs]
     else:
         merged.pop("sized_stream_gaps", None)
     for driver in DRIVERS:

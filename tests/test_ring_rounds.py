@@ -207,9 +207,11 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
     assert "sized_stream_gaps" not in bracket(
         {"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [1.0]}]},
         {"results": before})
-    with pytest.raises(ValueError, match="refilled different sizes"):
-        bracket({"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [1.0]}]},
-                {"results": before, "sized_stream_gaps": [{"bytes": 32, "gaps_s": [1.0]}]})
+    for other in ([{"bytes": 32, "gaps_s": [1.0]}],
+                  [{"bytes": 64, "gaps_s": [1.0]}, {"bytes": 128, "gaps_s": [1.0]}]):
+        with pytest.raises(ValueError, match="refilled different sizes"):
+            bracket({"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [1.0]}]},
+                    {"results": before, "sized_stream_gaps": other})
     with pytest.raises(ValueError):  # a probe that lost a size cannot be paired
         bracket({"results": before}, {"results": []})
     with pytest.raises(ValueError, match="different sizes"):
