@@ -45,18 +45,20 @@ DRIVERS = ("ring", "engine")  # the bracketed tables' driver-specific rounds, as
 
 def one_side(table: dict, side: str) -> dict:
     """A point's bracketed round table (``measure.bracket``'s) as if only the probe ``side``
-    ("before" or "after" its rows) had run. Both probes ran one command, so the stream gaps
+    ("before" or "after" its rows) had run: that probe's rows, the other's dropped (the model
+    reads a table that keeps both as a bracket). Both probes ran one command, so the stream gaps
     they timed together (of every size) are the first half (before) and the second half
     (after)."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     if side not in table:
         raise ValueError("the round table keeps no probe halves (not a bracketed table)")
-    out = copy.deepcopy(table)
-    out["results"] = table[side]
+    out = {k: copy.deepcopy(v) for k, v in table.items()
+           if k not in SIDES and not k.endswith(tuple(f"_{s}" for s in SIDES))}
+    out["results"] = copy.deepcopy(table[side])
     for driver in DRIVERS:
         if f"{driver}_{side}" in table:
-            out[f"{driver}_results"] = table[f"{driver}_{side}"]
+            out[f"{driver}_results"] = copy.deepcopy(table[f"{driver}_{side}"])
     if table.get("stream_gap_s"):
         out["stream_gap_s"] = _half(table["stream_gap_s"], side)
     if table.get("sized_stream_gaps"):

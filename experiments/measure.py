@@ -27,9 +27,10 @@ from real.testbed.calibrate import calibrate
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
                                  MAX_HOSTS)
 
+from .model import merge_halves
 from .configs import (PROBE_ORDER_HELP, PROBE_ORDERS, AllReduceConfig, AsyncRunConfig,
                       SyncRunConfig, bed_label, push_window, warmup_updates)
-from .ring_probe import COLUMNS as PROBE_COLUMNS, ENGINE_MAX_BYTES, SIZE_GRID, chain_rounds
+from .ring_probe import ENGINE_MAX_BYTES, SIZE_GRID, chain_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_SIZES = [2_000_000, 16_000_000]
@@ -268,12 +269,14 @@ def bracket(before: dict, after: dict) -> dict:
     """One round table from two ``ring_probe.py`` records of the same sizes, taken before and
     after a measurement: per size the median over the chains of both (one probe split in two
     halves around the measurement, so that a burst of load during one half moves the median
-    less than it moves that half's), for the Python-driven rounds (``results``) and the
+    less than it moves that half's; a round paced by the link that one half ran more than a
+    fifth slower, from the other alone: ``experiments.model.steady_halves``), for the
+    Python-driven rounds (``results``) and the
     C++-driven ones and the ring-driven ones where both records have them (``engine_results``,
     ``ring_results``); both records kept. The gaps of a stream of calls (``stream_gap_s``)
     where both records have them: both probes' together, the first probe's first; so too per
     size the gaps of the streams at the benchmark's sizes (``sized_stream_gaps``)."""
-    merged = {**before, "results": _bracket_rows(before["results"], after["results"]),
+    merged = {**before, "results": merge_halves(before["results"], after["results"]),
               "before": before["results"], "after": after["results"]}
     if before.get("stream_gap_s") and after.get("stream_gap_s"):
         merged["stream_gap_s"] = before["stream_gap_s"] + after["stream_gap_s"]
@@ -290,24 +293,13 @@ def bracket(before: dict, after: dict) -> dict:
         merged.pop("sized_stream_gaps", None)
     for driver in DRIVERS:
         if f"{driver}_results" in before and f"{driver}_results" in after:
-            merged[f"{driver}_results"] = _bracket_rows(before[f"{driver}_results"],
-                                                        after[f"{driver}_results"])
+            merged[f"{driver}_results"] = merge_halves(before[f"{driver}_results"],
+                                                       after[f"{driver}_results"])
             merged[f"{driver}_before"] = before[f"{driver}_results"]
             merged[f"{driver}_after"] = after[f"{driver}_results"]
         else:
             merged.pop(f"{driver}_results", None)
     return merged
-
-
-def _bracket_rows(before: list[dict], after: list[dict]) -> list[dict]:
-    rows = []
-    for b, a in zip(before, after, strict=True):
-        if b["bytes"] != a["bytes"]:
-            raise ValueError(f"probes of different sizes: {b['bytes']} and {a['bytes']} bytes")
-        rows.append({"bytes": b["bytes"],
-                     **{f"{c}_s": statistics.median(b[f"{c}_chains_s"] + a[f"{c}_chains_s"])
-                        for c in PROBE_COLUMNS if f"{c}_chains_s" in b}})
-    return rows
 
 
 def round_sizes_up_to(largest_bytes: int, quick: bool) -> list[int]:

@@ -204,6 +204,7 @@ class NetworkInputs:
         timed no rounds of its own), these inputs unchanged."""
         if probe is None:
             return self
+        probe = settled(probe)
         gap_s = (statistics.median(probe["stream_gap_s"]) if probe.get("stream_gap_s")
                  else self.stream_gap_s)
         sized = tuple(sorted((int(g["bytes"]), statistics.median(g["gaps_s"]))
@@ -558,12 +559,67 @@ def with_chain_ends(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCos
                      ends_s=tuple(tuple(ends[int(n)]) for n in table.sizes_bytes))
 
 
+PACED_PROBE_BYTES = 256 << 10  # a round this large runs at its link's pace on a quiet bed ...
+HALVES_APART = 0.2             # ... so two probes of one bed whose rounds differ by more met
+                               # something that slowed one of them
+
+
+def steady_halves(before: list[dict], after: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Two bracketing probes' rows of one driver (``measure.bracket``'s halves), each size of
+    ``PACED_PROBE_BYTES`` or more whose later rounds' medians (``next_s``) lie more than
+    ``HALVES_APART`` of the faster apart taken from the faster probe alone, in both halves.
+    Such a round is paced by the link, which the minutes between two probes do not slow by a
+    fifth: the slower probe met a burst of work on the shared cores, and the rows between them
+    are priced from the one that did not (a full grid's 4-host bed at 1000 Mbit/s whose second
+    probe ran its 1 MiB rounds in 13.5 ms, the first in 9.0, the 1 MB calls between them in
+    8.6 a round's worth). Smaller rounds, which the ranks' wake-ups set, move from probe to
+    probe by as much without any burst, and keep both halves."""
+    steady_b, steady_a = [], []
+    for b, a in zip(before, after, strict=True):
+        if b["bytes"] != a["bytes"]:
+            raise ValueError(f"probes of different sizes: {b['bytes']} and {a['bytes']} bytes")
+        if b["bytes"] >= PACED_PROBE_BYTES and \
+                abs(b["next_s"] - a["next_s"]) > HALVES_APART * min(b["next_s"], a["next_s"]):
+            b = a = b if b["next_s"] < a["next_s"] else a
+        steady_b.append(b)
+        steady_a.append(a)
+    return steady_b, steady_a
+
+
+def merge_halves(before: list[dict], after: list[dict]) -> list[dict]:
+    """Per size, the median over both probes' chains of each figure they timed per chain
+    (``first``, ``next``, ``reduce``: ``ring_probe.py``'s ``*_chains_s``), of their
+    ``steady_halves``."""
+    rows = []
+    for b, a in zip(*steady_halves(before, after)):
+        rows.append({"bytes": b["bytes"],
+                     **{key[:-len("chains_s")] + "s": statistics.median(b[key] + a[key])
+                        for key in b if key.endswith("_chains_s") and key != "ends_chains_s"}})
+    return rows
+
+
+def settled(probe: dict) -> dict:
+    """A ``ring_probe.py`` record as the model reads it: where it brackets a measurement (both
+    probes' rows kept, ``measure.bracket``), each driver's rows merged again from its
+    ``steady_halves`` (a stored run bracketed before the halves were steadied reads as a new
+    one would), where the halves keep each chain's figures; else as it is."""
+    if "before" not in probe:
+        return probe
+    out = dict(probe)
+    for prefix in ("", *(f"{d}_" for d in ("engine", "ring"))):
+        halves = [probe.get(f"{prefix}{side}") for side in ("before", "after")]
+        if all(halves) and all("next_chains_s" in r for half in halves for r in half):
+            out[f"{prefix}results"] = merge_halves(*halves)
+    return out
+
+
 def probe_halves(probe: dict, driver: str = "") -> list[list[dict]]:
     """The rows of one driver's chains (``""``: the Python-driven ones; ``"engine"``, ``"ring"``)
-    in a ``ring_probe.py`` record: both probes of a bracket (``measure.bracket``), else its own."""
+    in a ``ring_probe.py`` record: both probes of a bracket (``measure.bracket``) as
+    ``steady_halves`` takes them, else its own."""
     prefix = f"{driver}_" if driver else ""
     if f"{prefix}before" in probe:
-        return [probe[f"{prefix}before"], probe[f"{prefix}after"]]
+        return list(steady_halves(probe[f"{prefix}before"], probe[f"{prefix}after"]))
     return [probe.get(f"{prefix}results") or []]
 
 

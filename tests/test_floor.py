@@ -47,6 +47,7 @@ def test_one_side_keeps_that_probes_rounds_and_its_half_of_the_gaps():
         assert half["ring_results"] == table[f"ring_{side}"]
         assert half["engine_results"] == table[f"engine_{side}"]
         assert len(half["stream_gap_s"]) * 2 == len(table["stream_gap_s"])
+        assert not {"before", "after", "ring_before", "engine_after"} & set(half)  # one probe
     gaps = table["stream_gap_s"]
     assert one_side(table, "before")["stream_gap_s"] + one_side(table, "after")["stream_gap_s"] \
         == gaps

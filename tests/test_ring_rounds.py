@@ -218,6 +218,33 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
         bracket({"results": before}, {"results": [chains([1.0], [2.0], size=64)]})
 
 
+def test_a_paced_round_one_probe_ran_a_fifth_slower_is_taken_from_the_other():
+    from experiments.model import PACED_PROBE_BYTES, settled, steady_halves
+    big, small = PACED_PROBE_BYTES, PACED_PROBE_BYTES // 2
+    before = [chains([1.0, 1.1, 1.2], [0.50, 0.52, 0.51], size=small),
+              chains([9.0, 9.1, 9.2], [9.0, 8.9, 8.9], size=big)]
+    after = [chains([2.0, 2.1, 2.2], [0.80, 0.81, 0.82], size=small),  # 60% slower: wake-ups
+             chains([13.5, 13.4, 13.6], [13.5, 13.4, 13.4], size=big)]  # 50% slower: a burst
+    table = bracket({"results": before}, {"results": after})
+    assert table["results"][0]["next_s"] == pytest.approx((0.52 + 0.80) / 2)  # both halves
+    assert table["results"][1] == {"bytes": big, "first_s": pytest.approx(9.1),
+                                   "next_s": pytest.approx(8.9)}  # the faster probe alone
+    assert table["before"] == before and table["after"] == after  # both kept as they ran
+    steady_b, steady_a = steady_halves(before, after)
+    assert steady_b[1] is steady_a[1] is before[1] and steady_a[0] is after[0]
+    # within a fifth of each other, a paced round keeps both halves
+    near = [chains([9.0], [10.6], size=big)]  # 19% over 8.9
+    assert bracket({"results": [before[1]]}, {"results": near})["results"][0]["next_s"] == \
+        pytest.approx((8.9 + 9.0) / 2)  # the median of 9.0, 8.9, 8.9 and 10.6
+    # a run stored before the halves were steadied reads as a new one: its merged rows again
+    stored = {**table, "results": [{"bytes": small, "first_s": 1.6, "next_s": 0.66},
+                                   {"bytes": big, "first_s": 11.3, "next_s": 11.2}]}
+    assert settled(stored)["results"] == table["results"]
+    assert settled({"results": ROWS}) == {"results": ROWS}  # one probe: as it is
+    net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(2, stored)
+    assert net.round_costs[2].next_round_s(big) == pytest.approx(8.9)
+
+
 def test_allreduce_rows_are_predicted_from_the_points_own_rounds_not_the_calibrations():
     net = NetworkInputs.from_calibration(CALIBRATION)  # holds a 4-host table: ROWS
     own = [{**r, "next_s": 2 * r["next_s"]} for r in ROWS]
