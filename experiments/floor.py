@@ -32,10 +32,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_files, write_json_output
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, write_json_output
 from experiments import allreduce
 from experiments.fidelity import WORST_TARGET
-from experiments.grids import ALL, GridError, grid_rows
+from experiments.grids import ALL, GridError, check_folders, read_grids
 from experiments.model import NetworkInputs
 
 MIN_OTHERS = 3  # a row's median over fewer other grids is not a floor
@@ -211,28 +211,18 @@ def parse_args(argv=None):
                         help="stored grids (folders written by experiments/run.py --out)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    try:
-        check_output_files({"--json": args.json},
-                           {f"the grid {folder}'s {name}": folder / name
-                            for folder in args.folders
-                            for name in ("fidelity.json", "allreduce.json", "run.json")})
-    except ValueError as error:
-        parser.error(str(error))
-    if len({folder.resolve() for folder in args.folders}) != len(args.folders):
-        parser.error("a folder is named twice: each grid counts once")
+    check_folders(parser, args.folders, args.json,
+                  ("fidelity.json", "allreduce.json", "run.json"))
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        grids = {str(folder): grid_rows(folder) for folder in args.folders}
+        grids = read_grids(args.folders)
         sides = {str(folder): grid_side_prices(folder) for folder in args.folders}
     except GridError as error:
         print(f"experiments.floor: {error}", file=sys.stderr)
-        return 2
-    if not any(grids.values()):
-        print("experiments.floor: the folders hold no rows", file=sys.stderr)
         return 2
     by_kind, by_grid = summarise(grids, sides)
     print(markdown(by_kind))

@@ -189,6 +189,29 @@ def markdown(kinds: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def check_folders(parser, folders: list[Path], json_path: str | None,
+                  files: tuple[str, ...] = ("fidelity.json", "allreduce.json")) -> None:
+    """``parser.error`` for a ``--json`` output that cannot be written or would overwrite one of
+    the grids' ``files``, and for a folder named twice (each grid counts once)."""
+    try:
+        check_output_files({"--json": json_path},
+                           {f"the grid {folder}'s {name}": folder / name
+                            for folder in folders for name in files})
+    except ValueError as error:
+        parser.error(str(error))
+    if len({folder.resolve() for folder in folders}) != len(folders):
+        parser.error("a folder is named twice: each grid counts once")
+
+
+def read_grids(folders: list[Path]) -> dict[str, list[dict]]:
+    """``grid_rows`` of each folder, by its name; GridError where one is not a grid or none
+    holds a row."""
+    grids = {str(folder): grid_rows(folder) for folder in folders}
+    if not any(grids.values()):
+        raise GridError("the folders hold no rows")
+    return grids
+
+
 def parse_args(argv=None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path,
@@ -198,27 +221,16 @@ def parse_args(argv=None):
                              "(repeatable; named as the lists name a row)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    try:
-        check_output_files({"--json": args.json},
-                           {f"the grid {folder}'s {name}": folder / name
-                            for folder in args.folders
-                            for name in ("fidelity.json", "allreduce.json")})
-    except ValueError as error:
-        parser.error(str(error))
-    if len({folder.resolve() for folder in args.folders}) != len(args.folders):
-        parser.error("a folder is named twice: each grid counts once")
+    check_folders(parser, args.folders, args.json)
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        grids = {str(folder): grid_rows(folder) for folder in args.folders}
+        grids = read_grids(args.folders)
     except GridError as error:
         print(f"experiments.grids: {error}", file=sys.stderr)
-        return 2
-    if not any(grids.values()):
-        print("experiments.grids: the folders hold no rows", file=sys.stderr)
         return 2
     histories = {name: row_history(grids, name) for name in args.row}
     unheld = [name for name, history in histories.items() if not history]
