@@ -1,7 +1,8 @@
 """How far the measurements move by themselves: the floor under any prediction of stored grids.
 
-    python -m experiments.floor experiments/results/full-*/
-    python -m experiments.floor experiments/results/full-*/ --json floor.json
+    python -m experiments.floor experiments/results/full experiments/results/full-2b6e8f2 \
+        experiments/results/full-310bdec experiments/results/full-a9c7f80
+    python -m experiments.floor experiments/results/quick-* --json floor.json
 
 A row misses the worst-row target (8%) when its prediction and its measurement lie more than
 8% apart. This tool asks how often the measurements would miss it against themselves, over the
@@ -9,8 +10,8 @@ same stored grids (folders written by ``experiments/run.py --out``), in two ways
 
 - **The other grids' median.** Each row's measurement is set against the median of the same
   row's measurements in the other grids (rows held by fewer than ``MIN_OTHERS`` other grids are
-  left out): the best any prediction that reads only the row's configuration could do, if the
-  machine ran the same from one grid to the next. It counts each kind's rows over 8%.
+  left out): what a prediction that reads only the row's configuration, and knows the row's
+  usual time, would do. It counts each kind's rows over 8%.
 - **One side of the bracket.** An all-reduce point is predicted from ring probes launched on
   its own test bed just before and just after its rows (``experiments.measure.bracket``: the
   median over both). Priced by today's model from the probe before alone and from the probe
@@ -20,8 +21,9 @@ same stored grids (folders written by ``experiments/run.py --out``), in two ways
 Beside them, each kind's rows over 8% as the grids' ``fidelity.json`` holds them (the model
 with both halves). A kind whose measurements miss against themselves as often as the model
 misses them is at the machine's floor: no model of the row's configuration can hold it to 8%
-in every grid. Reads only; each grid's ``run.json`` gives the calibration its halves are
-priced from.
+in every grid. Prints a Markdown table by kind of row, one by grid, and in how many grids every
+row held the target each way. Reads only; each grid's ``run.json`` gives the calibration its
+halves are priced from.
 """
 
 from __future__ import annotations
