@@ -85,8 +85,8 @@ GROUPS = {
 MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain chains",
           "rounds, chains' ends", "rounds, first and mean later rounds",
           "rounds, no full-bucket walk", "rounds, the calibration's gap",
-          "rounds, one gap at every size", "rounds, calls counted at their length", "rounds, calls alone",
-          "rounds, no additions", "shaper", "shaper, no start-up")
+          "rounds, one gap at every size", "rounds, calls counted at their length",
+          "rounds, calls alone", "rounds, no additions", "shaper", "shaper, no start-up")
 
 
 def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> NetworkInputs:
