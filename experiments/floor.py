@@ -38,11 +38,10 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, write_json_output
 from experiments import allreduce
 from experiments.fidelity import WORST_TARGET
 from experiments.grids import ALL, GridError, check_folders, read_grids
-from experiments.model import NetworkInputs
+from experiments.model import DRIVERS, NetworkInputs
 
 MIN_OTHERS = 3  # a row's median over fewer other grids is not a floor
 SIDES = ("before", "after")
-DRIVERS = ("ring", "engine")  # the bracketed tables' driver-specific rounds, as measure.bracket
 
 
 def one_side(table: dict, side: str) -> dict:
@@ -235,6 +234,7 @@ def main(argv=None) -> int:
     return write_json_output("experiments.floor", "--json", args.json,
                              {"grids": list(grids), "min_others": MIN_OTHERS, "kinds": by_kind,
                               "by_grid": by_grid})
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,7 +27,7 @@ from real.testbed.calibrate import calibrate
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
                                  MAX_HOSTS)
 
-from .model import merge_halves
+from .model import DRIVERS, merge_halves
 from .configs import (PROBE_ORDER_HELP, PROBE_ORDERS, AllReduceConfig, AsyncRunConfig,
                       SyncRunConfig, bed_label, push_window, warmup_updates)
 from .ring_probe import ENGINE_MAX_BYTES, SIZE_GRID, chain_rounds
@@ -261,8 +261,6 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 
-# the probe's other drivers of the same rounds: from C++ (--engine-rounds), as the ring (--ring-rounds)
-DRIVERS = ("engine", "ring")
 
 
 def bracket(before: dict, after: dict) -> dict:

@@ -298,17 +298,13 @@ class NetworkInputs:
         the bed timed that gap by size (``sized_gaps``), interpolated in bytes between the
         1-element stream's gap (``call_gap_s``, at 4 bytes) and the sizes timed, the last
         stretch's slope beyond them; else ``call_gap_s`` at every size."""
-        if not self.sized_gaps:
-            return self.call_gap_s
         points = [(4, self.call_gap_s)] + [p for p in self.sized_gaps if p[0] > 4]
-        below = max((p for p in points if p[0] <= n_bytes), default=points[0])
-        above = min((p for p in points if p[0] > n_bytes), default=None)
-        if above is None:  # beyond the largest size timed: the last stretch's slope
-            if len(points) < 2:
-                return below[1]
-            below, above = points[-2], points[-1]
-        slope = (above[1] - below[1]) / (above[0] - below[0])
-        return max(0.0, below[1] + slope * (n_bytes - below[0]))
+        if len(points) < 2:
+            return self.call_gap_s
+        # the stretch that holds n_bytes; the first or the last beyond the sizes timed
+        i = min(max(bisect.bisect_right([n for n, _ in points], n_bytes), 1), len(points) - 1)
+        (n0, g0), (n1, g1) = points[i - 1], points[i]
+        return max(0.0, g0 + (g1 - g0) * (n_bytes - n0) / (n1 - n0))
 
     @property
     def gap_refill_bytes(self) -> float:
@@ -559,6 +555,8 @@ def with_chain_ends(table: RoundCosts, ends: dict[int, list[float]]) -> RoundCos
                      ends_s=tuple(tuple(ends[int(n)]) for n in table.sizes_bytes))
 
 
+DRIVERS = ("engine", "ring")  # the probe's other drivers of the same rounds (``engine_results``,
+                              # ``ring_results``), beside the Python-driven ones (``results``)
 PACED_PROBE_BYTES = 256 << 10  # a round this large runs at its link's pace on a quiet bed ...
 HALVES_APART = 0.2             # ... so two probes of one bed whose rounds differ by more met
                                # something that slowed one of them
@@ -606,7 +604,7 @@ def settled(probe: dict) -> dict:
     if "before" not in probe:
         return probe
     out = dict(probe)
-    for prefix in ("", *(f"{d}_" for d in ("engine", "ring"))):
+    for prefix in ("", *(f"{d}_" for d in DRIVERS)):
         halves = [probe.get(f"{prefix}{side}") for side in ("before", "after")]
         if all(halves) and all("next_chains_s" in r for half in halves for r in half):
             out[f"{prefix}results"] = merge_halves(*halves)

@@ -19,7 +19,7 @@ NOTES: dict[str, list[str]] = {
         "hand-written ring drives them, then a stream of 1-element calls for the gap between two "
         "calls, and such a stream at each of the point's sizes whose loop refills a buffer that "
         "large, as the benchmark's does before each call (the gap grows with it: on 2 hosts at "
-        "1000 Mbit/s 0.15 ms at 64 kB, 0.31 ms at 1 MB). A call is priced from that table: its first round, its later rounds and, for the "
+        "1000 Mbit/s 0.19 ms at 64 kB, 0.33 ms at 1 MB in `full-9ff1232`). A call is priced from that table: its first round, its later rounds and, for the "
         "hand-written rings, the additions between them. The benchmark makes its calls back to "
         "back, the three algorithms taking turns, so the model runs the shaper's token bucket "
         "through that order of calls (`experiments.model.predict_allreduce_stream_s`): a call "

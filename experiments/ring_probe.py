@@ -30,8 +30,9 @@ stream (``real.allreduce.stream_gaps``), as ``stream_gap_s``: in one full grid 0
 hosts, 0.28-0.29 ms on 4 and 0.54-0.60 ms on 8, at every rate (the barrier before each call
 takes ⌈log2 H⌉ rounds). With ``--gap-sizes SIZES`` as well, it times such a stream at each of
 those sizes, the buffer refilled before each call that large as the benchmark's is, the call
-still of one element (``sized_stream_gaps``): the loop's own work grows with its buffer (on 2
-hosts 0.15 ms at 4 bytes, 0.31 ms at 1 MB, 1.4 ms at 16 MB), and the links idle meanwhile.
+still of one element (``sized_stream_gaps``): the loop's own work grows with its buffer (on the
+2-host bed at 1000 Mbit/s of one full grid 0.19 ms at 4 bytes, 0.33 ms at 1 MB, 1.6 ms at 16 MB),
+and the links idle meanwhile.
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on

@@ -361,8 +361,9 @@ def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4) -> list[
     Mbit/s the slowest rank's call ends 0.05-0.15 ms after rank 0's, so the gap after rank 0's
     own call is that much longer than the one the links get. With ``copy_bytes``, the buffer
     refilled before each call is that large, as the benchmark's at that size, and the call
-    reduces its first element only: the loop's own work at that size, without its call (on 2
-    emulated hosts 0.15 ms with 4 bytes, 0.31 ms with 1 MB, 1.4 ms with 16 MB)."""
+    reduces its first element only: the loop's own work at that size, without its call (on the
+    2-host bed at 1000 Mbit/s of one full grid 0.19 ms with 4 bytes, 0.33 ms with 1 MB, 1.6 ms
+    with 16 MB: ``sized_stream_gaps`` in experiments/results/full-9ff1232/allreduce.json)."""
     if copy_bytes < 4 or copy_bytes % 4:
         raise ValueError(f"copy_bytes must be a positive multiple of 4, got {copy_bytes}")
     spans: list = []

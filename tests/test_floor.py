@@ -88,7 +88,8 @@ def test_a_bed_probed_alike_on_both_sides_prices_each_half_as_the_bracket():
 
 
 def test_the_stored_grid_halves_bracket_what_both_price():
-    """Every stored row priced from each half, and the bracket's price between or near them."""
+    """Every stored row priced from each half alone, and the two halves' prices differ in most
+    rows (the bracket's price need not lie between them: the bucket's walk is not monotone)."""
     result, nets = stored_grid()
     halves = side_prices(result, nets)
     both = {r["config"]: r["predicted_s"] for r in allreduce.repredict(result, nets)}
