@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from experiments.configs import (EXPERIMENTS, PROBE_ORDER_HELP, PROBE_ORDERS,  # noqa: E402
                                  select)
+from experiments import core_speed  # noqa: E402
 from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
@@ -213,7 +214,8 @@ def header_lines(meta: dict) -> list[str]:
             f"sync: over steps after warm-up); the {meta['cpus']} CPU cores are shared by the hosts "
             "and by other jobs (the load averages are the machine's, those jobs included), so "
             "repeated runs "
-            "differ per row by the Repeatability figure under each table." + busy_note(meta), "",
+            "differ per row by the Repeatability figure under each table." + busy_note(meta)
+            + core_speed_note(meta), "",
             calibration_line(meta, cal, rounds)]
 
 
@@ -224,6 +226,21 @@ def busy_note(meta: dict) -> str:
             if cores is not None and cores >= BUSY_CORES_WARNING]
     return (f" Other processes kept the machine busy: {', '.join(busy)}; the measurements beside "
             "them ran slow." if busy else "")
+
+
+def core_speed_note(meta: dict) -> str:
+    """The header's sentence on how steadily the cores ran before the stages
+    (``note_core_speed``); empty for a run that did not time them."""
+    records = [r for stage in meta.get("core_speed", {}).values() for r in stage]
+    if not records:
+        return ""
+    p10 = [r["p10"] for r in records]
+    slow = [r["slow_share"] for r in records]
+    return (f" Before each stage each core ran a fixed piece of work for "
+            f"{CORE_SPEED_SECONDS:g} s in {CORE_SPEED_WINDOW_S * 1e3:g} ms windows "
+            f"(`python -m experiments.core_speed`): its slowest tenth of windows ran at "
+            f"{min(p10):.2f}–{max(p10):.2f} of its fastest, and {min(slow):.0%}–{max(slow):.0%} "
+            f"of them under {core_speed.SLOW:g} (an idle, steady core: about 1.0 and 0%).")
 
 
 def calibration_line(meta: dict, cal: str, rounds: str) -> str:
@@ -575,6 +592,30 @@ def note_busy_cores(meta: dict, stage: str) -> None:
               f"slow", file=sys.stderr, flush=True)
 
 
+CORE_SPEED_SECONDS = 1.5     # per core, before each stage (``note_core_speed``) ...
+CORE_SPEED_WINDOW_S = 0.05   # ... in windows this long
+CORE_SPEED_MAX_CORES = 4     # a machine with more is sampled on its first cores only
+
+
+def note_core_speed(meta: dict, stage: str) -> None:
+    """Record in ``meta`` how steadily the machine's cores run before ``stage``, with no test
+    bed up (``experiments.core_speed``): per core its slowest tenth of windows and its median
+    against its fastest, and the share of slow windows. A virtual machine's cores can slow down
+    from work outside it that no busy count shows; the small calls on 4 and 8 hosts, set by
+    CPU work and wake-ups, move with them."""
+    cores = sorted(os.sched_getaffinity(0))[:CORE_SPEED_MAX_CORES]
+    records = core_speed.sample_cores(cores, CORE_SPEED_SECONDS, CORE_SPEED_WINDOW_S)
+    meta.setdefault("core_speed", {})[stage] = [
+        {"core": r["core"], **{k: round(r[k], 3) for k in ("p10", "median", "slow_share")}}
+        for r in records]
+
+
+def note_machine(meta: dict, stage: str) -> None:
+    """``note_busy_cores`` and ``note_core_speed`` before ``stage``."""
+    note_busy_cores(meta, stage)
+    note_core_speed(meta, stage)
+
+
 def write_run_json(meta: dict) -> None:
     write_text_atomically(RESULTS / "run.json", json.dumps(meta, indent=1) + "\n")
 
@@ -612,7 +653,7 @@ def measure_all(args, meta: dict) -> list[dict]:
             "probe_order": args.probe_order,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": [], "inputs": {}, "wall_s": 0.0, "finished": []})
-    note_busy_cores(meta, "the calibration")
+    note_machine(meta, "the calibration")
     # written before the calibration too, so that a stop during it is this run's to record
     write_run_json(meta)
     calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
@@ -625,7 +666,7 @@ def measure_all(args, meta: dict) -> list[dict]:
     results = []
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
-        note_busy_cores(meta, experiment.name)
+        note_machine(meta, experiment.name)
         result = run_experiment(experiment, net_by_rate, args.quick)
         result["command"] = meta["command"]
         result["inputs"] = {str(rate): net_by_rate[rate].as_dict() for rate in experiment.bandwidths_bps}
