@@ -85,7 +85,9 @@ def quantile(sorted_values: list[float], q: float) -> float:
 def summarise(speeds: list[float], window_s: float) -> dict:
     """Windows' speeds as fractions of the fastest (``FASTEST_QUANTILE``): the 10th percentile
     (``p10``), the ``median``, the share under ``SLOW`` (``slow_share``) and the longest run of
-    slow windows in a row, in seconds (``longest_slow_s``)."""
+    slow windows in a row, in seconds (``longest_slow_s``); and in units of work a second, the
+    fastest and the median (``fastest_units_per_s``, ``median_units_per_s``), which set one
+    sample beside another: a core slow throughout a sample is steady against its own fastest."""
     if not speeds:
         raise ValueError("no windows to summarise")
     fastest = quantile(sorted(speeds), FASTEST_QUANTILE)
@@ -98,7 +100,8 @@ def summarise(speeds: list[float], window_s: float) -> dict:
     return {"windows": len(speeds), "p10": quantile(ordered, 0.10),
             "median": statistics.median(ordered),
             "slow_share": sum(r < SLOW for r in relative) / len(relative),
-            "longest_slow_s": longest * window_s}
+            "longest_slow_s": longest * window_s, "fastest_units_per_s": fastest,
+            "median_units_per_s": statistics.median(speeds)}
 
 
 def sample_cores(cores: list[int], seconds: float, window_s: float) -> list[dict]:
@@ -117,7 +120,8 @@ def summary_line(record: dict) -> str:
     return (f"core {record['core']}: {record['windows']} windows, speed as a fraction of its "
             f"fastest: 10th percentile {record['p10']:.2f}, median {record['median']:.2f}; "
             f"{record['slow_share']:.0%} of windows under {SLOW:.2f}, the longest run of them "
-            f"{format_time(record['longest_slow_s'])}")
+            f"{format_time(record['longest_slow_s'])}; {record['median_units_per_s']:,.0f} units "
+            f"of work a second at the median")
 
 
 def write_trace(path: str, records: list[dict], window_s: float) -> None:

@@ -236,11 +236,14 @@ def core_speed_note(meta: dict) -> str:
         return ""
     p10 = [r["p10"] for r in records]
     slow = [r["slow_share"] for r in records]
+    speeds = [r["median_units_per_s"] for r in records if "median_units_per_s" in r]
     return (f" Before each stage each core ran a fixed piece of work for "
             f"{CORE_SPEED_SECONDS:g} s in {CORE_SPEED_WINDOW_S * 1e3:g} ms windows "
             f"(`python -m experiments.core_speed`): its slowest tenth of windows ran at "
             f"{min(p10):.2f}–{max(p10):.2f} of its fastest, and {min(slow):.0%}–{max(slow):.0%} "
-            f"of them under {core_speed.SLOW:g} (an idle, steady core: about 1.0 and 0%).")
+            f"of them under {core_speed.SLOW:g} (an idle, steady core: about 1.0 and 0%)"
+            + (f"; its median speed {min(speeds):,.0f}–{max(speeds):,.0f} units of work a second"
+               if speeds else "") + ".")
 
 
 def calibration_line(meta: dict, cal: str, rounds: str) -> str:
@@ -600,13 +603,15 @@ CORE_SPEED_MAX_CORES = 4     # a machine with more is sampled on its first cores
 def note_core_speed(meta: dict, stage: str) -> None:
     """Record in ``meta`` how steadily the machine's cores run before ``stage``, with no test
     bed up (``experiments.core_speed``): per core its slowest tenth of windows and its median
-    against its fastest, and the share of slow windows. A virtual machine's cores can slow down
+    against its fastest, the share of slow windows, and its median speed in units of work a
+    second (which sets one stage's sample beside another's). A virtual machine's cores can slow down
     from work outside it that no busy count shows; the small calls on 4 and 8 hosts, set by
     CPU work and wake-ups, move with them."""
     cores = sorted(os.sched_getaffinity(0))[:CORE_SPEED_MAX_CORES]
     records = core_speed.sample_cores(cores, CORE_SPEED_SECONDS, CORE_SPEED_WINDOW_S)
     meta.setdefault("core_speed", {})[stage] = [
-        {"core": r["core"], **{k: round(r[k], 3) for k in ("p10", "median", "slow_share")}}
+        {"core": r["core"], **{k: round(r[k], 3) for k in ("p10", "median", "slow_share")},
+         "median_units_per_s": round(r["median_units_per_s"])}
         for r in records]
 
 

@@ -42,6 +42,7 @@ def test_a_slower_stretch_shows_as_slow_windows_and_their_longest_run():
     assert figures["longest_slow_s"] == pytest.approx(0.15)     # the three in a row
     assert figures["p10"] == pytest.approx(0.5)                 # the 3rd slowest of 20
     assert figures["median"] == pytest.approx(1.0)
+    assert figures["fastest_units_per_s"] == figures["median_units_per_s"] == 100.0
     steady = summarise([100.0] * 10, 0.05)
     assert steady["p10"] == steady["median"] == 1.0 and steady["slow_share"] == 0.0
     assert steady["longest_slow_s"] == 0.0
@@ -100,7 +101,8 @@ def test_the_runner_records_each_stages_core_speed_and_its_report_says_so(monkey
     def fake_sample(cores, seconds, window_s):
         calls.append((cores, seconds, window_s))
         return [{"core": c, "p10": 0.71234, "median": 0.95, "slow_share": 0.25, "windows": 30,
-                 "longest_slow_s": 0.2, "windows_s": []} for c in cores]
+                 "longest_slow_s": 0.2, "fastest_units_per_s": 9000.4,
+                 "median_units_per_s": 8000.6, "windows_s": []} for c in cores]
 
     monkeypatch.setattr(core_speed, "sample_cores", fake_sample)
     meta = {}
@@ -108,8 +110,15 @@ def test_the_runner_records_each_stages_core_speed_and_its_report_says_so(monkey
     cores = sorted(os.sched_getaffinity(0))[:run.CORE_SPEED_MAX_CORES]
     assert calls == [(cores, run.CORE_SPEED_SECONDS, run.CORE_SPEED_WINDOW_S)]
     assert meta == {"core_speed": {"sync": [{"core": c, "p10": 0.712, "median": 0.95,
-                                             "slow_share": 0.25} for c in cores]}}
-    meta["core_speed"]["async"] = [{"core": 0, "p10": 0.9, "median": 1.0, "slow_share": 0.05}]
+                                             "slow_share": 0.25, "median_units_per_s": 8001}
+                                            for c in cores]}}
+    meta["core_speed"]["async"] = [{"core": 0, "p10": 0.9, "median": 1.0, "slow_share": 0.05,
+                                    "median_units_per_s": 9500}]
     note = run.core_speed_note(meta)
     assert "0.71–0.90 of its fastest" in note and "5%–25%" in note
+    assert note.endswith("its median speed 8,001–9,500 units of work a second.")
+    for stage in meta["core_speed"].values():  # a run stored before the speeds were kept
+        for record in stage:
+            del record["median_units_per_s"]
+    assert run.core_speed_note(meta).endswith("(an idle, steady core: about 1.0 and 0%).")
     assert run.core_speed_note({}) == run.core_speed_note({"core_speed": {}}) == ""
