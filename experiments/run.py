@@ -237,11 +237,15 @@ def core_speed_note(meta: dict) -> str:
     p10 = [r["p10"] for r in records]
     slow = [r["slow_share"] for r in records]
     speeds = [r["median_units_per_s"] for r in records if "median_units_per_s" in r]
+    # how long each core was timed; runs stored before it was kept used today's constants
+    sampling = meta.get("core_speed_sampling", {"seconds": CORE_SPEED_SECONDS,
+                                                "window_s": CORE_SPEED_WINDOW_S})
     return (f" Before each stage each core ran a fixed piece of work for "
-            f"{CORE_SPEED_SECONDS:g} s in {CORE_SPEED_WINDOW_S * 1e3:g} ms windows "
+            f"{sampling['seconds']:g} s in {sampling['window_s'] * 1e3:g} ms windows "
             f"(`python -m experiments.core_speed`): its slowest tenth of windows ran at "
-            f"{min(p10):.2f}–{max(p10):.2f} of its fastest, and {min(slow):.0%}–{max(slow):.0%} "
-            f"of them under {core_speed.SLOW:g} (an idle, steady core: about 1.0 and 0%)"
+            f"{min(p10):.2f}–{max(p10):.2f} of its fastest, and "
+            f"{min(slow):.0%}–{max(slow):.0%} of them under {core_speed.SLOW:g} "
+            f"(an idle, steady core: about 1.0 and 0%)"
             + (f"; its median speed {min(speeds):,.0f}–{max(speeds):,.0f} units of work a second"
                if speeds else "") + ".")
 
@@ -609,6 +613,7 @@ def note_core_speed(meta: dict, stage: str) -> None:
     CPU work and wake-ups, move with them."""
     cores = sorted(os.sched_getaffinity(0))[:CORE_SPEED_MAX_CORES]
     records = core_speed.sample_cores(cores, CORE_SPEED_SECONDS, CORE_SPEED_WINDOW_S)
+    meta["core_speed_sampling"] = {"seconds": CORE_SPEED_SECONDS, "window_s": CORE_SPEED_WINDOW_S}
     meta.setdefault("core_speed", {})[stage] = [
         {"core": r["core"], **{k: round(r[k], 3) for k in ("p10", "median", "slow_share")},
          "median_units_per_s": round(r["median_units_per_s"])}

@@ -1,4 +1,4 @@
-"""experiments/core_speed.py: how steadily the machine's cores run, and the runner's record of it."""
+"""experiments/core_speed.py: how steadily the machine's cores run; the runner's record of it."""
 
 import json
 import os
@@ -111,12 +111,19 @@ def test_the_runner_records_each_stages_core_speed_and_its_report_says_so(monkey
     assert calls == [(cores, run.CORE_SPEED_SECONDS, run.CORE_SPEED_WINDOW_S)]
     assert meta == {"core_speed": {"sync": [{"core": c, "p10": 0.712, "median": 0.95,
                                              "slow_share": 0.25, "median_units_per_s": 8001}
-                                            for c in cores]}}
+                                            for c in cores]},
+                    "core_speed_sampling": {"seconds": run.CORE_SPEED_SECONDS,
+                                            "window_s": run.CORE_SPEED_WINDOW_S}}
     meta["core_speed"]["async"] = [{"core": 0, "p10": 0.9, "median": 1.0, "slow_share": 0.05,
                                     "median_units_per_s": 9500}]
     note = run.core_speed_note(meta)
     assert "0.71–0.90 of its fastest" in note and "5%–25%" in note
     assert note.endswith("its median speed 8,001–9,500 units of work a second.")
+    meta["core_speed_sampling"] = {"seconds": 2.0, "window_s": 0.1}  # as the run kept it
+    assert "for 2 s in 100 ms windows" in run.core_speed_note(meta)
+    del meta["core_speed_sampling"]  # a run stored before it was kept: today's constants
+    assert (f"for {run.CORE_SPEED_SECONDS:g} s in {run.CORE_SPEED_WINDOW_S * 1e3:g} ms windows"
+            in run.core_speed_note(meta))
     for stage in meta["core_speed"].values():  # a run stored before the speeds were kept
         for record in stage:
             del record["median_units_per_s"]
