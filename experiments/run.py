@@ -608,12 +608,13 @@ def note_core_speed(meta: dict, stage: str) -> None:
     """Record in ``meta`` how steadily the machine's cores run before ``stage``, with no test
     bed up (``experiments.core_speed``): per core its slowest tenth of windows and its median
     against its fastest, the share of slow windows, and its median speed in units of work a
-    second (which sets one stage's sample beside another's). A virtual machine's cores can slow down
-    from work outside it that no busy count shows; the small calls on 4 and 8 hosts, set by
-    CPU work and wake-ups, move with them."""
+    second (which sets one stage's sample beside another's); and how long each core was timed.
+    A virtual machine's cores can slow down from work outside it that no busy count shows; the
+    small calls on 4 and 8 hosts, set by CPU work and wake-ups, move with them."""
     cores = sorted(os.sched_getaffinity(0))[:CORE_SPEED_MAX_CORES]
     records = core_speed.sample_cores(cores, CORE_SPEED_SECONDS, CORE_SPEED_WINDOW_S)
-    meta["core_speed_sampling"] = {"seconds": CORE_SPEED_SECONDS, "window_s": CORE_SPEED_WINDOW_S}
+    meta["core_speed_sampling"] = {"seconds": CORE_SPEED_SECONDS,
+                                   "window_s": CORE_SPEED_WINDOW_S}
     meta.setdefault("core_speed", {})[stage] = [
         {"core": r["core"], **{k: round(r[k], 3) for k in ("p10", "median", "slow_share")},
          "median_units_per_s": round(r["median_units_per_s"])}
