@@ -38,9 +38,10 @@ except ImportError as error:  # pragma: no cover - depends on the environment
                     "(or ./install.sh mpi)") from error
 
 WATCHDOG_POLL_S = 0.1  # how often the watchdog looks at the clock
-# After writing its message the watchdog waits this long before MPI_Abort: the abort makes
-# mpiexec kill every rank and its own output forwarders, and a line still in a forwarder's
-# pipe is then lost (seen once under Hydra: the job ended with an empty stderr).
+# After writing its message a rank waits this long before MPI_Abort (``abort_job``): the abort
+# makes mpiexec kill every rank and its own output forwarders, and a line still in a
+# forwarder's pipe is then lost (seen under Hydra: a job that ended with an empty stderr, and
+# one whose traceback ended after its first line).
 ABORT_GRACE_S = 0.5
 
 _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int8: MPI.INT8_T,
@@ -50,6 +51,15 @@ _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int8: M
 _MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
+def abort_job(message: str) -> None:
+    """Write ``message`` (one line) to stderr, give mpiexec's forwarders ``ABORT_GRACE_S`` to
+    pass it and whatever this rank wrote before it on, then ``MPI_Abort`` the whole job."""
+    sys.stderr.write(f"{message}; aborting the MPI job\n")
+    sys.stderr.flush()
+    time.sleep(ABORT_GRACE_S)
+    MPI.COMM_WORLD.Abort(1)
+
+
 def _abort_after(excepthook):
     """``excepthook``, then ``MPI_Abort`` for an error nothing handled. Python prints such an
     error's traceback and exits, but an exiting rank does not end the job while its
@@ -57,10 +67,7 @@ def _abort_after(excepthook):
     def hook(kind, error, trace):
         excepthook(kind, error, trace)
         if issubclass(kind, Exception) and MPI.Is_initialized() and not MPI.Is_finalized():
-            sys.stderr.write(f"rank {MPI.COMM_WORLD.Get_rank()}: {kind.__name__}; aborting the "
-                             f"MPI job\n")
-            sys.stderr.flush()
-            MPI.COMM_WORLD.Abort(1)
+            abort_job(f"rank {MPI.COMM_WORLD.Get_rank()}: {kind.__name__}")
     return hook
 
 
@@ -92,10 +99,7 @@ class Watchdog:
             with self.lock:
                 expired = [msg for deadline, msg in self.active.values() if deadline < now]
             if expired:
-                sys.stderr.write(f"{expired[0]}; aborting the MPI job\n")
-                sys.stderr.flush()
-                time.sleep(ABORT_GRACE_S)
-                MPI.COMM_WORLD.Abort(1)
+                abort_job(expired[0])
 
 
 _watchdog: Watchdog | None = None
@@ -406,9 +410,7 @@ class MpiCommunicator(Communicator):
         self.closed = True
         if self.broken:
             # Peers may still wait on this rank; ending the job beats leaving them to time out.
-            sys.stderr.write(f"rank {self.world_rank}: communication failed; aborting the MPI job\n")
-            sys.stderr.flush()
-            MPI.COMM_WORLD.Abort(1)
+            abort_job(f"rank {self.world_rank}: communication failed")
         for group in self.groups:
             group.close()
         self.settle()
