@@ -12,10 +12,10 @@ cores give at that moment. On a virtual machine a core's speed can move with wor
 counting any steal time, so the busy-machine check (``experiments/run.py``'s ``busy_cores``)
 cannot see it. This pins itself to each core of ``--cores`` in turn, repeats the work for
 ``--seconds`` in windows of ``--window``, and reports each window's speed as a fraction of the
-core's fastest (``FASTEST_QUANTILE`` of its windows): the 10th percentile, the median, the share
-of windows under ``SLOW`` and the longest run of them. On an idle, steady core every window is
-near 1.0. ``--json FILE`` writes every window; ``--trace FILE`` a Chrome trace, one track a
-core, one span a window, its speed in the span's arguments.
+core's fastest (``FASTEST_QUANTILE`` of its windows): the 10th percentile, the median, the
+slowest window, and the share of windows under ``SLOW`` with the longest run of them. On an
+idle, steady core every window is near 1.0. ``--json FILE`` writes every window; ``--trace
+FILE`` a Chrome trace, one track a core, one span a window, its speed in the span's arguments.
 """
 
 from __future__ import annotations
@@ -84,8 +84,9 @@ def quantile(sorted_values: list[float], q: float) -> float:
 
 def summarise(speeds: list[float], window_s: float) -> dict:
     """Windows' speeds as fractions of the fastest (``FASTEST_QUANTILE``): the 10th percentile
-    (``p10``), the ``median``, the share under ``SLOW`` (``slow_share``) and the longest run of
-    slow windows in a row, in seconds (``longest_slow_s``); and in units of work a second, the
+    (``p10``), the ``median``, the ``slowest`` window, the share under ``SLOW``
+    (``slow_share``) and the longest run of slow windows in a row, in seconds
+    (``longest_slow_s``); and in units of work a second, the
     fastest and the median (``fastest_units_per_s``, ``median_units_per_s``), which set one
     sample beside another: a core slow throughout a sample is steady against its own fastest."""
     if not speeds:
@@ -98,7 +99,7 @@ def summarise(speeds: list[float], window_s: float) -> dict:
         longest = max(longest, run)
     ordered = sorted(relative)
     return {"windows": len(speeds), "p10": quantile(ordered, 0.10),
-            "median": statistics.median(ordered),
+            "median": statistics.median(ordered), "slowest": ordered[0],
             "slow_share": sum(r < SLOW for r in relative) / len(relative),
             "longest_slow_s": longest * window_s, "fastest_units_per_s": fastest,
             "median_units_per_s": statistics.median(speeds)}
@@ -118,7 +119,8 @@ def sample_cores(cores: list[int], seconds: float, window_s: float) -> list[dict
 
 def summary_line(record: dict) -> str:
     return (f"core {record['core']}: {record['windows']} windows, speed as a fraction of its "
-            f"fastest: 10th percentile {record['p10']:.2f}, median {record['median']:.2f}; "
+            f"fastest: 10th percentile {record['p10']:.2f}, median {record['median']:.2f}, "
+            f"slowest {record['slowest']:.2f}; "
             f"{record['slow_share']:.0%} of windows under {SLOW:.2f}, the longest run of them "
             f"{format_time(record['longest_slow_s'])}; {record['median_units_per_s']:,.0f} units "
             f"of work a second at the median")

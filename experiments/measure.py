@@ -261,8 +261,6 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
     return rank_command("experiments/ring_probe.py", args, json_name)
 
 
-
-
 def bracket(before: dict, after: dict) -> dict:
     """One round table from two ``ring_probe.py`` records of the same sizes, taken before and
     after a measurement: per size the median over the chains of both (one probe split in two

@@ -42,6 +42,7 @@ def test_a_slower_stretch_shows_as_slow_windows_and_their_longest_run():
     assert figures["longest_slow_s"] == pytest.approx(0.15)     # the three in a row
     assert figures["p10"] == pytest.approx(0.5)                 # the 3rd slowest of 20
     assert figures["median"] == pytest.approx(1.0)
+    assert figures["slowest"] == pytest.approx(0.5)
     assert figures["fastest_units_per_s"] == figures["median_units_per_s"] == 100.0
     steady = summarise([100.0] * 10, 0.05)
     assert steady["p10"] == steady["median"] == 1.0 and steady["slow_share"] == 0.0
@@ -77,7 +78,7 @@ def test_the_cli_times_each_core_and_writes_every_window(tmp_path, capsys):
     (only,) = record["cores"]
     assert only["core"] == core and only["windows"] == len(only["windows_s"]) >= 10
     assert all(speed > 0 for _, speed in only["windows_s"])
-    assert 0 < only["p10"] <= only["median"] and 0 <= only["slow_share"] <= 1
+    assert 0 < only["slowest"] <= only["p10"] <= only["median"] and 0 <= only["slow_share"] <= 1
     spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
     assert len(spans) == only["windows"] and all(e["args"]["units_per_s"] > 0 for e in spans)
 
