@@ -235,6 +235,11 @@ def _add_async_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ps-memory-bandwidth", type=_typed(_bounded_bandwidth, "bandwidth"),
                    default=8 * DEFAULT_SERVER_MEMORY_BPS,
                    help="async: server memory bandwidth for applying updates (default 20GB/s)")
+    p.add_argument("--ps-notice-queue",
+                   type=_typed(_at_most(parse_time, MAX_SECONDS, "s"), "time"), default=0.0,
+                   help="async: how long a small message from the server waits behind a long "
+                        "one it is sending (its link's queue under TCP); the notice that lets a "
+                        "push in waits that long, as with Gloo (default 0)")
     p.add_argument("--replay", action="store_true",
                    help="replay the schedules on real SGD: loss against simulated time")
     p.add_argument("--lr", type=_typed(lambda t: _positive_float(t, "learning rate"), "lr"),
@@ -338,7 +343,8 @@ def build_async_configs(args, configs: list[SyncConfig]) -> list[AsyncConfig]:
     return [AsyncConfig(c.cluster, c.workload,
                         args.iterations * (c.gradients_used if args.mode == "both" else 1),
                         args.seed, args.servers, args.max_staleness, args.ps_service_time,
-                        args.ps_memory_bandwidth / 8) for c in configs]
+                        args.ps_memory_bandwidth / 8,
+                        notice_queue_s=args.ps_notice_queue) for c in configs]
 
 
 class Runs:
@@ -484,7 +490,8 @@ _NOT_GIVEN = object()
 
 # Flags that change only one mode's run, and the runs they change.
 _SYNC_ONLY = ("algorithm", "k_sync", "round_costs", "bucket_size", "overlap")
-_ASYNC_ONLY = ("servers", "max_staleness", "ps_service_time", "ps_memory_bandwidth")
+_ASYNC_ONLY = ("servers", "max_staleness", "ps_service_time", "ps_memory_bandwidth",
+               "ps_notice_queue")
 _REPLAY_ONLY = ("lr", "staleness_lr")
 
 

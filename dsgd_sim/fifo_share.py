@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 import simpy
 
@@ -36,7 +37,7 @@ class FifoShare(WakesAtNextEnd):
         self.env = env
         self.capacity = float(capacity)
         self.cap = float(cap)
-        self._jobs: deque[list] = deque()  # [remaining units, rate, event], in arrival order
+        self._jobs: deque[list] = deque()  # [remaining units, rate, event, lead], in arrival order
         self._updated_at = env.now
         self._generation = 0  # bumps on every reschedule, so that superseded wake-ups do nothing
 
@@ -45,16 +46,28 @@ class FifoShare(WakesAtNextEnd):
         """Jobs submitted and not yet finished (in service or waiting)."""
         return len(self._jobs)
 
-    def submit(self, amount: float) -> simpy.Event:
-        """Queue a job of ``amount`` units; the returned event fires when it has been served."""
+    def submit(self, amount: float, lead: Callable[[], float] | None = None) -> simpy.Event:
+        """Queue a job of ``amount`` units; the returned event fires when it has been served.
+
+        ``lead``: called once, when the job first gets its place in service; the job then holds
+        that place for the seconds it returns before its units flow (at ``cap``: the wait of a
+        message whose sender must first be told to send)."""
         done = self.env.event()
-        if amount <= 0:
+        if amount <= 0 and lead is None:
             done.succeed()
             return done
         self._advance()
-        self._jobs.append([float(amount), 0.0, done])
+        self._jobs.append([max(float(amount), 0.0), 0.0, done, lead])
         self._reschedule()
         return done
+
+    def queued_s(self) -> float:
+        """Seconds a message joining behind every job held now would wait, where those jobs use
+        the whole capacity (0 where they leave some unused: nothing queues for it)."""
+        self._advance()
+        if sum(job[1] for job in self._serving()) < self.capacity * (1 - 1e-9):
+            return 0.0
+        return sum(job[0] for job in self._jobs) / self.capacity
 
     def _serving(self):
         """The jobs that receive bandwidth now: a prefix of the queue."""
@@ -75,6 +88,9 @@ class FifoShare(WakesAtNextEnd):
     def _reschedule(self) -> None:
         left, delay = self.capacity, None
         for job in self._serving():
+            if job[3] is not None:  # its place in service is new: it waits its lead there first
+                job[0] += job[3]() * self.cap
+                job[3] = None
             job[1] = min(self.cap, left)
             left -= job[1]
             delay = job[0] / job[1] if delay is None else min(delay, job[0] / job[1])

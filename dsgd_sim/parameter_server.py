@@ -19,6 +19,9 @@ Model (``docs/async.md`` has the derivations and the rule a real trainer follows
   server's outbound NIC and the worker's downlink; each message also pays the latency α once.
   A server NIC carries messages in arrival order, each at the worker's link rate, as many at
   once as its bandwidth allows (``FifoShare``), so simultaneous pushes queue for it (incast).
+  With ``notice_queue_s`` = T a push, once it has its place, first waits for the server's notice
+  to send (as under Gloo), which leaves behind the bytes queued on the server's outbound link:
+  T, or what that link still holds if it is full and that is less; 0 if it has room.
 * **Shards** (``servers`` = S, as in Downpour SGD and ps-lite): the parameters are split into S
   equal shards, each on a server with its own NIC; a push or reply is S parallel flows of ⌈n/S⌉
   bytes, each using 1/S of the worker's link. Every shard sees the same flows at the same times,
@@ -112,6 +115,11 @@ class AsyncConfig:
     # flows of equal windows do, instead of in arrival order (``FifoShare``): messages that start
     # together end together (``dsgd_sim/fifo_share.py`` says what that costs)
     fair_server_nic: bool = False
+    # seconds a small message from the server waits behind a long one it is sending (the queue a
+    # TCP flow keeps in the server's link): the notice that lets a push in (the sender sends a
+    # gradient only once its receive is posted) waits that long, or until the server's outbound
+    # NIC has sent what it holds if that is sooner, holding the push's place on the inbound NIC
+    notice_queue_s: float = 0.0
 
     def __post_init__(self):
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
@@ -128,6 +136,11 @@ class AsyncConfig:
         if self.service_time_s is not None and not (math.isfinite(self.service_time_s)
                                                     and self.service_time_s >= 0):
             raise ValueError(f"server service time must be >= 0 seconds, got {self.service_time_s!r}")
+        if not (math.isfinite(self.notice_queue_s) and self.notice_queue_s >= 0):
+            raise ValueError(f"notice queue must be >= 0 seconds, got {self.notice_queue_s!r}")
+        if self.notice_queue_s and self.fair_server_nic:
+            raise ValueError("a notice queue needs the in-order server NIC (a fair NIC has every "
+                             "gradient's receive posted ahead, so no push waits for a notice)")
         if not (math.isfinite(self.server_memory_Bps) and self.server_memory_Bps > 0):
             raise ValueError(f"server memory bandwidth must be positive, got "
                              f"{self.server_memory_Bps!r}")
@@ -223,6 +236,7 @@ class AsyncSimulation:
         self.cores = CappedFairShare(self.env, cores, 1.0) if cores and cores < self.workers \
             else None
         self.latency_s, self.service_s = cluster.latency_s, config.service_s
+        self.notice_s = config.notice_queue_s
         self.trace, self.trace_updates = trace, trace_updates
         self.on_update = on_update
         self.draws: list[float] = []
@@ -243,6 +257,10 @@ class AsyncSimulation:
             self.draws = sample.tolist()[::-1]
         return self.draws.pop()
 
+    def _notice(self) -> float:
+        """How long the notice that lets a push in waits behind the server's outbound bytes."""
+        return min(self.notice_s, self.outbound.queued_s())
+
     def _compute(self, seconds: float, delay_s: float):
         """Wait ``delay_s`` (the reply's latency), then compute for ``seconds`` of one core."""
         if self.cores is None:
@@ -262,7 +280,8 @@ class AsyncSimulation:
             yield from self._compute(compute_s, delay_s)
             computed = env.now
             if self.bits:
-                yield self.inbound.submit(self.bits)
+                yield self.inbound.submit(self.bits, self._notice) if self.notice_s \
+                    else self.inbound.submit(self.bits)
             if self.accepted >= self.config.updates:
                 return  # the workload is done; this gradient is not needed
             arrival = env.now + self.latency_s

@@ -216,7 +216,8 @@ def async_config_json(config: AsyncConfig) -> dict:
     """Async inputs added to the ``config`` object."""
     return {"servers": config.servers, "max_staleness": config.max_staleness,
             "async_updates": config.updates, "ps_service_time_s": config.service_s,
-            "server_memory_Bps": config.server_memory_Bps}
+            "server_memory_Bps": config.server_memory_Bps,
+            "ps_notice_queue_s": config.notice_queue_s}
 
 
 def describe_async(config: AsyncConfig) -> str:
@@ -227,7 +228,9 @@ def describe_async(config: AsyncConfig) -> str:
     return (f"async: {counted(cluster.replicas, 'worker')} + "
             f"{counted(config.servers, 'server')} (NIC "
             f"{format_bandwidth_bps(cluster.server_bandwidth_bps)} each), apply "
-            f"{format_time(config.service_s)} per update, staleness {bound}")
+            f"{format_time(config.service_s)} per update, staleness {bound}"
+            + (f", notice queue {format_time(config.notice_queue_s)}"
+               if config.notice_queue_s else ""))
 
 
 def _staleness_text(s: dict) -> str:

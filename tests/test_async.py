@@ -2,6 +2,7 @@
 bounded staleness, shards, traces, and the command line in async mode."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -166,6 +167,8 @@ def test_trace_numbers_tracks_as_a_real_job_server_0_and_workers_after_it():
 @pytest.mark.parametrize("options, message", [
     ({"servers": 0}, "servers"), ({"max_staleness": -1}, "staleness"),
     ({"servers": 3}, "3 servers for 2 parameters"), ({"service_time_s": -1.0}, "service"),
+    ({"notice_queue_s": -0.001}, "notice queue"), ({"notice_queue_s": math.inf}, "notice queue"),
+    ({"notice_queue_s": 0.005, "fair_server_nic": True}, "in-order server NIC"),
 ])
 def test_config_rejects_bad_values(options, message):
     workload = from_preset("resnet50").with_grad_bytes(8)
@@ -292,6 +295,8 @@ def test_trace_holds_sync_and_async_as_two_processes(tmp_path):
     (["--servers", "0"], "'0'"), (["--servers", "1000", "--grad-bytes", "400B"], "1000 servers"),
     (["--mode", "fast"], "'fast'"), (["--lr", "-1"], "'-1'"),
     (["--ps-service-time", "5"], "'5'"), (["--ps-memory-bandwidth", "0GB/s"], "0"),
+    (["--ps-notice-queue", "-1ms"], "'-1ms'"),
+    (["--ps-notice-queue", "5ms", "--mode", "sync"], "--ps-notice-queue applies to the async"),
 ])
 def test_bad_async_input_gives_one_line_and_status_2(args, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -331,3 +336,40 @@ def test_a_fair_server_nic_ends_equal_pushes_together_so_push_and_reply_phases_a
     assert per_update_s(False) == pytest.approx(push_s, rel=1e-6)  # in order: the link always busy
     # fairly: four pushes end together, then four replies; each link idles half the time
     assert per_update_s(True) == pytest.approx(2 * push_s, rel=1e-6)
+
+
+def notice_run(notice_queue_s, compute, workers=2, updates=400):
+    """Seconds per update after the first half: 1 MB gradients over 200 Mbit/s links."""
+    workload = from_preset("resnet50").with_grad_bytes(1_000_000).with_compute(compute)
+    cluster = ClusterConfig(replicas=workers, bandwidth_bps=200e6, latency_s=0.0)
+    result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, service_time_s=0.0,
+                                         notice_queue_s=notice_queue_s)).run()
+    ends = result.update_end_s
+    return (ends[-1] - ends[updates // 2 - 1]) / (updates // 2), result
+
+
+def test_a_push_whose_notice_meets_a_reply_waits_the_queue_and_the_workers_settle_there():
+    from dsgd_sim.compute import Normal
+    push_s, compute = 0.04, Normal(0.05, 0.0002)
+    serial_s = (0.05 + 2 * push_s) / 2  # two workers, each computing, pushing, taking its reply
+    without, _ = notice_run(0.0, compute)
+    assert without == pytest.approx(serial_s, rel=0.005)
+    # A push begun while the other worker's reply leaves waits 6 ms for its notice; the waits
+    # push the workers apart until every push meets the other's reply, each 6 ms longer.
+    with_queue, _ = notice_run(0.006, compute)
+    assert with_queue == pytest.approx(serial_s + 0.006 / 2, rel=0.005)
+
+
+def test_a_notice_never_waits_longer_than_what_the_server_still_has_to_send():
+    # One worker: no other reply is ever leaving when it pushes, so the notice never waits.
+    one = [notice_run(q, Constant(0.05), workers=1, updates=50)[0] for q in (0.0, 0.5)]
+    assert one[1] == pytest.approx(one[0])
+
+
+def test_the_notice_queue_is_in_the_json_and_the_header(tmp_path, capsys):
+    path = tmp_path / "run.json"
+    assert main(["--mode", "async", "--replicas", "2", "--grad-bytes", "1MB", "--compute",
+                 "normal:50ms,0.2ms", "--bandwidth", "200Mbps", "--iterations", "100",
+                 "--ps-notice-queue", "6ms", "--json", str(path)]) == 0
+    assert "notice queue 6 ms" in capsys.readouterr().out
+    assert json.loads(path.read_text())["config"]["ps_notice_queue_s"] == pytest.approx(0.006)

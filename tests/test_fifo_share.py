@@ -48,3 +48,42 @@ def test_the_nic_never_idles_while_work_waits():
 
 def test_zero_work_is_done_at_once():
     assert finish_times(1.0, 1.0, [(0.25, 0.0)]) == [0.25]
+
+
+def test_a_lead_holds_the_jobs_place_before_its_units_flow():
+    # One slot: the job's lead (asked when it reaches the slot, not when it was queued) delays
+    # its end and the next job's start by as much.
+    env = simpy.Environment()
+    nic = FifoShare(env, 2.0, 2.0)
+    asked, ends = [], {}
+
+    def job(name, start, amount, lead_s=None):
+        yield env.timeout(start)
+        lead = None if lead_s is None else (lambda: asked.append((name, env.now)) or lead_s)
+        yield nic.submit(amount, lead)
+        ends[name] = env.now
+
+    env.process(job("first", 0.0, 4.0))
+    env.process(job("second", 0.5, 2.0, lead_s=0.25))
+    env.process(job("third", 0.6, 2.0))
+    env.run()
+    assert asked == [("second", pytest.approx(2.0))]
+    assert ends == pytest.approx({"first": 2.0, "second": 3.25, "third": 4.25})
+
+
+def test_queued_time_counts_only_where_the_jobs_fill_the_capacity():
+    env = simpy.Environment()
+    nic = FifoShare(env, 4.0, 2.0)  # two jobs at their cap fill it
+    seen = []
+
+    def probe():
+        nic.submit(4.0)
+        yield env.timeout(0.5)
+        seen.append(nic.queued_s())  # one job at 2 of 4: nothing would queue behind it
+        nic.submit(4.0)
+        yield env.timeout(0.5)
+        seen.append(nic.queued_s())  # full: 2 + 3 units left at 4 units/s
+
+    env.process(probe())
+    env.run()
+    assert seen == pytest.approx([0.0, 1.25])
