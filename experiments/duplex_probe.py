@@ -111,6 +111,27 @@ def exchange(outgoing: socket.socket, incoming: socket.socket, args) -> list[dic
     return rows
 
 
+def add_timeout_and_json(parser, timeout_help: str) -> None:
+    """The flags every network probe takes: how long a peer may be silent, and its output."""
+    parser.add_argument("--timeout", type=argparse_type(parse_time, "time"), default="20s",
+                        help=f"{timeout_help}, e.g. 20s (default: %(default)s)")
+    parser.add_argument("--json", required=True)
+
+
+def parse_checked(parser, argv: list[str] | None):
+    """``parser``'s arguments, with a ``--json`` that cannot be written and a ``--timeout`` out of
+    range refused as usage errors (``add_timeout_and_json``)."""
+    args = parser.parse_args(argv)
+    try:
+        check_output_file("--json", args.json)
+    except ValueError as error:
+        parser.error(str(error))
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:
+        parser.error(f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S:g} s, "
+                     f"got {format_time(args.timeout)}")
+    return args
+
+
 def parse_args(argv: list[str] | None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", required=True, help="the other host's address")
@@ -119,24 +140,14 @@ def parse_args(argv: list[str] | None):
                         help="bytes each way, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--idle", type=float, default=0.05, help="seconds of pause before each transfer")
-    parser.add_argument("--timeout", type=argparse_type(parse_time, "time"), default="20s",
-                        help="how long the peer may take to connect, connect back or send, "
-                             "e.g. 20s (default: %(default)s)")
-    parser.add_argument("--json", required=True)
-    args = parser.parse_args(argv)
-    try:
-        check_output_file("--json", args.json)
-    except ValueError as error:
-        parser.error(str(error))
+    add_timeout_and_json(parser, "how long the peer may take to connect, connect back or send")
+    args = parse_checked(parser, argv)
     if not 0 < args.port < 65536 or args.repeats < 1 or not 0 <= args.idle <= MAX_IDLE_S:
         parser.error(f"--port must be from 1 to 65535, --repeats at least 1 and --idle seconds "
                      f"from 0 to {MAX_IDLE_S:g}, got {args.port}, {args.repeats} and {args.idle}")
     if max(args.sizes) > MAX_SIZE_BYTES:
         parser.error(f"--sizes must be at most {format_bytes(MAX_SIZE_BYTES)} "
                      f"({MAX_SIZE_BYTES} bytes), got {max(args.sizes)}")
-    if not 0 < args.timeout <= MAX_TIMEOUT_S:
-        parser.error(f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S:g} s, "
-                     f"got {format_time(args.timeout)}")
     return args
 
 

@@ -175,6 +175,7 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
         time.sleep(pause_s)
     record["attempts"] = attempt
     record["duplex"] = measure_duplex(config, sizes=DUPLEX_SIZES_QUICK if quick else DUPLEX_SIZES)
+    record["queue"] = measure_queue(testbed_config(3, bandwidth_bps))
     sizes = round_sizes_up_to(largest_bytes or math.inf, quick)
     record["rounds"] = {str(h): measure_rounds(testbed_config(h, bandwidth_bps),
                                                sizes) for h in hosts}
@@ -306,25 +307,87 @@ def round_sizes_up_to(largest_bytes: int, quick: bool) -> list[int]:
     return grid[:reach + 1]
 
 
+def refill_idle_s(config: TestbedConfig) -> float:
+    """The pause a network probe takes before each transfer: twice the time the shaper's bucket
+    takes to refill, and 20 ms."""
+    return 2 * config.refill_s(config.bandwidth_bps) + 0.02
+
+
+def run_network_probe(config: TestbedConfig, script: str, what: str, flags: str) -> list:
+    """``experiments/<script> <flags>`` on every host of a fresh bed of ``config``: the hosts'
+    results. A failure is one ``TestbedError`` naming the ``what`` probe and the last line a host
+    wrote to stderr (the one that failed first says why; the others, that it went)."""
+    command = (f"{shlex.quote(sys.executable)} "
+               f"{shlex.quote(str(REPO / 'experiments' / script))} {flags}")
+    with scratch_testbed(config) as bed:
+        result = bed.run(command, timeout_s=300)
+    if not result.ok:
+        tail = next((line for host in result.hosts
+                     for line in reversed(host.stderr().strip().splitlines())), "(no output)")
+        raise TestbedError(f"{what} probe failed (exit {result.exit_status()}): {tail}")
+    return result.hosts
+
+
 def measure_duplex(config: TestbedConfig, repeats: int = 7, sizes: list[int] = DUPLEX_SIZES) -> dict:
     """``duplex_probe.py`` on both hosts: per size the median (over repeats) of the slower host's
     time, and the incremental payload rate (n2 - n1) / (t2 - t1) each way between the two
     largest sizes (the start-up is over by then; what remains of it cancels)."""
-    idle_s = 2 * config.refill_s(config.bandwidth_bps) + 0.02
-    command = (f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'experiments/duplex_probe.py'))} "
-               f"--peer host$((1 - {{rank}})) --sizes {','.join(map(str, sizes))} "
-               f"--repeats {repeats} --idle {idle_s:.4f} --json {{out}}/duplex.json")
-    with scratch_testbed(config) as bed:
-        result = bed.run(command, timeout_s=300)
-        if not result.ok:
-            tail = (result.hosts[0].stderr().strip().splitlines() or ["(no output)"])[-1]
-            raise TestbedError(f"duplex probe failed (exit {result.exit_status()}): {tail}")
-    per_host = [h.json["duplex.json"]["bulk"] for h in result.hosts]
+    hosts = run_network_probe(config, "duplex_probe.py", "duplex",
+                              f"--peer host$((1 - {{rank}})) --sizes {','.join(map(str, sizes))} "
+                              f"--repeats {repeats} --idle {refill_idle_s(config):.4f} "
+                              f"--json {{out}}/duplex.json")
+    per_host = [h.json["duplex.json"]["bulk"] for h in hosts]
     medians = [statistics.median(max(times) for times in zip(*(host[i]["seconds"] for host in per_host)))
                for i in range(len(sizes))]
     goodput_bps = (sizes[-1] - sizes[-2]) * 8 / (medians[-1] - medians[-2])
     return {"goodput_bps": goodput_bps, "payload_efficiency": goodput_bps / config.bandwidth_bps,
             "transfers": [{"bytes": n, "median_s": t} for n, t in zip(sizes, medians)]}
+
+
+QUEUE_PROBE_BYTES = 1_000_000
+"""The queue probe's long message, at least: about a reply of the experiments' mlp (940,584
+bytes), and longer where that takes under ``QUEUE_PROBE_S`` (``queue_probe_bytes``)."""
+QUEUE_PROBE_S = 0.04
+"""The least time the queue probe's long message takes at the rate: a round trip behind it takes
+5 or 6 ms, so its counted part (``QUEUE_WINDOW``) holds four or more."""
+QUEUE_PROBE_REPEATS = 5
+QUEUE_WINDOW = (0.1, 0.8)
+"""The part of each long message (fractions of its time) whose round trips count: past the
+first tenth TCP has built its queue, and in the last fifth the queue drains with the message."""
+
+
+def queue_probe_bytes(bandwidth_bps: float) -> int:
+    """The queue probe's long message at ``bandwidth_bps``: 1 MB, or ``QUEUE_PROBE_S`` at the
+    rate where that is more (5 MB at 1000 Mbit/s)."""
+    return max(QUEUE_PROBE_BYTES, round(QUEUE_PROBE_S * bandwidth_bps / 8))
+
+
+def measure_queue(config: TestbedConfig, repeats: int = QUEUE_PROBE_REPEATS) -> dict:
+    """``queue_probe.py`` on a 3-host bed: how long a small message from host 0 waits behind a
+    long one host 0 is sending (``summarize_queue``)."""
+    hosts = run_network_probe(config, "queue_probe.py", "queue",
+                              f"--bytes {queue_probe_bytes(config.bandwidth_bps)}B "
+                              f"--repeats {repeats} --idle {refill_idle_s(config):.4f}s "
+                              f"--json {{out}}/queue.json")
+    return summarize_queue(hosts[0].json["queue.json"])
+
+
+def summarize_queue(record: dict, window: tuple[float, float] = QUEUE_WINDOW) -> dict:
+    """From host 0's ``queue_probe.py`` record: every round trip sent within ``window`` of a
+    long message, less the median of that repeat's round trips with nothing in flight.
+    ``behind_bulk_s``: their median, what the simulator's notice waits (``notice_queue_s``)."""
+    waits = []
+    for repeat in record["repeats"]:
+        base_s = statistics.median(repeat["idle_rtt_s"])
+        lo, hi = (f * repeat["transfer_s"] for f in window)
+        waits += [rtt - base_s for sent, rtt in repeat["loaded"] if lo <= sent <= hi]
+    if not waits:
+        raise TestbedError(f"queue probe: no round trip fell within {window[0]:.0%}-{window[1]:.0%} "
+                           f"of a {record['bytes']}-byte message; nothing to summarize")
+    deciles = statistics.quantiles(waits, n=10) if len(waits) > 1 else waits * 9
+    return {"behind_bulk_s": statistics.median(waits), "p10_s": deciles[0], "p90_s": deciles[-1],
+            "count": len(waits), "bytes": record["bytes"], "window": list(window),
+            "transfer_s": [r["transfer_s"] for r in record["repeats"]]}
 
 
 # real/allreduce.py's flags wherever an experiment runs it: one torch thread a rank, a timeout

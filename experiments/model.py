@@ -169,6 +169,9 @@ class NetworkInputs:
     # (bytes, median seconds): the same gap where the loop refills a buffer of that many bytes
     # before each call, as the benchmark does at that size (measured on the bed, by size)
     sized_gaps: tuple[tuple[int, float], ...] = ()
+    # how long a small message waits behind a long one its sender is sending (queue_probe.py,
+    # median); 0: not measured (calibrations before it), the simulator's notice then never waits
+    notice_queue_s: float = 0.0
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -192,7 +195,8 @@ class NetworkInputs:
                    ring_round_costs={int(h): ring_table(t)
                                      for h, t in (record.get("rounds") or {}).items()
                                      if t.get("ring_results")},
-                   stream_gap_s=(gloo.get("stream_gap_s") or {}).get("median"))
+                   stream_gap_s=(gloo.get("stream_gap_s") or {}).get("median"),
+                   notice_queue_s=(record.get("queue") or {}).get("behind_bulk_s", 0.0))
 
     def with_rounds(self, hosts: int, probe: dict | None) -> "NetworkInputs":
         """These inputs with ``probe`` (a ``ring_probe.py`` record) as the round costs on
@@ -328,6 +332,8 @@ class NetworkInputs:
             engine["stream_gap_s"] = self.stream_gap_s
         if self.sized_gaps:  # a bed's inputs; a calibration times no sized gaps
             engine["sized_gaps"] = [[n, g] for n, g in self.sized_gaps]
+        if self.notice_queue_s:  # as stored before the queue probe existed
+            engine["notice_queue_s"] = self.notice_queue_s
         return {**engine, "rate_bps": self.rate_bps, "goodput_bps": self.goodput_bps,
                 "duplex_payload_bps": self.duplex_payload_bps, "latency_s": self.latency_s,
                 "call_overhead_s": self.call_overhead_s, "burst_bytes": self.burst_bytes,

@@ -7,7 +7,12 @@ the server's link rate (``ps_bandwidth_bps``: a server host faster than the work
 each way at half of what the whole bed carries where the calibration saw the machine set the
 pace: ``server_link_bps``) and the
 compute time (0: workers only exchange, the server's ceiling), and the whole staleness
-histogram in the result; ``predict_async`` calls it with the defaults.
+histogram in the result; ``predict_async`` calls it with the defaults. Two inputs come from
+measurements beside the run, none from it: the server's notice waits what the calibration's
+queue probe measured (``NetworkInputs.notice_queue_s``, ``experiments/queue_probe.py``), and a
+worker's emulated compute is drawn from its sleep timed in this process (``emulated_compute``):
+its spread, a fraction of a millisecond, is what lets the simulated workers drift apart as the
+real ones do (``docs/async.md``, the notice).
 
 Runs on the test bed go through ``experiments.measure.run_collect`` (any ``TestbedConfig``, a
 faster or slower host included) and ``experiments.measure.rank_command``.
@@ -18,11 +23,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 
 import numpy as np
 
 from dsgd_sim.cluster import ClusterConfig
-from dsgd_sim.compute import Constant
+from dsgd_sim.compute import Constant, ComputeModel, Empirical
 from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation, leaves_a_round, timed_rate
 from dsgd_sim.workload import load_profile
 
@@ -37,12 +43,36 @@ def reference_run(model: str, batch_size: int) -> dict:
                                                 batch_size=batch_size))
 
 
-def profile_workload(reference: dict, compute_s: float):
-    """The profile's workload with a constant compute time of ``compute_s`` per gradient."""
+EMULATED_DRAWS = 40
+"""Sleeps timed per emulated compute time (``emulated_compute``): two seconds at 50 ms."""
+_SLEEPS: dict[float, tuple[float, ...]] = {}
+
+
+def emulated_compute(compute_s: float) -> ComputeModel:
+    """A worker's emulated compute of ``compute_s`` as it runs: ``real/ps_worker.py`` sleeps that
+    long (after its real gradient, with ``--real-gradients``), and a sleep wakes a little late,
+    by a little more or less each time. ``EMULATED_DRAWS`` sleeps timed in this process, cached
+    per time (``Empirical``); no compute (0) stays ``Constant``."""
+    if compute_s <= 0:
+        return Constant(0.0)
+    if compute_s not in _SLEEPS:
+        samples = []
+        for _ in range(EMULATED_DRAWS):
+            start = time.perf_counter()
+            time.sleep(compute_s)
+            samples.append(time.perf_counter() - start)
+        _SLEEPS[compute_s] = tuple(samples)
+    return Empirical(_SLEEPS[compute_s])
+
+
+def profile_workload(reference: dict, compute_s: float | ComputeModel):
+    """The profile's workload with ``compute_s`` per gradient: seconds (constant) or a
+    ``ComputeModel``."""
+    compute = compute_s if isinstance(compute_s, ComputeModel) else Constant(compute_s)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(reference["profile"], handle)
     try:
-        return load_profile(handle.name).with_compute(Constant(compute_s))
+        return load_profile(handle.name).with_compute(compute)
     finally:
         os.unlink(handle.name)
 
@@ -62,12 +92,24 @@ def server_link_bps(net: NetworkInputs, ps_bandwidth_bps: float | None,
     return min(ps_bandwidth_bps or worker_bps, max(worker_bps, bed_bps / 2))
 
 
+STEADY_UPDATES = 20_000
+"""Updates the simulator runs at least, timing the second half where it runs more than the bed
+(``configs.warmup_updates`` otherwise): the rows compare steady states, and the simulated
+workers, whose only spread is their sleeps', leave their in-step start more slowly than the real
+ones. Two workers at 200 Mbit/s start with each push right behind the other's, no notice
+waiting, and stay so while the spread keeps each push's header ahead of the other's reply; they
+reach the state the test bed's trace shows, every push's notice behind the other's reply, after
+some hundreds to several thousand updates (with a notice queue of 5.5 ms: 65.2 ms an update
+over 100 updates, 67.9 over 2,000 to 20,000). 20,000 updates take under half a second."""
+
+
 def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInputs,
                    reference: dict, ps_bandwidth_bps: float | None = None,
                    one_push_at_a_time: bool = False, fair_server_nic: bool = False) -> dict:
-    """The simulator's async run: ``per_update_s`` (after ``warmup_updates``, as the real
-    server is told to count), ``staleness_mean`` and ``staleness_hist`` (counts indexed by
-    staleness, as the real server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's
+    """The simulator's async run of ``updates`` (at least ``STEADY_UPDATES``): ``per_update_s``
+    (after ``warmup_updates``, as the real server is told to count, or the first half of a
+    longer run), and of its last ``updates`` updates ``staleness_mean`` and ``staleness_hist``
+    (counts indexed by staleness, as the real server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's
     link is a worker's; either way as the bed carries it (``server_link_bps``).
     ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
     allows, in arrival order, as ``real/ps_server.py`` does with ``--push-window`` the link's
@@ -78,7 +120,11 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     if not leaves_a_round(skip, workers, updates):
         raise ValueError(f"{updates} updates leave a round or less of {workers} workers to time "
                          f"after a warm-up of {skip}")
-    workload = profile_workload(reference, compute_s)
+    asked = updates
+    if updates < STEADY_UPDATES:
+        updates = STEADY_UPDATES
+        skip = workers * (updates // (2 * workers))
+    workload = profile_workload(reference, emulated_compute(compute_s))
     cluster = ClusterConfig(replicas=workers, bandwidth_bps=net.duplex_payload_bps,
                             latency_s=net.latency_s,
                             ps_bandwidth_bps=server_link_bps(net, ps_bandwidth_bps,
@@ -87,8 +133,11 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, seed=0,
                                          service_time_s=service_s,
                                          one_push_at_a_time=one_push_at_a_time,
-                                         fair_server_nic=fair_server_nic)).run()
+                                         fair_server_nic=fair_server_nic,
+                                         notice_queue_s=0.0 if fair_server_nic
+                                         else net.notice_queue_s)).run()
     _, _, rate = timed_rate(result.update_end_s, workers, skip)
+    staleness = result.staleness[-asked:]  # as many as the run applies, from the steady state
     return {"per_update_s": 1.0 / rate,
-            "staleness_mean": float(result.staleness.mean()),
-            "staleness_hist": np.bincount(result.staleness).tolist()}
+            "staleness_mean": float(staleness.mean()),
+            "staleness_hist": np.bincount(staleness).tolist()}

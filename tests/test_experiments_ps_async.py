@@ -3,6 +3,7 @@ config validation, grid shapes, predictions and rows from a hand-made calibratio
 the alpha-beta crossover, the plots; and the loss curves ``real/async_ps.py`` and ``real/sync.py``
 write (small real runs on loopback, 2-3 ranks)."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -140,6 +141,32 @@ def test_ps_ceiling_with_a_slow_server_link_is_w_gradients_through_it(net):
     sim = simulate_async(4, 120, 0.0, net, REFERENCE)
     n_over_b = 8 * GRAD_BYTES / net.duplex_payload_bps
     assert 4 * sim["per_update_s"] == pytest.approx(4 * n_over_b, rel=0.01)
+
+
+def test_emulated_compute_is_the_workers_sleep_timed_here_and_none_stays_constant():
+    from dsgd_sim.compute import Constant, Empirical
+    from experiments.ps_model import EMULATED_DRAWS, emulated_compute
+    drawn = emulated_compute(0.002)
+    assert isinstance(drawn, Empirical) and len(drawn.samples_s) == EMULATED_DRAWS
+    assert min(drawn.samples_s) >= 0.002  # a sleep never wakes early
+    assert emulated_compute(0.002) is not drawn and emulated_compute(0.002).samples_s == \
+        drawn.samples_s  # timed once per time
+    assert emulated_compute(0.0) == Constant(0.0)
+
+
+def test_two_workers_pushes_wait_for_the_notice_behind_the_others_reply(net):
+    """2 workers at 200 Mbit/s, 50 ms of compute: the server's link idles between pushes, and in
+    the steady state each push's notice leaves while the other worker's reply fills the link."""
+    queued = dataclasses.replace(net, notice_queue_s=0.0055)
+    free = simulate_async(2, 100, 0.05, net, REFERENCE)["per_update_s"]
+    waited = simulate_async(2, 100, 0.05, queued, REFERENCE)["per_update_s"]
+    n_over_b = 8 * GRAD_BYTES / net.duplex_payload_bps
+    cycle_s = 0.05 + 2 * n_over_b + 0.001  # compute, push, apply, reply: a worker's turn
+    assert free == pytest.approx(cycle_s / 2, rel=0.01)
+    assert waited == pytest.approx((cycle_s + 0.0055) / 2, rel=0.01)
+    # a fair server NIC posts every receive ahead (no notice to wait for): the queue is ignored
+    assert simulate_async(2, 100, 0.05, queued, REFERENCE, fair_server_nic=True) == \
+        simulate_async(2, 100, 0.05, net, REFERENCE, fair_server_nic=True)
 
 
 def test_ps_vs_ring_prediction_a_faster_server_link_helps_only_a_server_taking_pushes_at_once(net):
