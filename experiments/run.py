@@ -189,8 +189,8 @@ def header_lines(meta: dict) -> list[str]:
     cal = ", ".join(f"{c['bandwidth_bps'] / 1e6:g} Mbit/s: goodput {c['goodput_bps'] / 1e6:.2f} Mbit/s, "
                     f"Gloo latency {c['gloo']['latency_s'] * 1e6:.0f} µs, 1-element all_reduce "
                     f"{c['gloo']['all_reduce_1_element_s']['median'] * 1e6:.0f} µs"
-                    + (f", a small message behind a long one {c['queue']['behind_bulk_s'] * 1e3:.1f} ms"
-                       if c.get("queue") else "")
+                    + (f", a small message behind a long one (3 hosts) "
+                       f"{c['queue']['behind_bulk_s'] * 1e3:.1f} ms" if c.get("queue") else "")
                     for c in meta["calibration"])
     rounds = "; ".join(f"{', '.join(sorted(c['rounds'], key=int))} hosts at "
                        f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"]
