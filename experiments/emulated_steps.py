@@ -78,31 +78,50 @@ def summary_lines(rows: list[tuple[str, float, float]]) -> list[str]:
     lines = [f"{kind}: {len(v)} rows, mean error " + ", ".join(
         f"{way} {100 * statistics.mean(e[i] for e in v):+.1f}%" for i, way in enumerate(WAYS))
         for kind, v in kinds.items()]
-    for i, way in enumerate(WAYS):
+    return lines + overall_lines(rows, WAYS)
+
+
+def overall_lines(rows: list[tuple], ways: tuple[str, ...], over: float | None = None) -> list[str]:
+    """Per way of pricing (``rows``' columns after the first), the median and worst |error| of
+    all rows, and how many are over ``over`` where given."""
+    lines = []
+    for i, way in enumerate(ways):
         size = [abs(r[1 + i]) for r in rows]
+        misses = "" if over is None else \
+            f", {sum(s > over for s in size)} over {100 * over:g}%"
         lines.append(f"{way}: {len(size)} rows, median |error| {100 * statistics.median(size):.2f}%,"
-                     f" worst {100 * max(size):.1f}%")
+                     f" worst {100 * max(size):.1f}%{misses}")
     return lines
 
 
-def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m experiments.emulated_steps",
-                                   description=__doc__.split("\n\n")[0])
+def folders_parser(module: str, doc: str) -> OneLineArgumentParser:
+    """The command line of a tool over stored runs: ``python -m experiments.<module> FOLDER...``."""
+    parser = OneLineArgumentParser(prog=f"python -m experiments.{module}",
+                                   description=doc.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", help="stored runs (folders of experiments/run.py)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = folders_parser("emulated_steps", __doc__).parse_args(argv)
+    return report_folders("experiments.emulated_steps", args.folders, errors, summary_lines,
+                          "emulated sync rows")
+
+
+def report_folders(tool: str, folders: list[str], errors_of, summary_of, what: str) -> int:
+    """Print ``summary_of`` the rows ``errors_of`` finds in each of ``folders``: 0; a folder it
+    cannot read, or none holding ``what``, is one line on stderr from ``tool``: 2."""
     rows = []
-    for folder in map(Path, args.folders):
+    for folder in map(Path, folders):
         try:
-            rows += errors(folder)
+            rows += errors_of(folder)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"experiments.emulated_steps: {folder}: {type(error).__name__}: {error}",
-                  file=sys.stderr)
+            print(f"{tool}: {folder}: {type(error).__name__}: {error}", file=sys.stderr)
             return 2
     if not rows:
-        print("experiments.emulated_steps: no emulated sync rows in those folders",
-              file=sys.stderr)
+        print(f"{tool}: no {what} in those folders", file=sys.stderr)
         return 2
-    print("\n".join(summary_lines(rows)))
+    print("\n".join(summary_of(rows)))
     return 0
 
 

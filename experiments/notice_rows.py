@@ -26,9 +26,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, argparse_type  # noqa: E402
+from dsgd_sim.argparse_oneline import argparse_type  # noqa: E402
 from dsgd_sim.units import parse_bandwidth, parse_time  # noqa: E402
 from experiments import async_vs_sync, ps_vs_ring  # noqa: E402
+from experiments.emulated_steps import (folders_parser, overall_lines,  # noqa: E402
+                                        report_folders)
 from experiments.model import NetworkInputs  # noqa: E402
 
 WAYS = ("without the notice", "with it")
@@ -96,36 +98,18 @@ def summary_lines(rows: list[tuple[str, float, float]]) -> list[str]:
                          f"{100 * max(errs, key=abs):+.1f}%, "
                          f"{sum(abs(e) > TARGET for e in errs)} over {100 * TARGET:g}%")
         lines.append(f"{kind}: {len(pairs)} rows; " + "; ".join(parts))
-    for i, way in enumerate(WAYS):
-        size = [abs(r[1 + i]) for r in rows]
-        lines.append(f"{way}: {len(size)} rows, median |error| {100 * statistics.median(size):.2f}%,"
-                     f" worst {100 * max(size):.1f}%, {sum(s > TARGET for s in size)} over "
-                     f"{100 * TARGET:g}%")
-    return lines
+    return lines + overall_lines(rows, WAYS, TARGET)
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m experiments.notice_rows",
-                                   description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", help="stored runs (folders of experiments/run.py)")
+    parser = folders_parser("notice_rows", __doc__)
     parser.add_argument("--queue", type=argparse_type(parse_queues, "queue"), default={},
                         help="the notice queue per rate, e.g. 50Mbps=5.4ms,200Mbps=5.6ms "
                              "(default: each calibration's own)")
     args = parser.parse_args(argv)
-    rows = []
-    for folder in map(Path, args.folders):
-        try:
-            rows += errors(folder, args.queue)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"experiments.notice_rows: {folder}: {type(error).__name__}: {error}",
-                  file=sys.stderr)
-            return 2
-    if not rows:
-        print("experiments.notice_rows: no parameter-server rows in those folders",
-              file=sys.stderr)
-        return 2
-    print("\n".join(summary_lines(rows)))
-    return 0
+    return report_folders("experiments.notice_rows", args.folders,
+                          lambda folder: errors(folder, args.queue), summary_lines,
+                          "parameter-server rows")
 
 
 if __name__ == "__main__":
