@@ -1065,6 +1065,7 @@ def test_calibration_on_a_busy_machine_is_taken_again_and_the_run_stops_if_it_st
     records, pauses = [BUSY_CALIBRATION, quiet], []
     monkeypatch.setattr(measure, "calibrate", lambda config, *a, **k: dict(records.pop(0)))
     monkeypatch.setattr(measure, "measure_duplex", lambda config, sizes: {})
+    monkeypatch.setattr(measure, "measure_queue", lambda config: {})
     monkeypatch.setattr(measure.time, "sleep", pauses.append)
     record = measure.calibrate_rate(1e9, True)
     assert record["attempts"] == 2 and pauses == [measure.CALIBRATION_PAUSES_S[0]]

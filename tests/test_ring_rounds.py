@@ -81,8 +81,14 @@ def test_calibration_times_rounds_up_to_the_largest_gradient_its_rings_send(monk
                         lambda config, sizes: duplex_sizes.append(sizes) or {})
     monkeypatch.setattr(measure, "measure_rounds",
                         lambda config, sizes: asked.setdefault(config.hosts, sizes))
+    queue_beds = []
+    monkeypatch.setattr(measure, "measure_queue",
+                        lambda config: queue_beds.append(config) or {"behind_bulk_s": 0.005})
     record = measure.calibrate_rate(200e6, False, [4, 8], mlp)
     assert set(record["rounds"]) == {"4", "8"}
+    # the queue behind a long message: a bed of 3 hosts (sender, echo, sink) at the rate
+    assert record["queue"] == {"behind_bulk_s": 0.005}
+    assert [(c.hosts, c.bandwidth_bps) for c in queue_beds] == [(3, 200e6)]
     assert asked[8] == asked[4] == round_sizes_up_to(mlp, False)
     assert asked[8][-1] == 1 << 20 < ROUND_SIZES_FULL[-1]  # 0.94 MB: the grid stops at 1 MiB
     measure.calibrate_rate(200e6, True, [2])  # no size given: the whole grid
