@@ -280,6 +280,7 @@ class AsyncSimulation:
             yield from self._compute(compute_s, delay_s)
             computed = env.now
             if self.bits:
+                # only the in-order NIC takes a notice (a fair one refuses a notice queue)
                 yield self.inbound.submit(self.bits, self._notice) if self.notice_s \
                     else self.inbound.submit(self.bits)
             if self.accepted >= self.config.updates:

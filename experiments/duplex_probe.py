@@ -38,7 +38,8 @@ MAX_IDLE_S = 60.0  # a shaper's bucket refills in milliseconds at the experiment
 MAX_TIMEOUT_S = 3600.0  # a peer silent this long is gone (experiments give the probe 300 s)
 
 
-def connect(peer: str, port: int, timeout_s: float = 20.0) -> socket.socket:
+def connect(peer: str, port: int, timeout_s: float = 20.0,
+            tool: str = "duplex_probe") -> socket.socket:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -47,15 +48,15 @@ def connect(peer: str, port: int, timeout_s: float = 20.0) -> socket.socket:
             return sock
         except OSError:
             if time.monotonic() > deadline:
-                raise SystemExit(f"duplex_probe: cannot connect to {peer}:{port}")
+                raise SystemExit(f"{tool}: cannot connect to {peer}:{port}")
             time.sleep(0.05)
 
 
-def receive(sock: socket.socket, n: int) -> None:
+def receive(sock: socket.socket, n: int, tool: str = "duplex_probe") -> None:
     while n:
         data = sock.recv(min(CHUNK, n))
         if not data:
-            raise SystemExit("duplex_probe: peer closed the connection")
+            raise SystemExit(f"{tool}: peer closed the connection")
         n -= len(data)
 
 

@@ -27,6 +27,7 @@ from real.testbed.calibrate import calibrate
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
                                  MAX_HOSTS)
 
+from .core_speed import quantile
 from .model import DRIVERS, merge_halves
 from .configs import (PROBE_ORDER_HELP, PROBE_ORDERS, AllReduceConfig, AsyncRunConfig,
                       SyncRunConfig, bed_label, push_window, warmup_updates)
@@ -384,8 +385,9 @@ def summarize_queue(record: dict, window: tuple[float, float] = QUEUE_WINDOW) ->
     if not waits:
         raise TestbedError(f"queue probe: no round trip fell within {window[0]:.0%}-{window[1]:.0%} "
                            f"of a {record['bytes']}-byte message; nothing to summarize")
-    deciles = statistics.quantiles(waits, n=10) if len(waits) > 1 else waits * 9
-    return {"behind_bulk_s": statistics.median(waits), "p10_s": deciles[0], "p90_s": deciles[-1],
+    ordered = sorted(waits)
+    return {"behind_bulk_s": statistics.median(ordered), "p10_s": quantile(ordered, 0.1),
+            "p90_s": quantile(ordered, 0.9),
             "count": len(waits), "bytes": record["bytes"], "window": list(window),
             "transfer_s": [r["transfer_s"] for r in record["repeats"]]}
 

@@ -109,8 +109,9 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
     """The simulator's async run of ``updates`` (at least ``STEADY_UPDATES``): ``per_update_s``
     (after ``warmup_updates``, as the real server is told to count, or the first half of a
     longer run), and of its last ``updates`` updates ``staleness_mean`` and ``staleness_hist``
-    (counts indexed by staleness, as the real server's ``staleness_hist``). ``ps_bandwidth_bps`` None: the server's
-    link is a worker's; either way as the bed carries it (``server_link_bps``).
+    (counts indexed by staleness, as the real server's ``staleness_hist``).
+    ``ps_bandwidth_bps`` None: the server's link is a worker's; either way as the bed carries it
+    (``server_link_bps``).
     ``one_push_at_a_time`` False: the server's link takes as many pushes at once as its rate
     allows, in arrival order, as ``real/ps_server.py`` does with ``--push-window`` the link's
     rate over a worker's (``configs.push_window``); True: a server that

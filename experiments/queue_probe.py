@@ -40,6 +40,7 @@ PING_EVERY_S = 0.001  # a pause between two round trips, so the pings add no que
 MAX_BYTES = 64_000_000  # held in memory; 10 s at 50 Mbit/s
 MAX_IDLE_S = 60.0
 ROLES = {0: "sender", 1: "echo", 2: "sink"}
+TOOL = "queue_probe"  # how its errors begin
 
 
 def no_delay(sock: socket.socket) -> socket.socket:
@@ -81,14 +82,14 @@ def sink(args) -> None:
             first = sock.recv(1)
             if not first:
                 return
-            receive(sock, args.bytes - 1)
+            receive(sock, args.bytes - 1, TOOL)
             sock.sendall(b"d")
 
 
 def ping(sock: socket.socket) -> float:
     start = time.perf_counter()
     sock.sendall(b"p")
-    receive(sock, 1)
+    receive(sock, 1, TOOL)
     return time.perf_counter() - start
 
 
@@ -96,7 +97,7 @@ def send_long(sock: socket.socket, n: int, done: list) -> None:
     """Send ``n`` bytes and wait for the sink's word that all arrived; the time, or the error."""
     try:
         sock.sendall(b"\0" * n)
-        receive(sock, 1)
+        receive(sock, 1, TOOL)
         done.append(time.perf_counter())
     except (OSError, SystemExit) as error:
         done.append(error)
@@ -105,8 +106,8 @@ def send_long(sock: socket.socket, n: int, done: list) -> None:
 def sender(args) -> list[dict]:
     """Host 0: per repeat the baseline round trips, then the round trips while the long message
     is in flight (each with its start, from the message's start) and how long it took."""
-    pinger = no_delay(connect("host1", args.port + 1, args.timeout))
-    long = no_delay(connect("host2", args.port, args.timeout))
+    pinger = no_delay(connect("host1", args.port + 1, args.timeout, TOOL))
+    long = no_delay(connect("host2", args.port, args.timeout, TOOL))
     pinger.settimeout(args.timeout)
     long.settimeout(args.timeout)
     repeats = []
