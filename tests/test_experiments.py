@@ -67,6 +67,13 @@ def test_async_config_puts_the_server_on_one_host_and_workers_on_the_rest():
         AsyncRunConfig(hosts=1, bandwidth_bps=200e6)
 
 
+def test_the_full_async_experiment_runs_2_4_and_8_workers_at_50_200_and_1000_mbps():
+    full = {(p.workers, p.bandwidth_bps) for p in select(["async"], quick=False)[0].points}
+    assert full == {(w, rate) for w in (2, 4, 8) for rate in (50e6, 200e6, 1000e6)}
+    assert {(p.workers, p.bandwidth_bps) for p in select(["async"], quick=True)[0].points} == \
+        {(2, 200e6), (4, 200e6)}
+
+
 def test_select_names_the_unknown_experiment():
     with pytest.raises(ValueError, match="'nope'"):
         select(["nope"], quick=True)
