@@ -315,7 +315,7 @@ def test_runner_interrupted_between_experiments_says_in_run_json_what_finished(
         monkeypatch, tmp_path, capsys):
     import real.testbed
     from experiments import measure, run
-    stored = json.loads((REPO / "experiments/results/run.json").read_text())["calibration"]
+    stored = json.loads((REPO / "experiments/results/full/run.json").read_text())["calibration"]
     calls = []
 
     def one_then_ctrl_c(experiment, net_by_rate, quick):
