@@ -22,6 +22,10 @@ Model (``docs/async.md`` has the derivations and the rule a real trainer follows
   With ``notice_queue_s`` = T a push, once it has its place, first waits for the server's notice
   to send (as under Gloo), which leaves behind the bytes queued on the server's outbound link:
   T, or what that link still holds if it is full and that is less; 0 if it has room.
+  With ``header_look_s`` = L, once a gradient is in and before it is applied, an idle server
+  looks that long for another worker's push header (``real/ps_server.py`` takes the headers
+  already there first): it finds one at once where another worker has finished computing and
+  not yet been served, and otherwise waits the whole L.
 * **Shards** (``servers`` = S, as in Downpour SGD and ps-lite): the parameters are split into S
   equal shards, each on a server with its own NIC; a push or reply is S parallel flows of ⌈n/S⌉
   bytes, each using 1/S of the worker's link. Every shard sees the same flows at the same times,
@@ -120,6 +124,9 @@ class AsyncConfig:
     # gradient only once its receive is posted) waits that long, or until the server's outbound
     # NIC has sent what it holds if that is sooner, holding the push's place on the inbound NIC
     notice_queue_s: float = 0.0
+    # seconds an idle server looks for another worker's push header after a gradient is in and
+    # before it applies it (``real/ps_server.py``'s ``HEADER_LOOK_S``), wasted when none is there
+    header_look_s: float = 0.0
 
     def __post_init__(self):
         if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
@@ -138,6 +145,8 @@ class AsyncConfig:
             raise ValueError(f"server service time must be >= 0 seconds, got {self.service_time_s!r}")
         if not (math.isfinite(self.notice_queue_s) and self.notice_queue_s >= 0):
             raise ValueError(f"notice queue must be >= 0 seconds, got {self.notice_queue_s!r}")
+        if not (math.isfinite(self.header_look_s) and self.header_look_s >= 0):
+            raise ValueError(f"header look must be >= 0 seconds, got {self.header_look_s!r}")
         if self.notice_queue_s and self.fair_server_nic:
             raise ValueError("a notice queue needs the in-order server NIC (a fair NIC has every "
                              "gradient's receive posted ahead, so no push waits for a notice)")
@@ -237,6 +246,8 @@ class AsyncSimulation:
             else None
         self.latency_s, self.service_s = cluster.latency_s, config.service_s
         self.notice_s = config.notice_queue_s
+        self.look_s = config.header_look_s
+        self.computed = 0  # workers whose gradient is computed and not yet served (header sent)
         self.trace, self.trace_updates = trace, trace_updates
         self.on_update = on_update
         self.draws: list[float] = []
@@ -279,6 +290,7 @@ class AsyncSimulation:
             compute_start = env.now + delay_s
             yield from self._compute(compute_s, delay_s)
             computed = env.now
+            self.computed += 1
             if self.bits:
                 # only the in-order NIC takes a notice (a fair one refuses a notice queue)
                 yield self.inbound.submit(self.bits, self._notice) if self.notice_s \
@@ -286,6 +298,7 @@ class AsyncSimulation:
             if self.accepted >= self.config.updates:
                 return  # the workload is done; this gradient is not needed
             arrival = env.now + self.latency_s
+            self.computed -= 1
             busy_s = computed - compute_start
             staleness, head, end, version, last = self._serve(worker, version, arrival, busy_s)
             if staleness is not None:
@@ -324,7 +337,11 @@ class AsyncSimulation:
             self.dropped += 1
             self.dropped_compute_s += compute_s
             return None, head, head, met, False
-        end = head + self.service_s
+        # an idle server looks for another worker's header first (a lone worker has none to look
+        # for); one is there if another worker has computed
+        looked_s = self.look_s if (self.workers > 1 and head == arrival
+                                   and not self.computed) else 0.0
+        end = head + looked_s + self.service_s
         self.free_at = end
         self.accepted += 1
         self.ends.append(end)

@@ -31,6 +31,7 @@ from dsgd_sim.cluster import ClusterConfig
 from dsgd_sim.compute import Constant, ComputeModel, Empirical
 from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation, leaves_a_round, timed_rate
 from dsgd_sim.workload import load_profile
+from real.ps_server import HEADER_LOOK_S
 
 from .configs import SyncRunConfig, warmup_updates
 from .model import NetworkInputs
@@ -136,7 +137,9 @@ def simulate_async(workers: int, updates: int, compute_s: float, net: NetworkInp
                                          one_push_at_a_time=one_push_at_a_time,
                                          fair_server_nic=fair_server_nic,
                                          notice_queue_s=0.0 if fair_server_nic
-                                         else net.notice_queue_s)).run()
+                                         else net.notice_queue_s,
+                                         header_look_s=0.0 if fair_server_nic
+                                         else HEADER_LOOK_S)).run()
     _, _, rate = timed_rate(result.update_end_s, workers, skip)
     staleness = result.staleness[-asked:]  # as many as the run applies, from the steady state
     return {"per_update_s": 1.0 / rate,

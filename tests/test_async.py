@@ -169,6 +169,7 @@ def test_trace_numbers_tracks_as_a_real_job_server_0_and_workers_after_it():
     ({"servers": 3}, "3 servers for 2 parameters"), ({"service_time_s": -1.0}, "service"),
     ({"notice_queue_s": -0.001}, "notice queue"), ({"notice_queue_s": math.inf}, "notice queue"),
     ({"notice_queue_s": 0.005, "fair_server_nic": True}, "in-order server NIC"),
+    ({"header_look_s": -0.001}, "header look"), ({"header_look_s": math.nan}, "header look"),
 ])
 def test_config_rejects_bad_values(options, message):
     workload = from_preset("resnet50").with_grad_bytes(8)
@@ -364,6 +365,29 @@ def test_a_notice_never_waits_longer_than_what_the_server_still_has_to_send():
     # One worker: no other reply is ever leaving when it pushes, so the notice never waits.
     one = [notice_run(q, Constant(0.05), workers=1, updates=50)[0] for q in (0.0, 0.5)]
     assert one[1] == pytest.approx(one[0])
+
+
+def look_run(look_s, compute, workers, updates=400):
+    """Seconds per update after the first half: 1 MB gradients over 200 Mbit/s links, 1 ms to
+    apply one, the server looking ``look_s`` for another header before it applies."""
+    workload = from_preset("resnet50").with_grad_bytes(1_000_000).with_compute(compute)
+    cluster = ClusterConfig(replicas=workers, bandwidth_bps=200e6, latency_s=0.0)
+    ends = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, service_time_s=0.001,
+                                       header_look_s=look_s)).run().update_end_s
+    return (ends[-1] - ends[updates // 2 - 1]) / (updates // 2)
+
+
+def test_an_idle_server_looks_in_vain_for_a_header_only_while_the_other_workers_compute():
+    push_s = 0.04
+    # 2 workers computing 50 ms: when a gradient is in, the other worker is still computing,
+    # so every update waits the whole look before its apply
+    turn_s = 0.05 + 2 * push_s + 0.001
+    assert look_run(0.0, Constant(0.05), 2) == pytest.approx(turn_s / 2, rel=0.005)
+    assert look_run(0.002, Constant(0.05), 2) == pytest.approx((turn_s + 0.002) / 2, rel=0.005)
+    # a lone worker: no other header to look for
+    assert look_run(0.002, Constant(0.05), 1, 50) == pytest.approx(turn_s, rel=1e-6)
+    # 4 workers that never compute: another push is always waiting, so the look finds a header
+    assert look_run(0.002, Constant(0.0), 4) == look_run(0.0, Constant(0.0), 4)
 
 
 def test_the_notice_queue_is_in_the_json_and_the_header(tmp_path, capsys):

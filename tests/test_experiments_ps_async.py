@@ -18,6 +18,7 @@ from experiments.configs import EXPERIMENTS, select
 from experiments.fidelity import fidelity_row
 from experiments.model import NetworkInputs, predict_allreduce_stream_s
 from experiments.ps_model import server_link_bps, simulate_async
+from real.ps_server import HEADER_LOOK_S
 from experiments import measure, sync_model
 from experiments.configs import SyncRunConfig
 from experiments.sync_model import emulated_step, paused_step, predict_async, predict_sync_s
@@ -160,7 +161,9 @@ def test_two_workers_pushes_wait_for_the_notice_behind_the_others_reply(net):
     free = simulate_async(2, 100, 0.05, net, REFERENCE)["per_update_s"]
     waited = simulate_async(2, 100, 0.05, queued, REFERENCE)["per_update_s"]
     n_over_b = 8 * GRAD_BYTES / net.duplex_payload_bps
-    cycle_s = 0.05 + 2 * n_over_b + 0.001  # compute, push, apply, reply: a worker's turn
+    # compute, push, the server's look for the other worker's header (asleep: the whole look),
+    # apply, reply: a worker's turn
+    cycle_s = 0.05 + 2 * n_over_b + HEADER_LOOK_S + 0.001
     assert free == pytest.approx(cycle_s / 2, rel=0.01)
     assert waited == pytest.approx((cycle_s + 0.0055) / 2, rel=0.01)
     # a fair server NIC posts every receive ahead (no notice to wait for): the queue is ignored
