@@ -339,14 +339,19 @@ def test_a_fair_server_nic_ends_equal_pushes_together_so_push_and_reply_phases_a
     assert per_update_s(True) == pytest.approx(2 * push_s, rel=1e-6)
 
 
-def notice_run(notice_queue_s, compute, workers=2, updates=400):
-    """Seconds per update after the first half: 1 MB gradients over 200 Mbit/s links."""
+def half_run(compute, workers=2, updates=400, **options):
+    """Seconds per update after the first half, and the result: 1 MB gradients over 200 Mbit/s
+    links, no latency, applied at once unless ``options`` (``AsyncConfig``'s) say otherwise."""
     workload = from_preset("resnet50").with_grad_bytes(1_000_000).with_compute(compute)
     cluster = ClusterConfig(replicas=workers, bandwidth_bps=200e6, latency_s=0.0)
-    result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, service_time_s=0.0,
-                                         notice_queue_s=notice_queue_s)).run()
+    result = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates,
+                                         **{"service_time_s": 0.0, **options})).run()
     ends = result.update_end_s
     return (ends[-1] - ends[updates // 2 - 1]) / (updates // 2), result
+
+
+def notice_run(notice_queue_s, compute, workers=2, updates=400):
+    return half_run(compute, workers, updates, notice_queue_s=notice_queue_s)
 
 
 def test_a_push_whose_notice_meets_a_reply_waits_the_queue_and_the_workers_settle_there():
@@ -368,13 +373,9 @@ def test_a_notice_never_waits_longer_than_what_the_server_still_has_to_send():
 
 
 def look_run(look_s, compute, workers, updates=400):
-    """Seconds per update after the first half: 1 MB gradients over 200 Mbit/s links, 1 ms to
-    apply one, the server looking ``look_s`` for another header before it applies."""
-    workload = from_preset("resnet50").with_grad_bytes(1_000_000).with_compute(compute)
-    cluster = ClusterConfig(replicas=workers, bandwidth_bps=200e6, latency_s=0.0)
-    ends = AsyncSimulation(AsyncConfig(cluster, workload, updates=updates, service_time_s=0.001,
-                                       header_look_s=look_s)).run().update_end_s
-    return (ends[-1] - ends[updates // 2 - 1]) / (updates // 2)
+    """``half_run`` with 1 ms to apply a gradient, the server looking ``look_s`` for another
+    header before it applies."""
+    return half_run(compute, workers, updates, service_time_s=0.001, header_look_s=look_s)[0]
 
 
 def test_an_idle_server_looks_in_vain_for_a_header_only_while_the_other_workers_compute():
