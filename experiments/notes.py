@@ -205,7 +205,9 @@ NOTES: dict[str, list[str]] = {
         "that waited for every byte of the reply (+28% at 50 Mbit/s) and a fluid model of TCP's "
         "windows. At 1000 Mbit/s, where it is a tenth of an 8-worker update, the full grid runs "
         "the server too since b033693: its 8 workers took 9.38 ms an update there, priced 9.09 ms "
-        "with the notice and 8.31 without.",
+        "with the notice and 8.31 without. The full grid made with the server's look in the "
+        "model (3777c2c) had every parameter-server row within 2.6%, its 2 workers at 200 and "
+        "1000 Mbit/s −0.6% and −0.7%.",
         "**What mattered most** (`LOG.md`):\n"
         "- **Reno, not BBR.** BBR caps a flow near twice its rate times the smallest round trip "
         "it has seen, so it could not fill the server's link behind a queue (4 workers at "
