@@ -394,11 +394,17 @@ def test_bench_output_that_cannot_be_written_after_the_run_is_one_line_and_statu
     monkeypatch.setattr(bench, "Timer", lambda *args: None)
     monkeypatch.setattr(bench, "measure", measure_then_lose_the_folder)
     monkeypatch.setattr(bench, "report", lambda *args: {})
-    for flags, name in [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "allow_tf32"),
-                        (torch.backends.cuda.matmul, "allow_tf32")]:  # main sets them: put back
-        monkeypatch.setattr(flags, name, getattr(flags, name))
-    assert bench.main(["--sizes", "64", "--masks", "3", "--variants", "naive",
-                       "--json", str(out / "r.json")]) == 1
+    # main sets these flags: put them back by hand (pytest >= 9.2's monkeypatch would undo the
+    # cuBLAS one with delattr, which torch's flag object refuses)
+    flags = [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "allow_tf32"),
+             (torch.backends.cuda.matmul, "allow_tf32")]
+    saved = [getattr(owner, name) for owner, name in flags]
+    try:
+        assert bench.main(["--sizes", "64", "--masks", "3", "--variants", "naive",
+                           "--json", str(out / "r.json")]) == 1
+    finally:
+        for (owner, name), value in zip(flags, saved):
+            setattr(owner, name, value)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("bench.py: error: ") and "r.json" in err[0]
 
