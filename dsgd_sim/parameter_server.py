@@ -59,6 +59,10 @@ from .workload import Workload
 
 DEFAULT_SERVER_MEMORY_BPS = 20e9  # bytes/s a server sustains applying an update (a few DDR channels)
 APPLY_BYTES_PER_GRADIENT_BYTE = 3  # read the gradient, read the weights, write the weights
+# how long real/ps_server.py looks for push headers already arrived before it applies a
+# gradient (its push window); here, with timed_rate, so that a model can price the look
+# without importing the server (and torch)
+HEADER_LOOK_S = 1e-3
 
 
 def leaves_a_round(warmup_updates: int, workers: int, updates: int) -> bool:
@@ -125,7 +129,7 @@ class AsyncConfig:
     # NIC has sent what it holds if that is sooner, holding the push's place on the inbound NIC
     notice_queue_s: float = 0.0
     # seconds an idle server looks for another worker's push header after a gradient is in and
-    # before it applies it (``real/ps_server.py``'s ``HEADER_LOOK_S``), wasted when none is there
+    # before it applies it (``HEADER_LOOK_S`` for the real server), wasted when none is there
     header_look_s: float = 0.0
 
     def __post_init__(self):
@@ -295,10 +299,10 @@ class AsyncSimulation:
                 # only the in-order NIC takes a notice (a fair one refuses a notice queue)
                 yield self.inbound.submit(self.bits, self._notice) if self.notice_s \
                     else self.inbound.submit(self.bits)
+            self.computed -= 1
             if self.accepted >= self.config.updates:
                 return  # the workload is done; this gradient is not needed
             arrival = env.now + self.latency_s
-            self.computed -= 1
             busy_s = computed - compute_start
             staleness, head, end, version, last = self._serve(worker, version, arrival, busy_s)
             if staleness is not None:

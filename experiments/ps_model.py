@@ -29,9 +29,9 @@ import numpy as np
 
 from dsgd_sim.cluster import ClusterConfig
 from dsgd_sim.compute import Constant, ComputeModel, Empirical
-from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation, leaves_a_round, timed_rate
+from dsgd_sim.parameter_server import (HEADER_LOOK_S, AsyncConfig, AsyncSimulation,
+                                       leaves_a_round, timed_rate)
 from dsgd_sim.workload import load_profile
-from real.ps_server import HEADER_LOOK_S
 
 from .configs import SyncRunConfig, warmup_updates
 from .model import NetworkInputs

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from dsgd_sim.parameter_server import timed_rate
+from dsgd_sim.parameter_server import HEADER_LOOK_S, timed_rate
 from dsgd_sim.trace import Trace
 
 from .comm import CommError
@@ -66,7 +66,6 @@ from .ps_protocol import (ERROR, PUSH_TAG, REPLY_DATA_TAG, REPLY_TAG, RETRY, STO
 from .replica_state import weights_sha256
 
 UPDATE_LOG_LIMIT = 100_000  # updates listed one by one in the summary
-HEADER_LOOK_S = 1e-3  # how long the server looks for headers already arrived (push window)
 
 
 class WorkersLost(RuntimeError):

@@ -18,7 +18,7 @@ from experiments.configs import EXPERIMENTS, select
 from experiments.fidelity import fidelity_row
 from experiments.model import NetworkInputs, predict_allreduce_stream_s
 from experiments.ps_model import server_link_bps, simulate_async
-from real.ps_server import HEADER_LOOK_S
+from dsgd_sim.parameter_server import HEADER_LOOK_S
 from experiments import measure, sync_model
 from experiments.configs import SyncRunConfig
 from experiments.sync_model import emulated_step, paused_step, predict_async, predict_sync_s
