@@ -80,6 +80,8 @@ def compare_shapes_on(comm, failures) -> None:
             failures.setdefault((p, name), "non-contiguous tensor reduced wrongly")
         empty = torch.empty(0)
         fn(comm, empty, "sum")
+        if empty.shape != (0,):
+            failures.setdefault((p, name), f"empty tensor came back with shape {empty.shape}")
 
 
 def algorithm_battery(engine: str) -> dict:

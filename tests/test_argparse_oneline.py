@@ -12,7 +12,9 @@ from dsgd_sim.argparse_oneline import (check_output_dir, check_output_file, chec
 def test_a_writable_new_or_existing_file_and_none_pass(tmp_path):
     (tmp_path / "old.json").write_text("{}")
     for path in (None, str(tmp_path / "new.json"), str(tmp_path / "old.json")):
-        check_output_file("--json", path)
+        check_output_file("--json", path)  # raises ValueError if refused
+    # checking writes nothing and leaves what is there as it was
+    assert os.listdir(tmp_path) == ["old.json"] and (tmp_path / "old.json").read_text() == "{}"
 
 
 @pytest.mark.parametrize("name, message", [

@@ -370,6 +370,13 @@ def test_a_notice_never_waits_longer_than_what_the_server_still_has_to_send():
     # One worker: no other reply is ever leaving when it pushes, so the notice never waits.
     one = [notice_run(q, Constant(0.05), workers=1, updates=50)[0] for q in (0.0, 0.5)]
     assert one[1] == pytest.approx(one[0])
+    # Two workers, a notice queue far longer than a reply: a push waits only for what is left
+    # of the other's reply. That worker pushed (40 ms) and took its reply while this one
+    # computed (50 ms), so 2 * 40 - 50 = 30 ms of its reply is left, whatever the queue.
+    push_s, serial_s = 0.04, (0.05 + 2 * 0.04) / 2
+    for queue_s in (0.5, 5.0):
+        assert notice_run(queue_s, Constant(0.05))[0] == pytest.approx(
+            serial_s + (2 * push_s - 0.05) / 2, rel=1e-9)
 
 
 def look_run(look_s, compute, workers, updates=400):

@@ -65,18 +65,21 @@ def test_writer_leaves_no_temporary_files(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000001.pt"]
 
 
-class OneRank:
-    """Rank 0 of one: the collectives before a refusal (a broadcast of the header) do nothing."""
-    rank, world_size, device = 0, 1, torch.device("cpu")
+class Rank:
+    """A rank of a job of two, before the collectives: it keeps each header rank 0 broadcasts
+    (rank 0), or receives ``sent`` (rank 1)."""
+    world_size, device = 2, torch.device("cpu")
+
+    def __init__(self, rank, sent=None):
+        self.rank, self.sent, self.headers = rank, sent, []
 
     def broadcast(self, tensor, src=0):
-        pass
+        if self.rank != src:
+            tensor.copy_(self.sent)
+        self.headers.append(tensor.tolist())
 
 
-def test_a_checkpoint_folder_rank_0_cannot_read_is_said_to_every_rank(tmp_path, monkeypatch):
-    # rank 0 once left the job on such an error before telling the others, who waited out
-    # their --timeout
-    import pytest
+def restore_with_unreadable_checkpoints(comm, tmp_path, monkeypatch):
     import real.replica_state as replica_state
 
     def unreadable(directory):
@@ -85,5 +88,20 @@ def test_a_checkpoint_folder_rank_0_cannot_read_is_said_to_every_rank(tmp_path, 
     monkeypatch.setattr(replica_state, "load_latest_checkpoint", unreadable)
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(replica_state.RestoreError, match="cannot read the checkpoints in"):
-        replica_state.restore_or_start(OneRank(), str(tmp_path), model, optimizer, {"seed": 0})
+    replica_state.restore_or_start(comm, str(tmp_path), model, optimizer, {"seed": 0})
+
+
+def test_a_checkpoint_folder_rank_0_cannot_read_is_said_to_every_rank(tmp_path, monkeypatch):
+    # rank 0 once left the job on such an error before telling the others, who waited out
+    # their --timeout
+    import pytest
+    from real.replica_state import RestoreError
+
+    rank_0 = Rank(0)
+    with pytest.raises(RestoreError, match="cannot read the checkpoints in"):
+        restore_with_unreadable_checkpoints(rank_0, tmp_path, monkeypatch)
+    # the header it broadcast first: step 0, no checkpoint, refused, not the same world
+    assert rank_0.headers == [[0, 0, 1, 0]]
+    rank_1 = Rank(1, sent=torch.tensor(rank_0.headers[0]))
+    with pytest.raises(RestoreError, match="rank 0 cannot resume"):
+        restore_with_unreadable_checkpoints(rank_1, tmp_path, monkeypatch)

@@ -221,7 +221,9 @@ def check_new_group_renumbers_ranks(comm):
             group.send(torch.tensor([42.0]), 1)
         elif group.rank == 1:
             assert group.recv(got, 0) == 0 and got.item() == 42.0
+        t = torch.tensor([float(comm.rank)])
         group.broadcast(t, src=group.world_size - 1)
+        assert t.item() == float(members[-1])  # the group's last rank is the world's last member
     finally:
         group.close()
 

@@ -245,8 +245,12 @@ def test_ps_vs_ring_rows_are_one_ring_and_one_per_factor_all_fidelity_rows(net):
     assert [r["scheme"] for r in rows] == ["ring", "ps", "ps"]
     assert [r["measured_s"] for r in rows] == [0.07, 0.2, 0.17]
     assert len({r["config"] for r in rows}) == 3
+    predicted = pvr.predict(point, net, REFERENCE)
+    assert [r["predicted_s"] for r in rows] == [predicted["ring_s"], predicted["ps_s"][1],
+                                                predicted["ps_s"][4]]
     for r in rows:
-        fidelity_row("ps_vs_ring", r["config"], r["predicted_s"], r["measured_s"])
+        row = fidelity_row("ps_vs_ring", r["config"], r["predicted_s"], r["measured_s"])
+        assert row["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
 
 
 def test_a_stored_run_is_predicted_again_with_its_measurements_kept(net):
@@ -470,7 +474,8 @@ def test_the_single_process_emulated_step_runs_the_emulated_compute_asked_for():
     padded = SyncRunConfig(1, 1e9, emulate_compute_s=0.01, real_gradients=True)
     for config in (SyncRunConfig(1, 1e9, emulate_compute_s=0.01), padded):
         step = emulated_step(config)  # the real one: one process of real/sync.py, 40 steps
-        assert 0.01 <= step["compute_time_s"] < 0.03 and step["idle_time_s"] > 0
+        assert step["compute_time_s"] >= 0.01 and step["idle_time_s"] > 0  # no upper bound: a
+        # slow machine lengthens a step, and a timing target is no pass/fail check
         assert step["emulate_compute_s"] == 0.01
         assert step["real_gradients"] == config.real_gradients
     assert emulated_step(padded) is step  # once per model, batch and emulated compute
@@ -638,7 +643,7 @@ def test_sync_json_has_a_loss_curve_per_step_averaged_over_ranks(tmp_path):
     assert [step for step, _, _ in curve] == list(range(6)) and summary["real_gradients"] is True
     assert all(b[1] - a[1] >= 0.016 for a, b in zip(curve, curve[1:]))  # padded to about 20 ms
     assert curve[0][2] == pytest.approx(summary["initial_loss"])
-    assert summary["compute_time_s"] == pytest.approx(0.020, abs=0.004)
+    assert summary["compute_time_s"] >= 0.016  # its deadline; a slow machine only adds
     assert all(math.isfinite(loss) for _, _, loss in curve)
 
 

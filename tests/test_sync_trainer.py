@@ -69,7 +69,8 @@ def _modes_worker(rank, world_size, port, out_dir):
                                 checkpoint_dir=os.path.join(out_dir, f"{sync}-{allreduce}"))
             train(config, comm, dataset, torch.device("cpu"))
         emulated = SyncConfig(**{**SMALL, "model": "mlp", "steps": 3}, emulate_compute_s=0.03,
-                              json=os.path.join(out_dir, "emulated.json"))
+                              json=os.path.join(out_dir, "emulated.json"),
+                              trace=os.path.join(out_dir, "emulated.trace.json"))
         train(emulated, comm, dataset, torch.device("cpu"))
         one = comm.new_group([0])
         if one is not None:  # the same samples, one process, batch world_size × B
@@ -91,7 +92,8 @@ def mode_runs(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("modes")
     mp.start_processes(_modes_worker, args=(2, free_port("127.0.0.1"), str(out_dir)), nprocs=2,
                        start_method="spawn")
-    weights = {"emulated": json.load(open(out_dir / "emulated.json"))}
+    weights = {"emulated": json.load(open(out_dir / "emulated.json")),
+               "emulated trace": json.load(open(out_dir / "emulated.trace.json"))}
     for name in os.listdir(out_dir):
         if name.endswith(".json"):
             continue
@@ -149,6 +151,12 @@ def test_emulated_compute_sleeps_and_exchanges_full_gradients(mode_runs):
     summary = mode_runs["emulated"]
     assert summary["compute_time_s"] >= 0.03 and summary["final_loss"] is None
     assert summary["weights_sha256"] == weights_sha256(build_model("mlp", 0))  # zero gradients
+    # ... all-reduced all the same: mlp's 0.94 MB of gradients fit one 25 MB bucket, one call a
+    # step on each rank
+    trace = mode_runs["emulated trace"]
+    calls = sorted((e["pid"], e["tid"], e["args"]["iteration"]) for e in trace["traceEvents"]
+                   if e.get("ph") == "X" and e["name"] == "all-reduce bucket 0")
+    assert summary["comm_time_s"] > 0 and len(calls) == 2 * 3 == len(set(calls))
 
 
 @pytest.mark.skipif(not have_mpiexec(), reason="needs mpi4py and mpiexec (./install.sh dev)")
