@@ -140,6 +140,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             continue
         if not path:  # else no file at all, found out only after the whole run
             p.error(f"--{flag}: empty file name")
+        if conv_profile.written_in_place(path):  # /dev/stdout, a pipe: nothing made beside it
+            continue
         if not Path(path).resolve().parent.is_dir():
             p.error(f"--{flag} {path}: folder {Path(path).parent} does not exist")
         if Path(path).is_dir():

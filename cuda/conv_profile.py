@@ -48,16 +48,23 @@ def write_profile(path: str, profile: dict) -> None:
     write_json(path, profile)
 
 
+def written_in_place(path: str) -> bool:
+    """Whether ``path`` is written where it is, not replaced by a new file beside it: a device,
+    a pipe, or this process's own descriptors (``/dev/stdout``, ``/dev/fd/N``)."""
+    if path.startswith(("/dev/std", "/dev/fd/", "/proc/self/fd/")):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # not there yet: a new file
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def write_json(path: str, document: dict) -> None:
     """``document`` as JSON in ``path``, put in place whole: a write that fails leaves what
     was there (this folder runs without the dsgd package, whose ``write_atomically`` it mirrors:
     a link's target is written; a device, a pipe or /dev/stdout appended to in place)."""
-    try:
-        in_place = path.startswith(("/dev/std", "/dev/fd/", "/proc/self/fd/")) \
-            or not stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:  # not there yet: a new file
-        in_place = False
-    if in_place:
+    if written_in_place(path):
         with open(path, "a") as handle:
             json.dump(document, handle, indent=1)
             handle.write("\n")

@@ -212,3 +212,11 @@ def check_output_dir(flag: str, path: str | None) -> None:
         raise ValueError(f"{flag} {path!r}: {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {existing}")
+    # root passes every access() check: try a file there, as the folder or its files will be
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-check-")
+    except OSError as error:
+        raise ValueError(f"{flag} {path!r}: cannot write into {existing} "
+                         f"({error.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)

@@ -141,7 +141,7 @@ def row_misses(grids: dict[str, list[dict]], sides: dict[str, dict[str, dict[str
                       "before": None, "after": None, "apart": None}
             priced = (sides.get(name, {}).get(r["config"]) if r["experiment"] == "allreduce"
                       else None)
-            if priced is not None:
+            if priced is not None and "measured_s" in r:  # a row without one: no sides
                 m = r["measured_s"]
                 record.update({s: abs(priced[s] - m) / m > WORST_TARGET for s in SIDES})
                 record["apart"] = abs(priced["before"] - priced["after"]) / m > WORST_TARGET

@@ -57,10 +57,11 @@ def _number(value) -> bool:
 
 
 def is_row(row) -> bool:
-    """A fidelity row as experiments/run.py writes it, as far as this tool reads one: an error
-    above -1 (no prediction is negative) and at most ``MAX_ERROR``, and the times it was made
-    from, where given, positive."""
+    """A fidelity row as experiments/run.py writes it, as far as this tool reads one: its
+    experiment and config named by strings, an error above -1 (no prediction is negative) and
+    at most ``MAX_ERROR``, and the times it was made from, where given, positive."""
     return (isinstance(row, dict) and {"experiment", "config", "error"} <= row.keys()
+            and isinstance(row["experiment"], str) and isinstance(row["config"], str)
             and _number(row["error"]) and -1 < row["error"] <= MAX_ERROR
             and all(_number(row[k]) and row[k] > 0
                     for k in ("predicted_s", "measured_s") if k in row))

@@ -37,10 +37,12 @@ from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
-                                       check_output_dir, write_text_atomically)
+                                       check_output_dir, check_output_file,
+                                       write_text_atomically)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E402
                                  HOST_CORES_POLICIES, ADDRESS_LAYOUTS, SCHEDULING_POLICIES,
                                  parse_congestion_control)
+from real.testbed.network import check_congestion_control  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"   # where results go (--out)
@@ -351,11 +353,23 @@ def regenerate_stored() -> dict:
     if not named:
         raise ValueError(f"no result files in {RESULTS} (run the experiments first)")
     try:
-        return regenerate(list(named.values()), meta)
+        texts = report_texts(list(named.values()), meta)
     except BAD_RESULTS as error:  # which file: the one whose report cannot be built alone
         culprit = next((name for name, result in named.items()
                         if not _reports(result, meta)), "a result file")
         raise ValueError(f"{culprit}.json in {RESULTS}: {problem(error)}") from None
+    check_outputs([RESULTS / "fidelity.json", REPORT])
+    try:
+        return write_report(*texts)
+    except OSError as error:
+        raise ValueError(f"cannot write the report: {problem(error)}") from None
+
+
+def check_outputs(paths) -> None:
+    """ValueError naming the first of ``paths`` that cannot be written (a folder in its place,
+    a read-only file): checked before any of them is written, so none is left half updated."""
+    for path in paths:
+        check_output_file("output", os.fspath(path))
 
 
 def _reports(result: dict, meta: dict) -> bool:
@@ -439,6 +453,10 @@ def parse_args(argv=None):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
                      "--congestion-control, --scheduling, --host-cores, --address-layout, "
                      "--probe-idle or --probe-order")
+    try:
+        check_congestion_control(args.congestion_control)  # else found on the first bed
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
@@ -463,6 +481,14 @@ def main(argv=None) -> int:
         return 0
     if args.repredict:
         return repredict(args.names, args.out)
+    try:  # a folder in an output's place, found now and not at the end of the run
+        check_outputs([RESULTS / name for name in ("run.json", "calibration.json",
+                                                   "fidelity.json")]
+                      + [RESULTS / f"{e.name}.{ext}" for e in args.experiments
+                         for ext in ("json", "png")] + [REPORT] if RESULTS.is_dir() else [])
+    except ValueError as error:
+        print(f"experiments/run.py: {error}", file=sys.stderr)
+        return 2
     from real.testbed import TestbedError, unavailable_reason
     from real.testbed.bed import signals_raise
     reason = unavailable_reason()
@@ -541,6 +567,12 @@ def repredict(names: list[str], out: str | None = None) -> int:
     except BAD_RESULTS as error:
         print(f"experiments/run.py: --repredict: bad results in {RESULTS}: {problem(error)}",
               file=sys.stderr)
+        return 2
+    try:
+        check_outputs([p for path, plot, _, _ in updated.values() for p in (path, plot)]
+                      + [RESULTS / "fidelity.json", REPORT])
+    except ValueError as error:
+        print(f"experiments/run.py: --repredict: {error}", file=sys.stderr)
         return 2
     for path, plot, module, result in updated.values():
         module.plot(result["rows"], plot)

@@ -46,6 +46,12 @@ def test_a_folder_under_a_file_is_refused(tmp_path):
     check_output_dir("--checkpoint-dir", str(tmp_path / "new" / "ckpt"))  # made later: passes
 
 
+def test_a_folder_where_nothing_can_be_made_is_refused_even_to_root():
+    # access() says yes to root everywhere; /proc takes no new file from anyone
+    with pytest.raises(ValueError, match=r"--out '/proc/x': cannot write into /proc"):
+        check_output_dir("--out", "/proc/x")
+
+
 def test_an_abbreviated_flag_is_refused_not_taken_for_the_whole_one(capsys):
     from dsgd_sim.argparse_oneline import OneLineArgumentParser
     parser = OneLineArgumentParser(prog="prog")

@@ -372,6 +372,12 @@ def test_bench_refuses_a_folder_for_an_output_file_before_measuring(flag, tmp_pa
 
 
 @pytest.mark.parametrize("flag", ["--json", "--profile"])
+def test_bench_takes_stdout_for_an_output_file(flag):
+    # written in place, as conv_profile.write_json does: nothing is made beside it
+    assert getattr(bench.parse_args([flag, "/dev/stdout"]), flag[2:]) == "/dev/stdout"
+
+
+@pytest.mark.parametrize("flag", ["--json", "--profile"])
 def test_bench_refuses_an_empty_output_file_name_before_measuring(flag, capsys):
     with pytest.raises(SystemExit) as caught:
         bench.parse_args([flag, ""])

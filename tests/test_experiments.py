@@ -499,6 +499,49 @@ def test_report_only_on_bad_files_names_the_file_in_one_line_and_writes_nothing(
     assert not (tmp_path / "fidelity.json").exists() and not (tmp_path / "RESULTS.md").exists()
 
 
+@pytest.mark.parametrize("output", ["fidelity.json", "RESULTS.md"])
+def test_report_only_names_an_output_it_cannot_write_and_writes_nothing(
+        output, tmp_path, monkeypatch, capsys):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    for name in ("run.json", "sync.json"):
+        (tmp_path / name).write_text((REPO / "experiments/results" / name).read_text())
+    (tmp_path / output).mkdir()
+    assert run.main(["--report-only", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"experiments/run.py: --report-only: output "
+                   f"'{tmp_path / output}' is not a file name\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.json", "sync.json", output])
+
+
+def test_a_run_whose_outputs_cannot_be_written_stops_before_any_test_bed(tmp_path, monkeypatch,
+                                                                         capsys):
+    import real.testbed
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: pytest.fail("too far"))
+    (tmp_path / "multinode.png").mkdir()
+    assert run.main(["multinode", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"experiments/run.py: output "
+                                       f"'{tmp_path / 'multinode.png'}' is not a file name\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["multinode.png"]
+
+
+def test_runner_refuses_a_congestion_control_the_machine_does_not_allow(tmp_path, monkeypatch,
+                                                                         capsys):
+    from experiments import run
+    from real.testbed import network
+    allowed = tmp_path / "allowed"
+    allowed.write_text("reno bbr\n")
+    monkeypatch.setattr(network, "ALLOWED_SYSCTL", str(allowed))
+    err = usage_error(run.main, ["--congestion-control", "cubic", "multinode"], capsys)
+    assert f"--congestion-control cubic: this machine lets a namespace pick only reno, bbr " \
+        f"({allowed})" in err
+    assert run.parse_args(["--congestion-control", "bbr"]).congestion_control == "bbr"
+
+
 @pytest.mark.parametrize("argv", [["sync"], ["--quick"], ["--probe-idle"],
                                   ["--scheduling", "normal"]])
 def test_report_only_takes_no_names_and_no_measuring_flags(argv, capsys):

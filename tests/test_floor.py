@@ -143,6 +143,18 @@ def test_summarise_counts_each_way_of_missing_per_kind(tmp_path):
                                   "against the other grids' median.")
 
 
+def test_a_row_without_its_measurement_is_priced_but_set_against_nothing(tmp_path):
+    config = "ring 0.064MB H=8 1000Mbps"
+    grids, sides = {}, {}
+    for name in "0123":
+        rows = grid_rows(write_grid(tmp_path / name, [
+            allreduce_row(config, 64_000, 8, 1000, 1.0, 1.0)], [("sync", 1.0, 1.0)]))
+        grids[name] = [{k: v for k, v in r.items() if k != "measured_s"} for r in rows]
+        sides[name] = {config: {"before": 1.0, "after": 1.0}}
+    (k,) = [k for k in summarise(grids, sides)[0] if k["kind"] == ALL]
+    assert k["rows"] == 8 and k["others_rows"] == 0 and k["side_rows"] == 0
+
+
 def copy_grid(name: str, to: Path) -> Path:
     folder = to / name
     folder.mkdir()

@@ -107,6 +107,8 @@ def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not JSON"),
     (json.dumps([{"experiment": "sync"}]), "expected a list of rows"),
+    (json.dumps([{"experiment": ["sync"], "config": "x", "error": 0.1}]), "expected a list of rows"),
+    (json.dumps([{"experiment": "sync", "config": {"x": 1}, "error": 0.1}]), "expected a list of rows"),
     (json.dumps([{"experiment": "sync", "config": "x", "error": None}]), "an error from -1"),
     (json.dumps([{"experiment": "sync", "config": "x", "error": "big"}]), "an error from -1"),
     (json.dumps([{"experiment": "sync", "config": "x", "error": 1e308}]), "to 1e6"),

@@ -27,6 +27,14 @@ def test_a_folder_that_is_not_a_stored_run_is_one_line_and_status_2(tmp_path, ca
     assert err.count("\n") == 1 and "calibration.json" in err
 
 
+@pytest.mark.parametrize("calibration", ["[1]", '[{"bandwidth_bps": 0}]'])
+def test_a_calibration_not_as_written_is_one_line_and_status_2(tmp_path, capsys, calibration):
+    (tmp_path / "calibration.json").write_text(calibration)
+    assert notice_rows.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"experiments.notice_rows: {tmp_path}: ")
+
+
 def test_the_notice_takes_the_two_workers_row_nearer_its_measurement(capsys):
     """The 2 workers at 200 Mbit/s wait for a notice behind the other's reply on every push: priced
     so, that row's error moves from about -5% towards zero; the 4 workers, whose server's link

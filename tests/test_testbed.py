@@ -327,11 +327,22 @@ def test_a_congestion_control_a_namespace_may_not_use_is_refused_in_one_line():
     before = set(network.list_namespaces())
     done = cli("run", "--congestion-control", refused, "--quiet", "--", "true")
     out, err = done.communicate(timeout=60)
-    assert done.returncode == 1
-    assert err.strip().splitlines()[-1].endswith(
-        f"cannot use TCP congestion control {refused!r} in a namespace here "
-        f"(this machine allows: {', '.join(allowed)}; {network.ALLOWED_SYSCTL} lists them)")
-    assert set(network.list_namespaces()) <= before  # the half-made test bed is gone
+    assert done.returncode == 2
+    assert err.strip().splitlines() == [
+        f"python -m real.testbed: error: --congestion-control {refused}: this machine lets a "
+        f"namespace pick only {', '.join(allowed)} ({network.ALLOWED_SYSCTL})"]
+    assert set(network.list_namespaces()) <= before  # said before any test bed was built
+
+
+def test_a_bed_that_cannot_set_its_congestion_control_says_which_it_may(monkeypatch):
+    # where the allowed list could not be read before the bed was built
+    monkeypatch.setattr(network, "_run_tool", lambda *a, **k: subprocess.CompletedProcess(a, 1))
+    with pytest.raises(network.TestbedError) as info:
+        network.set_congestion_control("ns", "nosuchcc")
+    allowed = Path(network.ALLOWED_SYSCTL).read_text().split()
+    assert str(info.value) == (f"cannot use TCP congestion control 'nosuchcc' in a namespace "
+                               f"here (this machine allows: {', '.join(allowed)}; "
+                               f"{network.ALLOWED_SYSCTL} lists them)")
 
 
 def test_batches_fit_the_smallest_bucket_of_the_bed():

@@ -97,6 +97,7 @@ def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Te
                     and re.fullmatch(r"host\d+", folder.name):
                 raise ValueError(f"--json {args.json!r} is in a host's folder of --out-dir, "
                                  f"where the run writes that host's own files")
+        network.check_congestion_control(args.congestion_control)
         check_output_file("--json", args.json)  # before the test bed is built, not after the run
         check_output_dir("--out-dir", getattr(args, "out_dir", None))
         if getattr(args, "timeout", 1.0) <= 0:
@@ -120,9 +121,20 @@ def command_text(words: list[str], parser: argparse.ArgumentParser) -> str:
     return words[0] if len(words) == 1 else shlex.join(words)
 
 
+def unavailable() -> bool:
+    """Whether no test bed can be made here (not root, no iproute2), said in one line; checked
+    after the arguments, so that a bad value is said first and makes nothing."""
+    reason = network.unavailable_reason()
+    if reason:
+        print(f"testbed: error: {reason}", file=sys.stderr)
+    return bool(reason)
+
+
 def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     config = config_from(args, parser)
     command = command_text(args.command, parser)
+    if unavailable():
+        return 1
     try:
         bed = Testbed(config, args.out_dir)
         if args.mpi:
@@ -157,6 +169,11 @@ def cmd_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     config = config_from(args, parser)
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",")]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if unavailable():
+        return 1
+    try:
         record = calibrate(config, sizes, pings=args.pings, repeats=args.repeats, gloo=not args.no_gloo)
     except ValueError as exc:
         parser.error(str(exc))
@@ -182,6 +199,8 @@ def cmd_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def cmd_cleanup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if unavailable():
+        return 1
     removed, skipped, problems = network.cleanup(include_live=args.all)
     for run_id in removed:
         _say(f"removed test bed {run_id}")
@@ -204,10 +223,6 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"run": cmd_run, "calibrate": cmd_calibrate, "cleanup": cmd_cleanup}
     try:
         with signals_raise():
-            reason = network.unavailable_reason()
-            if reason:
-                print(f"testbed: error: {reason}", file=sys.stderr)
-                return 1
             return handlers[args.subcommand](args, parser)
     except KeyboardInterrupt as exc:
         _say("interrupted; the test bed was removed")

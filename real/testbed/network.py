@@ -162,6 +162,19 @@ CONGESTION_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
 ALLOWED_SYSCTL = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 
 
+def check_congestion_control(name: str | None) -> None:
+    """ValueError when this machine does not let a namespace pick TCP congestion control
+    ``name`` (None, the machine's default, always passes): said before any test bed is built.
+    Where the allowed list cannot be read, building the bed finds out (``set_congestion_control``)."""
+    try:
+        allowed = Path(ALLOWED_SYSCTL).read_text().split()
+    except OSError:
+        return
+    if name is not None and name not in allowed:
+        raise ValueError(f"--congestion-control {name}: this machine lets a namespace pick only "
+                         f"{', '.join(allowed)} ({ALLOWED_SYSCTL})")
+
+
 def set_congestion_control(namespace: str, name: str) -> None:
     """Make ``name`` the TCP congestion control of new connections in ``namespace``; a
     TestbedError saying which ones this machine lets a namespace pick when it cannot."""
