@@ -142,6 +142,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{flag}: empty file name")
         if conv_profile.written_in_place(path):  # /dev/stdout, a pipe: nothing made beside it
             continue
+        if path.endswith("/"):  # else the file the name ends in, not a folder, is written
+            p.error(f"--{flag} {path}: ends in a slash, not a file name")
+        if len(Path(path).name.encode()) > 255:
+            p.error(f"--{flag} {path}: a file name is at most 255 bytes long")
         if not Path(path).resolve().parent.is_dir():
             p.error(f"--{flag} {path}: folder {Path(path).parent} does not exist")
         if Path(path).is_dir():

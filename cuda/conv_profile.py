@@ -71,7 +71,7 @@ def write_json(path: str, document: dict) -> None:
         return
     path = os.path.realpath(path)
     folder, name = os.path.split(path)
-    fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name[:64]}.", suffix=".part")
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(document, handle, indent=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import os
 import stat
 import sys
@@ -85,7 +86,7 @@ def check_output_file(flag: str, path: str | None) -> None:
     naming the flag and the path. ``None`` (not asked for) passes."""
     if path is None:
         return
-    if not path or os.path.isdir(path):
+    if not path or os.path.isdir(path) or path.endswith(os.sep):  # "out/": a folder's name
         raise ValueError(f"{flag} {path!r} is not a file name")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"{flag} {path!r}: the file exists and cannot be written")
@@ -94,6 +95,9 @@ def check_output_file(flag: str, path: str | None) -> None:
     parent = os.path.dirname(os.path.realpath(path))  # through a link: its target's folder
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {parent}")
+    name_max = os.pathconf(parent, "PC_NAME_MAX")
+    if len(os.fsencode(os.path.basename(os.path.realpath(path)))) > name_max:
+        raise ValueError(f"{flag} {path!r}: a file name here is at most {name_max} bytes long")
     # root passes every access() check: try a file beside it, as the output will be written
     try:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".write-check-")
@@ -132,6 +136,8 @@ def write_atomically(path: str, write: Callable, binary: bool = False) -> None:
     process (``/dev/null``, ``/dev/stdout``) is written to in place. ``OSError`` naming ``path``
     if it cannot be written."""
     given = os.fspath(path)
+    if given.endswith(os.sep):  # realpath would drop the slash and write another file
+        raise IsADirectoryError(errno.EISDIR, "a file name cannot end in a slash", given)
     if _written_in_place(given):  # appended to: /dev/stdout may be a log opened with >>
         with open(given, "ab" if binary else "a") as handle:
             write(handle)
@@ -139,7 +145,8 @@ def write_atomically(path: str, write: Callable, binary: bool = False) -> None:
     path = os.path.realpath(given)  # through a link: its target, the link kept
     folder, name = os.path.split(path)
     try:
-        fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+        # the name cut short: with its prefix and suffix it must still be a legal name
+        fd, part = tempfile.mkstemp(dir=folder, prefix=f".{name[:64]}.", suffix=".part")
     except OSError as error:  # named for the output asked for, not the file beside it
         raise OSError(error.errno, error.strerror, given) from None
     try:
@@ -191,11 +198,24 @@ def write_json_output(prog: str, flag: str, path: str | None, document, indent: 
     if path is None:
         return 0
     try:
-        write_atomically(path, lambda handle: json.dump(document, handle, indent=indent))
+        write_atomically(path, lambda handle: json.dump(finite_json(document), handle,
+                                                        indent=indent, allow_nan=False))
         return 0
     except OSError as error:
         print(f"{prog}: error: {flag}: {error}", file=sys.stderr)
         return 1
+
+
+def finite_json(value):
+    """``value`` with every NaN or infinite float made None (null): JSON has no such numbers, and
+    a strict parser refuses the NaN and Infinity that Python's json module writes for them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
 
 
 def check_output_dir(flag: str, path: str | None) -> None:

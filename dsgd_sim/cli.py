@@ -45,7 +45,8 @@ MAX_SECONDS = 1e6  # a compute step or a latency longer than 11 days is a typo, 
 MAX_BYTES = MAX_GRAD_BYTES  # 1 PB of gradients
 MAX_SLOWDOWN = 1e3
 MAX_ITERATIONS = 1_000_000  # a sync run keeps every iteration: 1M of 16 replicas take ~2 GB
-MAX_REPLICA_ITERATIONS = 50_000_000  # iterations x replicas of one sync run: ~40 bytes each
+MAX_REPLICA_ITERATIONS = 50_000_000  # iterations x replicas of a command's sync runs: ~40 bytes each
+MAX_GRADIENT_EVENTS = 2_000_000  # gradients a command's async runs and replay serve: ~45 s here
 MIN_BPS = 1.0  # slower is a typo; far slower overflows transfer times to infinity
 MODES = ("sync", "async", "both")
 
@@ -276,10 +277,11 @@ def build_configs(args) -> list[SyncConfig]:
                              "has none (use --bandwidth and --latency)")
         round_costs = load_round_costs(args.round_costs)
     if args.mode != "async":
-        largest = max(args.replicas)
-        if args.iterations * largest > MAX_REPLICA_ITERATIONS:
-            raise ValueError(f"--iterations {args.iterations:,} of {largest:,} replicas is "
-                             f"{args.iterations * largest:,} replica-iterations; a sync run keeps "
+        total = args.iterations * sum(args.replicas)
+        if total > MAX_REPLICA_ITERATIONS:
+            runs = "" if len(args.replicas) == 1 else f" summed over {len(args.replicas):,} runs"
+            raise ValueError(f"--iterations {args.iterations:,} of {max(args.replicas):,} "
+                             f"replicas is {total:,} replica-iterations{runs}; a sync run keeps "
                              f"them all in memory, at most {MAX_REPLICA_ITERATIONS:,}")
     configs = []
     for replicas in args.replicas:
@@ -335,6 +337,30 @@ def input_notes(args, configs: list[SyncConfig]) -> list[str]:
         return []
     buckets = [b.grad_bytes for b in make_buckets(configs[0].workload, configs[0].bucket_bytes)]
     return round_cost_notes(costs, args.algorithm, [c.cluster.replicas for c in configs], buckets)
+
+
+def gradient_events(config: AsyncConfig) -> float:
+    """About how many gradients ``config``'s run computes and serves: one an update, and with a
+    staleness bound s each of W workers' gradients is dropped and computed again until it is
+    at most s updates stale, so up to W / (s + 1) an update."""
+    workers, bound = config.cluster.replicas, config.max_staleness
+    return config.updates * (1.0 if bound is None else max(1.0, workers / (bound + 1)))
+
+
+def check_async_work(args, configs: list[SyncConfig], async_configs: list[AsyncConfig]) -> None:
+    """``ValueError`` where the command's async runs, and its replay's, would serve too many
+    gradients to finish: the runs of every replica count together, and a replay's steps."""
+    simulated = async_configs if args.mode != "sync" else []
+    events = sum(gradient_events(c) for c in simulated)
+    if args.replay:  # the largest count's schedules replayed step by step; in sync mode its
+        last = async_configs[-1]  # async run is simulated for the replay alone
+        updates = args.iterations * (configs[-1].gradients_used if args.mode != "async" else 1)
+        events += updates + (gradient_events(replace(last, updates=updates))
+                             if args.mode == "sync" else 0)
+    if events > MAX_GRADIENT_EVENTS:
+        raise ValueError(f"these runs would serve about {events:,.0f} gradients (async updates, "
+                         f"the gradients dropped as too stale, and the replay's steps), at most "
+                         f"{MAX_GRADIENT_EVENTS:,}: fewer --iterations or replicas")
 
 
 def build_async_configs(args, configs: list[SyncConfig]) -> list[AsyncConfig]:
@@ -545,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths(args)
         configs = build_configs(args)
         runs = Runs(configs, build_async_configs(args, configs))
+        check_async_work(args, configs, runs.async_configs)
     except ValueError as error:
         parser.error(str(error))
     for note in input_notes(args, configs):

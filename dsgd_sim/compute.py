@@ -23,6 +23,7 @@ import numpy as np
 from .units import format_time, parse_time
 
 MAX_TIME_S = 1e6  # beyond 11 days is a typo; far beyond overflows time.sleep and the simulator
+MIN_MEAN_S = 1e-9  # a mean step under a nanosecond is a typo; far under, the figures divide to NaN
 MAX_SIGMA = 10.0  # lognormal: at sigma 10 the median is already e^-50 of the mean
 
 
@@ -179,4 +180,6 @@ def parse_compute(spec: str) -> ComputeModel:
     model = PARSERS[kind]([a.strip() for a in rest.split(",")], spec)
     if model.mean_s <= 0:
         raise ValueError(f"compute {spec!r} must have a positive mean")
+    if model.mean_s < MIN_MEAN_S:
+        raise ValueError(f"compute {spec!r} is too short (mean at least {MIN_MEAN_S:g} s)")
     return model

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, replace
 
 from .argparse_oneline import read_input_text
-from .compute import MAX_TIME_S, ComputeModel, Constant, Empirical
+from .compute import MAX_TIME_S, MIN_MEAN_S, ComputeModel, Constant, Empirical
 from .presets import BYTES_PER_PARAM, DEFAULT_PRESET, PRESETS
 
 MAX_BATCH = 10**9  # samples per replica per step: beyond, no machine
@@ -151,6 +151,9 @@ def load_profile(path: str) -> Workload:
     compute = Empirical(samples)
     if compute.mean_s <= 0:
         raise ValueError(f"profile {path}: compute times must not all be zero")
+    if compute.mean_s < MIN_MEAN_S:
+        raise ValueError(f"profile {path}: compute times must average at least {MIN_MEAN_S:g} s, "
+                         f"got {compute.mean_s:g}")
     batch = data.get("batch_size", 1)
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
         raise ValueError(f"profile {path}: batch_size must be an integer from 1 to "

@@ -308,6 +308,10 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         write_json(config.json, summary)
     if timer and timer.samples:
         timer.write(config.profile_out, config.model, config.batch_size, comm.world_size)
+    elif timer:  # resumed at its last step: nothing was timed, and the asker should know
+        print(f"sync.py: note: no step ran (the checkpoint is at step {start_step} of "
+              f"{config.steps}), so --profile-out {config.profile_out} was not written",
+              file=sys.stderr, flush=True)
     rate, loss = summary["samples_per_s"], summary["final_loss"]
     loss_text = "-" if loss is None or not math.isfinite(loss) else f"{loss:.4f}"  # emulated: none
     print(f"done: {config.steps} steps on {comm.world_size} ranks, "

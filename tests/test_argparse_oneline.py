@@ -46,6 +46,38 @@ def test_a_folder_under_a_file_is_refused(tmp_path):
     check_output_dir("--checkpoint-dir", str(tmp_path / "new" / "ckpt"))  # made later: passes
 
 
+def test_a_name_ending_in_a_slash_is_no_file_name_and_never_writes_the_file_before_it(tmp_path):
+    (tmp_path / "keep.txt").write_text("precious")
+    for path in (tmp_path / "keep.txt", tmp_path / "new"):
+        with pytest.raises(ValueError, match="is not a file name"):
+            check_output_file("--json", f"{path}/")
+        with pytest.raises(IsADirectoryError, match="cannot end in a slash"):
+            write_text_atomically(f"{path}/", "{}")
+    assert os.listdir(tmp_path) == ["keep.txt"]
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+
+
+def test_the_longest_legal_file_name_is_written_and_a_longer_one_refused(tmp_path):
+    longest = tmp_path / ("a" * 250 + ".json")  # 255 bytes: the temporary file beside it too
+    check_output_file("--json", str(longest))
+    write_text_atomically(longest, "{}")
+    assert longest.read_text() == "{}" and os.listdir(tmp_path) == [longest.name]
+    with pytest.raises(ValueError, match="a file name here is at most 255 bytes long"):
+        check_output_file("--json", str(tmp_path / ("a" * 251 + ".json")))
+
+
+def test_json_output_is_strict_json_with_null_for_what_is_no_number(tmp_path):
+    from dsgd_sim.argparse_oneline import write_json_output
+    path = tmp_path / "out.json"
+    document = {"speedup": float("nan"), "rates": [1.5, float("inf"), (2, -float("inf"))],
+                "name": "x", "n": 3}
+    assert write_json_output("prog", "--json", str(path), document) == 0
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"speedup": None, "rates": [1.5, None, [2, None]], "name": "x",
+                                "n": 3}
+
+
 def test_a_folder_where_nothing_can_be_made_is_refused_even_to_root():
     # access() says yes to root everywhere; /proc takes no new file from anyone
     with pytest.raises(ValueError, match=r"--out '/proc/x': cannot write into /proc"):

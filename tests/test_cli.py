@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dsgd_sim import AsyncConfig, ClusterConfig, from_preset
 from dsgd_sim.cli import main, parse_replicas
 
 SYNC_KEYS = {"iteration_time_s", "iteration_time_p50_s", "iteration_time_p99_s", "compute_time_s",
@@ -116,6 +117,7 @@ BAD_INPUTS = [
     (["--compute", "lognormal:80ms,1e5"], "'lognormal:80ms,1e5'"),
     (["--compute", "normal:80ms,1e307s"], "'normal:80ms,1e307s'"),
     (["--compute", "normal:1ms,1s"], "'normal:1ms,1s': a normal compute time's standard deviation"),
+    (["--compute", "1e-320s"], "'1e-320s' is too short (mean at least 1e-09 s)"),
     # flags the run would ignore
     (["--mode", "async", "--algorithm", "tree"], "--algorithm applies to the sync run"),
     (["--mode", "async", "--k-sync", "2"], "--k-sync applies to the sync run"),
@@ -172,7 +174,10 @@ def test_bad_input_gives_one_line_and_status_2(args, named, capsys):
                                      # once taken as 0 B, and as 3e15 B over the 1e15 cap
                                      '{"compute_s": [0.01], "grad_bytes": 0.5}',
                                      '{"compute_s": [0.01], "layers": [{"grad_bytes": 1e15}, '
-                                     '{"grad_bytes": 1e15}, {"grad_bytes": 1e15}]}'])
+                                     '{"grad_bytes": 1e15}, {"grad_bytes": 1e15}]}',
+                                     # once taken, and every sync figure came out NaN
+                                     '{"compute_s": [5e-324], "layers": [{"grad_bytes": 1000, '
+                                     '"backward_s": 1.0}, {"grad_bytes": 1000, "backward_s": 1.0}]}'])
 def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
     path = tmp_path / "profile.json"
     path.write_text(content)
@@ -378,3 +383,30 @@ def test_an_input_through_a_pipe_is_read_as_it_comes(tmp_path):
 def test_a_sync_run_too_long_to_simulate_is_refused_at_once(argv, said):
     done = run_cli("--mode", "sync", *argv)  # each would run for half an hour or more
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr
+
+
+@pytest.mark.parametrize("argv, said", [
+    # both modes: the async run serves as many gradients as the sync run uses, 1024 x 10,000
+    (["--replicas", "1024", "--iterations", "10000"], "about 10,240,000 gradients"),
+    # 10,000 updates, each with the other 1023 workers' gradients dropped as too stale
+    (["--mode", "async", "--replicas", "1024", "--max-staleness", "0", "--iterations", "10000"],
+     "about 10,240,000 gradients"),
+    # sync mode's replay simulates the async run (16M updates) and replays its 16M steps
+    (["--mode", "sync", "--replay", "--replicas", "16", "--iterations", "1000000"],
+     "about 32,000,000 gradients"),
+    # every run of a sweep is small; together they are not
+    (["--mode", "sync", "--replicas", "1,3,...,65535", "--iterations", "1"],
+     "1,073,741,824 replica-iterations summed over 32,768 runs"),
+])
+def test_a_command_whose_runs_together_are_too_long_to_simulate_is_refused_at_once(argv, said):
+    done = run_cli(*argv)  # each ran past two minutes, and to gigabytes, before the check
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr
+
+
+def test_an_async_runs_gradients_count_those_dropped_as_too_stale():
+    from dsgd_sim.cli import gradient_events
+    workload = from_preset("resnet50")
+    cluster = ClusterConfig(replicas=64)
+    events = [gradient_events(AsyncConfig(cluster, workload, updates=100, max_staleness=s))
+              for s in (None, 0, 7, 63, 100)]
+    assert events == [100, 6400, 800, 100, 100]

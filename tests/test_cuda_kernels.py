@@ -372,6 +372,19 @@ def test_bench_refuses_a_folder_for_an_output_file_before_measuring(flag, tmp_pa
 
 
 @pytest.mark.parametrize("flag", ["--json", "--profile"])
+def test_bench_refuses_a_name_ending_in_a_slash_or_too_long(flag, tmp_path, capsys):
+    (tmp_path / "keep.json").write_text("kept")
+    for path, said in ((f"{tmp_path}/keep.json/", "ends in a slash"),
+                       (f"{tmp_path}/{'a' * 251}.json", "at most 255 bytes")):
+        with pytest.raises(SystemExit) as caught:
+            bench.parse_args([flag, path])
+        assert caught.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and said in err[0]
+    assert (tmp_path / "keep.json").read_text() == "kept"
+
+
+@pytest.mark.parametrize("flag", ["--json", "--profile"])
 def test_bench_takes_stdout_for_an_output_file(flag):
     # written in place, as conv_profile.write_json does: nothing is made beside it
     assert getattr(bench.parse_args([flag, "/dev/stdout"]), flag[2:]) == "/dev/stdout"

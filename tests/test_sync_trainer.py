@@ -307,9 +307,14 @@ def test_finished_run_resumes_at_its_end_and_refuses_another_runs_checkpoint(tmp
     args = ["--model", "mlp", "--steps", "4", "--num-samples", "64", "--batch-size", "8",
             "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "2", "--no-progress"]
     first = run_cli([*args, "--json", str(tmp_path / "first.json")])
-    again = run_cli([*args, "--json", str(tmp_path / "again.json")])
+    profile = tmp_path / "profile.json"
+    again = run_cli([*args, "--json", str(tmp_path / "again.json"), "--profile-out", str(profile)])
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
     assert "resumed from the checkpoint of step 4" in again.stdout
+    # no step ran, so nothing was timed: said, not passed over
+    assert not profile.exists()
+    assert f"sync.py: note: no step ran (the checkpoint is at step 4 of 4), so --profile-out " \
+        f"{profile} was not written" in again.stderr.splitlines()
     assert (json.load(open(tmp_path / "again.json"))["weights_sha256"]
             == json.load(open(tmp_path / "first.json"))["weights_sha256"])
     other = run_cli([*args, "--seed", "1"])
