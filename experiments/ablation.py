@@ -11,7 +11,7 @@ All predictions come from the same run's calibration (network only); only the mo
   for the hand-written rings, each call in the benchmark's stream of calls (the model the
   experiments use: ``predict_allreduce_stream_s``); where the probe timed its chains alone
   (``--idle``), a call of k rounds of one size costs what its chains took to the end of their
-  k-th round (``experiments.model.priced_from_ends``);
+  k-th round (``experiments.probe_tables.priced_from_ends``);
 * ``rounds, Gloo's from Python``: the same, Gloo's own all-reduce priced from the
   Python-driven rounds too, not the C++-driven ones (``ring_probe.py --engine-rounds``);
 * ``rounds, the ring's from plain chains``: the same, the hand-written ring priced from the
@@ -62,9 +62,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label  # noqa: E402
-from experiments.model import (REDUCES_BETWEEN_ROUNDS, ChainEnds, ChainRounds,  # noqa: E402
-                               NetworkInputs, ends_of, predict_allreduce_stream_s,
-                               predict_call_alone_s, with_chain_ends)
+from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs,  # noqa: E402
+                               predict_allreduce_stream_s, predict_call_alone_s)
+from experiments.probe_tables import ChainEnds, ChainRounds, ends_of, with_chain_ends  # noqa: E402
 from real.testbed.config import MAX_HOSTS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -38,7 +38,8 @@ from dsgd_sim.argparse_oneline import OneLineArgumentParser, write_json_output
 from experiments import allreduce
 from experiments.fidelity import WORST_TARGET
 from experiments.grids import ALL, GridError, check_folders, read_grids
-from experiments.model import DRIVERS, NetworkInputs
+from experiments.model import NetworkInputs
+from experiments.probe_tables import DRIVERS
 
 MIN_OTHERS = 3  # a row's median over fewer other grids is not a floor
 SIDES = ("before", "after")

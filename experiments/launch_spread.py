@@ -29,7 +29,7 @@ from dsgd_sim.units import format_bytes, parse_size
 from experiments import measure
 from experiments.measure import (BENCHMARK_FLAGS, add_bed_arguments, add_host_cores_argument,
                                  add_probe_order_argument, rank_command, testbed_config)
-from experiments.model import chain_ends
+from experiments.probe_tables import chain_ends
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import run_reporting
 

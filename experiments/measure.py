@@ -28,7 +28,7 @@ from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES
                                  MAX_HOSTS)
 
 from .core_speed import quantile
-from .model import DRIVERS, merge_halves
+from .probe_tables import DRIVERS, merge_halves
 from .configs import (PROBE_ORDER_HELP, PROBE_ORDERS, AllReduceConfig, AsyncRunConfig,
                       SyncRunConfig, bed_label, push_window, warmup_updates)
 from .ring_probe import ENGINE_MAX_BYTES, SIZE_GRID, chain_rounds
@@ -234,7 +234,7 @@ def probe_idle_s(config: TestbedConfig) -> float:
     the time the slowest link's bucket takes to refill, and a millisecond for the ranks'
     wake-ups (1000 and 200 Mbit/s: 3 ms; 50 Mbit/s, a bucket of 10 frames: 5.8 ms). Every chain
     then starts on a full bucket, as a call alone does, and the calls are priced from the chains'
-    ends (``experiments.model.priced_from_ends``)."""
+    ends (``experiments.probe_tables.priced_from_ends``)."""
     if not PROBE_IDLE:
         return 0.0
     slowest_s = max(config.refill_s(config.rate_bps(rank)) for rank in range(config.hosts))
@@ -268,7 +268,7 @@ def bracket(before: dict, after: dict) -> dict:
     after a measurement: per size the median over the chains of both (one probe split in two
     halves around the measurement, so that a burst of load during one half moves the median
     less than it moves that half's; a round paced by the link that one half ran more than a
-    fifth slower, from the other alone: ``experiments.model.steady_halves``), for the
+    fifth slower, from the other alone: ``experiments.probe_tables.steady_halves``), for the
     Python-driven rounds (``results``) and the
     C++-driven ones and the ring-driven ones where both records have them (``engine_results``,
     ``ring_results``); both records kept. The gaps of a stream of calls (``stream_gap_s``)

@@ -18,11 +18,11 @@ those (``dsgd_sim.collectives.RoundCosts``)::
 With ``--engine-rounds`` it then times the same chains driven from C++ as Gloo's own all-reduce
 drives them (``experiments/engine_rounds.py``: each message in two halves in flight, no
 interpreter between rounds) at its sizes up to ``--engine-max``, as ``engine_results``:
-the rounds Gloo's all-reduce is priced from (``experiments.model.engine_table``). With
+the rounds Gloo's all-reduce is priced from (``experiments.probe_tables.engine_table``). With
 ``--ring-rounds`` it times the same sizes' chains driven as ``real/allreduce.py``'s ring drives
 its rounds (``ring_chain_marks``: the next receive posted before the current one is waited for,
 the addition and the send inside the round, no send waited for until the chain's end), as
-``ring_results``: the rounds that ring is priced from (``experiments.model.ring_table``). On 4
+``ring_results``: the rounds that ring is priced from (``experiments.probe_tables.ring_table``). On 4
 emulated hosts at 1000 Mbit/s a 16 KiB round took 0.19-0.21 ms in the plain chains and
 0.23-0.25 ms driven as the ring drives it, its first round 0.29 against 0.45 ms. With
 ``--stream-gaps N`` it also times how long the links idle between two calls of the benchmark's

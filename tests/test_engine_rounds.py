@@ -13,7 +13,8 @@ from dist_helpers import run_function, run_script
 from dsgd_sim.collectives import RoundCosts
 from experiments import engine_rounds
 from experiments.measure import bracket, probe_command
-from experiments.model import NetworkInputs, engine_table, predict_allreduce_s
+from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.probe_tables import engine_table
 from experiments.ring_probe import ENGINE_MAX_BYTES
 
 # the C++ rounds are compiled at first use (torch.utils.cpp_extension; ./install.sh dev installs

@@ -677,7 +677,7 @@ def _ends_probe(scale: float) -> list[dict]:
 
 def test_ablation_chains_ends_prices_k_rounds_from_the_chains_time_to_their_kth_round():
     from experiments.ablation import with_own_chain_ends
-    from experiments.model import ChainEnds, chain_ends, with_chain_ends
+    from experiments.probe_tables import ChainEnds, chain_ends, with_chain_ends
     # two probes bracketing a run, chains run back to back (no idle)
     record = {"results": _ends_probe(1.0), "before": _ends_probe(1.0), "after": _ends_probe(1.2)}
     ends = chain_ends([record["before"], record["after"]])
@@ -701,14 +701,15 @@ def _back_to_back_64k():
     at 64 KiB a first round on the tokens the pause before the chain refilled, then rounds at
     the rate (65536 B at 950 Mbit/s of payload: 0.552 ms)."""
     from dsgd_sim.collectives import RoundCosts
-    from experiments.model import with_chain_rounds
+    from experiments.probe_tables import with_chain_rounds
     table = RoundCosts((64, 65536), (1e-4, 2e-4), (1e-4, 5.5e-4))
     return with_chain_rounds(table, {64: [1e-4, 2e-4, 3e-4], 65536: [2e-4, 7.5e-4, 13e-4]})
 
 
 def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_rate():
     from dsgd_sim.collectives import RoundCosts
-    from experiments.model import ChainRounds, full_bucket_saving_s, with_chain_rounds
+    from experiments.model import full_bucket_saving_s
+    from experiments.probe_tables import ChainRounds, with_chain_rounds
     table, payload_bps, bucket = _back_to_back_64k(), 950e6, 118_779
     assert isinstance(table, ChainRounds)
     assert table.round_s(1, 65536) == pytest.approx(5.5e-4)
@@ -741,7 +742,8 @@ def test_a_full_bucket_saves_the_later_rounds_back_to_back_chains_paid_at_the_ra
 
 def test_a_first_round_on_tokens_is_priced_from_chains_that_started_on_tokens():
     from dsgd_sim.collectives import RoundCosts
-    from experiments.model import full_bucket_saving_s, with_chain_rounds
+    from experiments.model import full_bucket_saving_s
+    from experiments.probe_tables import with_chain_rounds
     # 4 hosts at 1000 Mbit/s, 950 Mbit/s of payload and a 118.8 kB bucket: first rounds of
     # 0.14-0.15 ms up to 32 KiB; the 32 KiB chains drain the bucket (their last round waits for
     # tokens), and the 64 KiB chains after them took 0.32 ms for their first round
@@ -775,7 +777,7 @@ def test_chains_run_in_blocks_start_on_what_their_own_size_left():
     from dataclasses import replace
 
     from dsgd_sim.collectives import RoundCosts
-    from experiments.model import plain_table, with_chain_rounds
+    from experiments.probe_tables import plain_table, with_chain_rounds
     # the table above, from a probe that ran each size's chains one after another: the 32 KiB
     # chains drain the bucket, and the next 32 KiB chain starts on what a 24 kB pause refilled
     rounds = {64: [1.4e-4, 1e-4, 1e-4], 8192: [1.4e-4, 1e-4, 1e-4],
@@ -836,7 +838,8 @@ def test_in_a_stream_a_heavy_call_after_one_that_waited_pays_for_the_whole_bucke
 
 def test_a_slow_latency_bound_round_does_not_hide_the_rounds_the_chains_paid_at_the_rate():
     from dsgd_sim.collectives import RoundCosts
-    from experiments.model import full_bucket_saving_s, with_chain_rounds
+    from experiments.model import full_bucket_saving_s
+    from experiments.probe_tables import with_chain_rounds
     # 64 KiB rounds at 950 Mbit/s take 0.552 ms: paced where a latency-bound round is at most
     # half that. Later 64 B rounds of 0.25 ms but one of 0.55 ms: their mean (0.325 ms) would
     # call no round paced; their median (0.25 ms) is the latency-bound round
@@ -920,7 +923,7 @@ def test_without_the_walk_the_stream_counts_each_call_at_its_length():
 def test_chains_timed_alone_price_every_table_from_their_ends_and_the_ablation_can_undo_it():
     from experiments.ablation import with_own_chain_ends, without_chain_ends
     from experiments.measure import bracket
-    from experiments.model import ChainEnds, engine_table, plain_table, ring_table
+    from experiments.probe_tables import ChainEnds, engine_table, plain_table, ring_table
 
     def probe(scale):  # ring_probe.py's rows, with each chain's figures, as bracket reads them
         return [{**row, "first_chains_s": [row["first_s"]] * 3, "next_chains_s": [row["next_s"]] * 3,

@@ -11,7 +11,8 @@ from test_engine_rounds import chains
 from experiments import measure
 from experiments.configs import AllReduceConfig
 from experiments.measure import bracket, probe_command
-from experiments.model import NetworkInputs, predict_allreduce_s, ring_table
+from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.probe_tables import ring_table
 from experiments.ring_probe import ring_chain_marks
 
 PLAIN_ROWS = [{"bytes": 64, "first_s": 1.0e-3, "next_s": 0.8e-3, "reduce_s": 1e-6},

@@ -225,7 +225,7 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
 
 
 def test_a_paced_round_one_probe_ran_a_fifth_slower_is_taken_from_the_other():
-    from experiments.model import PACED_PROBE_BYTES, settled, steady_halves
+    from experiments.probe_tables import PACED_PROBE_BYTES, settled, steady_halves
     big, small = PACED_PROBE_BYTES, PACED_PROBE_BYTES // 2
     before = [chains([1.0, 1.1, 1.2], [0.50, 0.52, 0.51], size=small),
               chains([9.0, 9.1, 9.2], [9.0, 8.9, 8.9], size=big)]
