@@ -9,7 +9,7 @@ The test bed's hosts share the machine's cores. A row whose time is set by CPU w
 (the small all-reduce calls on 4 and 8 hosts, a replica's compute) runs at whatever speed the
 cores give at that moment. On a virtual machine a core's speed can move with work outside it
 (other tenants on the same physical core, the processor's clock) without ``/proc/stat``
-counting any steal time, so the busy-machine check (``experiments/run.py``'s ``busy_cores``)
+counting any steal time, so the busy-machine check (``experiments.stage_samples.busy_cores``)
 cannot see it. This pins itself to each core of ``--cores`` in turn, repeats the work for
 ``--seconds`` in windows of ``--window``, and reports each window's speed as a fraction of the
 core's fastest (``FASTEST_QUANTILE`` of its windows): the 10th percentile, the median, the

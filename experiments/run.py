@@ -31,11 +31,12 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from experiments.configs import (EXPERIMENTS, PROBE_ORDER_HELP, PROBE_ORDERS,  # noqa: E402
                                  select)
-from experiments import core_speed  # noqa: E402
 from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
+from experiments.run_header import header_lines  # noqa: E402
+from experiments.stage_samples import note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir, check_output_file,
                                        write_text_atomically)
@@ -186,102 +187,6 @@ def fidelity_rows(results: list[dict]) -> list[dict]:
     return [fidelity_row(r["name"], row["config"], row["predicted_s"], row["measured_s"])
             for r in results for row in r["rows"]]
 
-
-def header_lines(meta: dict) -> list[str]:
-    cal = ", ".join(f"{c['bandwidth_bps'] / 1e6:g} Mbit/s: goodput {c['goodput_bps'] / 1e6:.2f} Mbit/s, "
-                    f"Gloo latency {c['gloo']['latency_s'] * 1e6:.0f} µs, 1-element all_reduce "
-                    f"{c['gloo']['all_reduce_1_element_s']['median'] * 1e6:.0f} µs"
-                    + (f", a small message behind a long one (3 hosts) "
-                       f"{c['queue']['behind_bulk_s'] * 1e3:.1f} ms" if c.get("queue") else "")
-                    for c in meta["calibration"])
-    rounds = "; ".join(f"{', '.join(sorted(c['rounds'], key=int))} hosts at "
-                       f"{c['bandwidth_bps'] / 1e6:g} Mbit/s" for c in meta["calibration"]
-                       if c.get("rounds")) or "no hosts"
-    tcp = meta.get("congestion_control", "system")
-    tcp = {"reno": "Reno", "system": "the machine's default"}.get(tcp, tcp)
-    policy = {"batch": "batch (`SCHED_BATCH`)", "normal": "the machine's default"}.get(
-        meta.get("scheduling", "normal"))
-    cores = meta.get("host_cores", "shared")
-    if cores in ("own", "spread", "block"):
-        policy += ", each host on a core of its own where there is one per host"
-    if cores == "spread":
-        policy += " and host i on core i mod cores where the hosts divide evenly among them"
-    if cores == "block":
-        policy += (" and hosts next in rank together, host i on core i // (hosts / cores), where "
-                   "the hosts divide evenly among them")
-    if meta.get("address_layout", "random") == "fixed":
-        policy += "; address-space randomization off"
-    return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
-            f"average {meta['load_average']}, TCP congestion control: {tcp}, CPU scheduling: "
-            f"{policy}) {run_time(meta)}. Every measured "
-            "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
-            f"sync: over steps after warm-up); the {meta['cpus']} CPU cores are shared by the hosts "
-            "and by other jobs (the load averages are the machine's, those jobs included), so "
-            "repeated runs "
-            "differ per row by the Repeatability figure under each table." + busy_note(meta)
-            + core_speed_note(meta), "",
-            calibration_line(meta, cal, rounds)]
-
-
-def busy_note(meta: dict) -> str:
-    """The header's sentence on the stages before which other processes kept the cores busy
-    (``note_busy_cores``); empty when none did."""
-    busy = [f"{cores:.1f} cores before {stage}" for stage, cores in meta.get("busy_cores", {}).items()
-            if cores is not None and cores >= BUSY_CORES_WARNING]
-    return (f" Other processes kept the machine busy: {', '.join(busy)}; the measurements beside "
-            "them ran slow." if busy else "")
-
-
-def core_speed_note(meta: dict) -> str:
-    """The header's sentence on how steadily the cores ran before the stages
-    (``note_core_speed``); empty for a run that did not time them."""
-    records = [r for stage in meta.get("core_speed", {}).values() for r in stage]
-    if not records:
-        return ""
-    p10 = [r["p10"] for r in records]
-    slow = [r["slow_share"] for r in records]
-    speeds = [r["median_units_per_s"] for r in records if "median_units_per_s" in r]
-    # how long each core was timed; runs stored before it was kept used today's constants
-    sampling = meta.get("core_speed_sampling", {"seconds": CORE_SPEED_SECONDS,
-                                                "window_s": CORE_SPEED_WINDOW_S})
-    return (f" Before each stage each core ran a fixed piece of work for "
-            f"{sampling['seconds']:g} s in {sampling['window_s'] * 1e3:g} ms windows "
-            f"(`python -m experiments.core_speed`): its slowest tenth of windows ran at "
-            f"{min(p10):.2f}–{max(p10):.2f} of its fastest, and "
-            f"{min(slow):.0%}–{max(slow):.0%} of them under {core_speed.SLOW:g} "
-            f"(an idle, steady core: about 1.0 and 0%)"
-            + (f"; its median speed {min(speeds):,.0f}–{max(speeds):,.0f} units of work a second"
-               if speeds else "") + ".")
-
-
-def calibration_line(meta: dict, cal: str, rounds: str) -> str:
-    """The header's line on the run's calibration (``header_lines``)."""
-    if not meta["calibration"]:
-        return ("No calibration: the run stopped before its calibration finished; the results "
-                "below, if any, are an earlier run's (each says its command).")
-    return (f"Calibration of the last run (network only, 2 hosts): {cal}; and ring rounds timed "
-            f"on test beds of {rounds} (`experiments/ring_probe.py`, in `calibration.json`), "
-            "from which the sync steps and the rings of the other experiments are predicted; each "
-            "all-reduce point times its own rounds on its own hosts, before and after its rows "
-            "(in `allreduce.json`)"
-            + ("; every probe idled before each of its chains (`--probe-idle`: twice its bed's "
-               "bucket refill and 1 ms), and a call of k rounds of one size is priced from the "
-               "chains' time to the end of their k-th round" if meta.get("probe_idle") else "")
-            + ("; every probe ran each size's chains one after another (`--probe-order blocks`)"
-               if meta.get("probe_order") == "blocks" else  # a run from before the flag too
-               "; every probe interleaved its sizes' chains, one of each size in turn "
-               "(`--probe-order interleaved`)")
-            + ". Each experiment below was predicted from the calibration made in its own run.")
-
-
-def run_time(meta: dict) -> str:
-    """How long the run took, and what it left out if it was interrupted."""
-    took = f"in {meta['wall_s'] / 60:.1f} min"
-    if "interrupted" not in meta:
-        return took
-    missing = [name for name in meta["experiments"] if name not in meta.get("finished", [])]
-    return (f"{took}, interrupted ({meta['interrupted']}) before "
-            f"{', '.join(missing) or 'the report'} finished")
 
 
 BAD_RESULTS = (AttributeError, KeyError, OSError, TypeError, ValueError)  # files not as written
@@ -590,75 +495,6 @@ def same_inputs(stored: dict | None, net_by_rate: dict) -> bool:
                                      for rate, net in net_by_rate.items()}))
     return all(rate in current and current[rate] == inputs for rate, inputs in stored.items())
 
-
-BUSY_CORES_WARNING = 0.5
-"""Cores kept busy by other processes, before a stage with no test bed up, past which the run
-warns that its measurements will run slow (``busy_cores``)."""
-
-
-def cpu_jiffies(proc_stat: str) -> tuple[int, int]:
-    """(busy, total) clock ticks of every core together, from the text of ``/proc/stat``: its
-    ``cpu`` line's fields are user, nice, system, idle, iowait, irq, softirq, steal (guest time
-    is counted in user already); idle and iowait are not busy."""
-    for line in proc_stat.splitlines():
-        fields = line.split()
-        if fields and fields[0] == "cpu":
-            ticks = [int(x) for x in fields[1:9]]
-            return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
-    raise ValueError("no 'cpu' line in /proc/stat")
-
-
-def busy_cores(interval_s: float = 1.0) -> float | None:
-    """How many cores' worth of time the machine spent busy over ``interval_s`` (None where
-    ``/proc/stat`` cannot be read). Taken with no test bed up, it is other processes' work,
-    which on a 2-core machine the measurements would share the cores with."""
-    try:
-        busy0, total0 = cpu_jiffies(Path("/proc/stat").read_text())
-        time.sleep(interval_s)
-        busy1, total1 = cpu_jiffies(Path("/proc/stat").read_text())
-    except (OSError, ValueError):
-        return None
-    cpus = os.cpu_count() or 1
-    return cpus * (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
-
-
-def note_busy_cores(meta: dict, stage: str) -> None:
-    """Record in ``meta`` how busy the machine is before ``stage``, warning past
-    ``BUSY_CORES_WARNING``."""
-    cores = busy_cores()
-    meta.setdefault("busy_cores", {})[stage] = None if cores is None else round(cores, 2)
-    if cores is not None and cores >= BUSY_CORES_WARNING:
-        print(f"experiments/run.py: warning: before {stage}, other processes kept {cores:.1f} "
-              f"of the machine's {os.cpu_count()} cores busy; measurements beside them run "
-              f"slow", file=sys.stderr, flush=True)
-
-
-CORE_SPEED_SECONDS = 1.5     # per core, before each stage (``note_core_speed``) ...
-CORE_SPEED_WINDOW_S = 0.05   # ... in windows this long
-CORE_SPEED_MAX_CORES = 4     # a machine with more is sampled on its first cores only
-
-
-def note_core_speed(meta: dict, stage: str) -> None:
-    """Record in ``meta`` how steadily the machine's cores run before ``stage``, with no test
-    bed up (``experiments.core_speed``): per core its slowest tenth of windows and its median
-    against its fastest, the share of slow windows, and its median speed in units of work a
-    second (which sets one stage's sample beside another's); and how long each core was timed.
-    A virtual machine's cores can slow down from work outside it that no busy count shows; the
-    small calls on 4 and 8 hosts, set by CPU work and wake-ups, move with them."""
-    cores = sorted(os.sched_getaffinity(0))[:CORE_SPEED_MAX_CORES]
-    records = core_speed.sample_cores(cores, CORE_SPEED_SECONDS, CORE_SPEED_WINDOW_S)
-    meta["core_speed_sampling"] = {"seconds": CORE_SPEED_SECONDS,
-                                   "window_s": CORE_SPEED_WINDOW_S}
-    meta.setdefault("core_speed", {})[stage] = [
-        {"core": r["core"], **{k: round(r[k], 3) for k in ("p10", "median", "slow_share")},
-         "median_units_per_s": round(r["median_units_per_s"])}
-        for r in records]
-
-
-def note_machine(meta: dict, stage: str) -> None:
-    """``note_busy_cores`` and ``note_core_speed`` before ``stage``."""
-    note_busy_cores(meta, stage)
-    note_core_speed(meta, stage)
 
 
 def write_run_json(meta: dict) -> None:

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from experiments import core_speed, run
+from experiments import core_speed, stage_samples
 from experiments.core_speed import main, pinned, summarise, time_windows
 from tests.cli_helpers import usage_error
 
@@ -107,26 +107,26 @@ def test_the_runner_records_each_stages_core_speed_and_its_report_says_so(monkey
 
     monkeypatch.setattr(core_speed, "sample_cores", fake_sample)
     meta = {}
-    run.note_core_speed(meta, "sync")
-    cores = sorted(os.sched_getaffinity(0))[:run.CORE_SPEED_MAX_CORES]
-    assert calls == [(cores, run.CORE_SPEED_SECONDS, run.CORE_SPEED_WINDOW_S)]
+    stage_samples.note_core_speed(meta, "sync")
+    cores = sorted(os.sched_getaffinity(0))[:stage_samples.CORE_SPEED_MAX_CORES]
+    assert calls == [(cores, stage_samples.CORE_SPEED_SECONDS, stage_samples.CORE_SPEED_WINDOW_S)]
     assert meta == {"core_speed": {"sync": [{"core": c, "p10": 0.712, "median": 0.95,
                                              "slow_share": 0.25, "median_units_per_s": 8001}
                                             for c in cores]},
-                    "core_speed_sampling": {"seconds": run.CORE_SPEED_SECONDS,
-                                            "window_s": run.CORE_SPEED_WINDOW_S}}
+                    "core_speed_sampling": {"seconds": stage_samples.CORE_SPEED_SECONDS,
+                                            "window_s": stage_samples.CORE_SPEED_WINDOW_S}}
     meta["core_speed"]["async"] = [{"core": 0, "p10": 0.9, "median": 1.0, "slow_share": 0.05,
                                     "median_units_per_s": 9500}]
-    note = run.core_speed_note(meta)
+    note = stage_samples.core_speed_note(meta)
     assert "0.71–0.90 of its fastest" in note and "5%–25%" in note
     assert note.endswith("its median speed 8,001–9,500 units of work a second.")
     meta["core_speed_sampling"] = {"seconds": 2.0, "window_s": 0.1}  # as the run kept it
-    assert "for 2 s in 100 ms windows" in run.core_speed_note(meta)
+    assert "for 2 s in 100 ms windows" in stage_samples.core_speed_note(meta)
     del meta["core_speed_sampling"]  # a run stored before it was kept: today's constants
-    assert (f"for {run.CORE_SPEED_SECONDS:g} s in {run.CORE_SPEED_WINDOW_S * 1e3:g} ms windows"
-            in run.core_speed_note(meta))
+    assert (f"for {stage_samples.CORE_SPEED_SECONDS:g} s in {stage_samples.CORE_SPEED_WINDOW_S * 1e3:g} ms windows"
+            in stage_samples.core_speed_note(meta))
     for stage in meta["core_speed"].values():  # a run stored before the speeds were kept
         for record in stage:
             del record["median_units_per_s"]
-    assert run.core_speed_note(meta).endswith("(an idle, steady core: about 1.0 and 0%).")
-    assert run.core_speed_note({}) == run.core_speed_note({"core_speed": {}}) == ""
+    assert stage_samples.core_speed_note(meta).endswith("(an idle, steady core: about 1.0 and 0%).")
+    assert stage_samples.core_speed_note({}) == stage_samples.core_speed_note({"core_speed": {}}) == ""

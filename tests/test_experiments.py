@@ -13,6 +13,7 @@ import pytest
 from dsgd_sim.collectives import allreduce_time_s
 from experiments.configs import EXPERIMENTS, AllReduceConfig, AsyncRunConfig, SyncRunConfig, select
 from tests.cli_helpers import usage_error
+from experiments import run_header, stage_samples
 from experiments.fidelity import by_experiment, fidelity_row, summarise
 from experiments.model import (NetworkInputs, allreduce_messages, interpolate_excess, predict_allreduce_s,
                                predict_allreduce_stream_s, shaped_rounds_time_s, stream_call_s)
@@ -336,12 +337,13 @@ def test_runner_interrupted_between_experiments_says_in_run_json_what_finished(
     assert meta["finished"] == ["sync"] and meta["interrupted"] == "Ctrl-C"
     assert meta["wall_s"] > 0
     assert ", interrupted (Ctrl-C) before async finished. Every measured time" in \
-        run.header_lines(meta)[0]
-    assert f"the {meta['cpus']} CPU cores are shared by the hosts" in run.header_lines(meta)[0]
+        run_header.header_lines(meta)[0]
+    assert (f"the {meta['cpus']} CPU cores are shared by the hosts"
+            in run_header.header_lines(meta)[0])
 
 
 def test_results_header_leaves_out_rates_whose_calibration_timed_no_ring():
-    from experiments.run import header_lines
+    from experiments.run_header import header_lines
     meta = json.loads((REPO / "experiments/results/run.json").read_text())
     for calibration in meta["calibration"]:
         calibration["rounds"] = {}
@@ -430,7 +432,7 @@ def test_runner_rejects_an_unknown_scheduling_policy_and_repredict_with_one(caps
 
 
 def test_results_header_names_the_runs_scheduling_policy():
-    from experiments.run import header_lines
+    from experiments.run_header import header_lines
     meta = {**json.loads((REPO / "experiments/results/run.json").read_text()), "host_cores": "shared"}
     for policy, said in (("batch", "batch (`SCHED_BATCH`)"), ("normal", "the machine's default")):
         meta["scheduling"] = policy
@@ -454,7 +456,7 @@ def test_results_header_names_the_runs_scheduling_policy():
 
 
 def test_results_header_says_whether_the_probes_idled_before_their_chains():
-    from experiments.run import header_lines
+    from experiments.run_header import header_lines
     meta = json.loads((REPO / "experiments/results/run.json").read_text())
     assert "idled" not in header_lines(meta)[2]  # a run from before the flag: back to back
     assert "`--probe-idle`" in header_lines({**meta, "probe_idle": True})[2]
@@ -1073,7 +1075,7 @@ def test_runner_interrupted_while_calibrating_marks_its_own_run_json(monkeypatch
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta["command"].startswith("python experiments/run.py --out ")
     assert meta["interrupted"] == "Ctrl-C" and meta["finished"] == [] and meta["calibration"] == []
-    header = run.header_lines(meta)
+    header = run_header.header_lines(meta)
     assert "interrupted (Ctrl-C) before sync finished" in header[0]
     assert header[2].startswith("No calibration: the run stopped before its calibration finished")
 
@@ -1136,22 +1138,22 @@ def test_calibration_on_a_busy_machine_is_taken_again_and_the_run_stops_if_it_st
 
 
 def test_busy_cores_reads_the_machines_ticks_and_the_report_names_a_busy_stage(monkeypatch, capsys):
-    from experiments import run
     text = "cpu  100 5 50 800 20 3 2 10 7 0\ncpu0 50 2 25 400 10 1 1 5 3 0\nintr 1\n"
-    assert run.cpu_jiffies(text) == (170, 990)  # idle (800) and iowait (20) are not busy
+    assert stage_samples.cpu_jiffies(text) == (170, 990)  # idle (800) and iowait (20) are not busy
     with pytest.raises(ValueError):
-        run.cpu_jiffies("intr 1\n")
-    cores = run.busy_cores(0.2)
+        stage_samples.cpu_jiffies("intr 1\n")
+    cores = stage_samples.busy_cores(0.2)
     assert cores is not None and 0.0 <= cores <= os.cpu_count() + 0.01
     meta = {}
-    monkeypatch.setattr(run, "busy_cores", lambda: 1.46)
-    run.note_busy_cores(meta, "sync")
-    monkeypatch.setattr(run, "busy_cores", lambda: 0.1)
-    run.note_busy_cores(meta, "async")
+    monkeypatch.setattr(stage_samples, "busy_cores", lambda: 1.46)
+    stage_samples.note_busy_cores(meta, "sync")
+    monkeypatch.setattr(stage_samples, "busy_cores", lambda: 0.1)
+    stage_samples.note_busy_cores(meta, "async")
     assert meta == {"busy_cores": {"sync": 1.46, "async": 0.1}}
     err = capsys.readouterr().err
     assert err == (f"experiments/run.py: warning: before sync, other processes kept 1.5 of the "
                    f"machine's {os.cpu_count()} cores busy; measurements beside them run slow\n")
-    assert run.busy_note(meta) == (" Other processes kept the machine busy: 1.5 cores before sync; "
-                                   "the measurements beside them ran slow.")
-    assert run.busy_note({"busy_cores": {"sync": 0.1, "async": None}}) == run.busy_note({}) == ""
+    assert stage_samples.busy_note(meta) == (" Other processes kept the machine busy: 1.5 cores "
+                                             "before sync; the measurements beside them ran slow.")
+    assert stage_samples.busy_note({"busy_cores": {"sync": 0.1, "async": None}}) == ""
+    assert stage_samples.busy_note({}) == ""
