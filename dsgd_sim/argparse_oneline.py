@@ -98,11 +98,17 @@ def check_output_file(flag: str, path: str | None) -> None:
     name_max = os.pathconf(parent, "PC_NAME_MAX")
     if len(os.fsencode(os.path.basename(os.path.realpath(path)))) > name_max:
         raise ValueError(f"{flag} {path!r}: a file name here is at most {name_max} bytes long")
-    # root passes every access() check: try a file beside it, as the output will be written
+    _try_writing_into(flag, path, parent)  # beside it, as the output will be written
+
+
+def _try_writing_into(flag: str, path: str, folder: str) -> None:
+    """Make and remove a file in ``folder``, where ``path`` will be written: root passes every
+    access() check, so only a try shows a folder nobody can write into (``/proc``); ValueError
+    naming ``flag`` and ``path`` if it fails."""
     try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".write-check-")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
     except OSError as error:
-        raise ValueError(f"{flag} {path!r}: cannot write into {parent} "
+        raise ValueError(f"{flag} {path!r}: cannot write into {folder} "
                          f"({error.strerror})") from None
     os.close(fd)
     os.unlink(probe)
@@ -232,11 +238,4 @@ def check_output_dir(flag: str, path: str | None) -> None:
         raise ValueError(f"{flag} {path!r}: {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path!r}: cannot write into {existing}")
-    # root passes every access() check: try a file there, as the folder or its files will be
-    try:
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-check-")
-    except OSError as error:
-        raise ValueError(f"{flag} {path!r}: cannot write into {existing} "
-                         f"({error.strerror})") from None
-    os.close(fd)
-    os.unlink(probe)
+    _try_writing_into(flag, path, existing)  # as the folder or its files will be
