@@ -18,10 +18,10 @@ Header fields (``int64``; ``loss`` and ``compute_s`` travel as the bits of a flo
   the server can prove that every update is applied exactly once).
 
 Keeping workers' messages apart by construction: a worker sends its header with ``PUSH_TAG``
-and its payload with ``payload_tag(rank)``. The server receives a header from any rank, learns
-the sender from the transport (never from the header alone), and then receives the payload from
-that rank only, with that rank's tag: two workers' payloads can never be confused, and the
-server serves whoever is ready first. Replies go to one rank with ``REPLY_TAG``/``REPLY_DATA_TAG``.
+and its payload with ``payload_tag(rank)``. The server keeps one header receive posted per
+worker, so it knows each header's sender from the receive it arrived on (never from the header
+alone), and receives the payload from that rank only, with that rank's tag: two workers'
+payloads can never be confused, and the server serves whoever is ready first. Replies go to one rank with ``REPLY_TAG``/``REPLY_DATA_TAG``.
 
 ``check_push`` validates a header before anything of it is used; a bad one raises
 :class:`ProtocolError` with one line naming the sender, the field and the values.
@@ -37,7 +37,7 @@ MAGIC = 0x5053_4744  # "PSGD": a header that does not start with it is not ours
 HEADER_FIELDS = 8
 PUSH, WEIGHTS, RETRY, STOP, ERROR = 1, 2, 3, 4, 5
 KIND_NAMES = {PUSH: "push", WEIGHTS: "weights", RETRY: "retry", STOP: "stop", ERROR: "error"}
-PUSH_TAG = 1  # worker → server headers (received from any rank)
+PUSH_TAG = 1  # worker → server headers (one receive posted per worker)
 REPLY_TAG = 2  # server → worker headers
 REPLY_DATA_TAG = 3  # server → worker weights
 PAYLOAD_TAG_BASE = 16  # worker r's gradient travels with tag PAYLOAD_TAG_BASE + r
