@@ -34,10 +34,18 @@ def one_line_error(result: subprocess.CompletedProcess, status: int) -> str:
     return result.stderr
 
 
-def long_name(folder: Path) -> str:
-    """An output path that passes the up-front check (its folder is writable) but cannot be
-    written: a name longer than any file system takes."""
-    return str(folder / ("x" * 300 + ".json"))
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Every output written after the up-front check fails as on a full disk: what a tool
+    says when its --json cannot be written once the work is done."""
+    import errno
+
+    from dsgd_sim import argparse_oneline
+
+    def no_space(path, write, binary=False):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(argparse_oneline, "write_atomically", no_space)
 
 
 # -- experiments/duplex_probe.py ----------------------------------------------------------
@@ -152,25 +160,26 @@ def test_ablation_compares_a_stored_row():  # the checks pass what experiments/r
 
 # -- --json written through write_json_output -----------------------------------------------
 
-def test_grids_says_on_one_line_that_its_json_cannot_be_written(tmp_path, capsys):
+def test_grids_says_on_one_line_that_its_json_cannot_be_written(tmp_path, capsys, full_disk):
     grid = tmp_path / "grid"
     grid.mkdir()
     (grid / "fidelity.json").write_text(json.dumps(
         [{"experiment": "sync", "config": "H=2", "error": 0.01}]))
-    assert grids_main([str(grid), "--json", long_name(tmp_path)]) == 1
+    assert grids_main([str(grid), "--json", str(tmp_path / "out.json")]) == 1
     out, err = capsys.readouterr()
     assert "| sync | 1 | 1 |" in out  # the figures were printed before
     assert err.startswith("experiments.grids: error: --json: ") and err.count("\n") == 1
+    assert "No space left on device" in err
 
 
 def test_call_positions_says_on_one_line_that_its_json_cannot_be_written(tmp_path, monkeypatch,
-                                                                        capsys):
+                                                                        capsys, full_disk):
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps([CALIBRATION]))
     figures = {"64 KB": {"ring<naive<backend": {"measured_s": 1e-3, "predicted_s": 1e-3}}}
     monkeypatch.setattr(call_positions, "run_bed", lambda args, net, bed: (figures, {}))
     argv = ["--hosts", "2", "--beds", "1", "--calibration", str(path), "--json",
-            long_name(tmp_path)]
+            str(tmp_path / "out.json")]
     assert call_positions.main(argv) == 1
     out, err = capsys.readouterr()
     assert "ring<naive<backend: 1.000-1.000 ms" in out
@@ -178,10 +187,10 @@ def test_call_positions_says_on_one_line_that_its_json_cannot_be_written(tmp_pat
 
 
 def test_launch_spread_says_on_one_line_that_its_json_cannot_be_written(tmp_path, monkeypatch,
-                                                                       capsys):
+                                                                       capsys, full_disk):
     monkeypatch.setattr(launch_spread, "run_launches",
                         lambda args: [{"probe gap": 1e-3}, {"probe gap": 2e-3}])
-    assert launch_spread.main(["--launches", "2", "--json", long_name(tmp_path)]) == 1
+    assert launch_spread.main(["--launches", "2", "--json", str(tmp_path / "out.json")]) == 1
     out, err = capsys.readouterr()
     assert "probe gap: 1.000 to 2.000 ms" in out
     assert err.startswith("launch_spread: error: --json: ") and err.count("\n") == 1
