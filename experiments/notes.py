@@ -3,7 +3,7 @@ with the code, so that regenerating a report keeps them).
 
 Each note says what the model takes from the test bed, where its predictions hold and where they
 miss, with the figures over the fourteen full grids up to 3e736e5 and where the fifteenth
-(a9c7f80) went beyond them (``python -m experiments.grids`` over the folders the README pools
+(a9c7f80) went beyond them (``python -m experiments.grids`` over the folders docs/fidelity.md pools
 gives every one), and what mattered most on the way. How
 each finding was made, the changes tried and dropped, and every grid's own figures with the
 commands that reproduce them are in ``experiments/LOG.md``, the lab notebook, which is kept by

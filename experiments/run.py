@@ -232,10 +232,11 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
     folder = "results/" if REPORT.parent != RESULTS else ""
     header = header_lines(meta)
     log = Path(os.path.relpath(HERE / "LOG.md", REPORT.parent)).as_posix()
+    pooled = Path(os.path.relpath(HERE.parent / "docs" / "fidelity.md", REPORT.parent)).as_posix()
     header += ["", "The notes under each table (`experiments/notes.py`) say what the model takes, "
-               "where it holds and where it misses, with figures over the full grids the README "
-               "pools (`python -m experiments.grids`); this run's own figures are in the "
-               f"tables. How each finding was made, grid by grid, with its commands: [LOG.md]({log})."]
+               "where it holds and where it misses, with figures over the full grids "
+               f"[docs/fidelity.md]({pooled}) pools (`python -m experiments.grids`); this run's "
+               f"own figures are in the tables. How each finding was made, grid by grid, with its commands: [LOG.md]({log})."]
     return rows, results_markdown(results, rows, header, folder)
 
 

@@ -1023,16 +1023,19 @@ def test_a_stream_of_calls_needs_a_positive_rate():
 
 
 @pytest.mark.parametrize("report_dir", ["experiments", "experiments/results/full-b09ce8c", None])
-def test_every_report_links_to_the_notebook_where_it_lies(monkeypatch, tmp_path, report_dir):
+def test_every_report_links_to_the_notebook_and_the_pooled_grids_where_they_lie(
+        monkeypatch, tmp_path, report_dir):
     import re
     from experiments import run
     folder = run.HERE.parent / report_dir if report_dir else tmp_path
     monkeypatch.setattr(run, "REPORT", folder / "RESULTS.md")
     monkeypatch.setattr(run, "header_lines", lambda meta: ["# report"])
     _, text = run.report_texts([], {})
-    link = re.search(r"\[LOG\.md\]\(([^)]+)\)", text).group(1)
-    assert (folder / link).resolve() == (run.HERE / "LOG.md").resolve()
-    assert (run.HERE / "LOG.md").is_file()
+    for name, target in [("LOG.md", run.HERE / "LOG.md"),
+                         ("docs/fidelity.md", run.HERE.parent / "docs" / "fidelity.md")]:
+        link = re.search(r"\[" + re.escape(name) + r"\]\(([^)]+)\)", text).group(1)
+        assert (folder / link).resolve() == target.resolve()
+        assert target.is_file()
 
 
 def test_a_result_file_that_is_not_json_is_named_with_its_host(monkeypatch, tmp_path):
