@@ -1,4 +1,4 @@
-"""The all-reduce model thirteen ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model fourteen ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
@@ -38,6 +38,10 @@ All predictions come from the same run's calibration (network only); only the mo
 * ``rounds, calls alone``: the same, each call priced as if it ran alone, on a full bucket
   (``predict_call_alone_s``), not in the stream;
 * ``rounds, no additions``: the same rounds without the additions;
+* ``rounds, the duplex probe's rate on 2 hosts``: the same, a 2-host stream of calls at the
+  duplex probe's rate (two connections, each with ACK frames of its own), not at the one-way
+  goodput (``experiments.model.NetworkInputs.for_ring_of``: on 2 hosts both directions share
+  Gloo's one connection to the peer, and its ACKs ride in the data going back);
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
   duplex rate, each with the duplex start-up measured at its size, plus a call's fixed cost;
   each call in the stream of calls too (``measured_rounds=False``);
@@ -86,7 +90,8 @@ MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain
           "rounds, chains' ends", "rounds, first and mean later rounds",
           "rounds, no full-bucket walk", "rounds, the calibration's gap",
           "rounds, one gap at every size", "rounds, calls counted at their length",
-          "rounds, calls alone", "rounds, no additions", "shaper", "shaper, no start-up")
+          "rounds, calls alone", "rounds, no additions",
+          "rounds, the duplex probe's rate on 2 hosts", "shaper", "shaper, no start-up")
 
 
 def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> NetworkInputs:
@@ -171,6 +176,8 @@ def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = 
             net = dataclasses.replace(net, engine_round_costs={})
         if model == "rounds, the ring's from plain chains":
             net = dataclasses.replace(net, ring_round_costs={})
+        if model == "rounds, the duplex probe's rate on 2 hosts":
+            net = dataclasses.replace(net, two_host_goodput=False)
         if model == "rounds, no additions":
             net = dataclasses.replace(net, round_costs={
                 h: dataclasses.replace(t, reduce_s=()) for h, t in net.round_costs.items()})

@@ -13,6 +13,12 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   the data in the shaper's queue, which slows the sender's ACK clock a little more. The runner
   therefore also measures the network with both directions busy (``duplex_probe.py``); that
   payload rate is used when present, the header arithmetic otherwise. ``duplex_payload_bps``.
+  On 2 hosts a ring's two neighbours are one peer, and Gloo keeps one TCP connection to a peer:
+  the ACKs ride in the data going the other way, and the link carries payload at the one-way
+  goodput (``NetworkInputs.for_ring_of``). Over the stored full grids the 2-host calls of 1 MB
+  and more at 50 and 200 Mbit/s had been priced 0.2-0.4% over at the mean with the duplex
+  probe's rate (two connections, as a ring's two neighbours on more hosts), and 0.0% with the
+  goodput, where the 4- and 8-host ones are 0.0-0.1% off with the duplex rate.
 * **The shaper's bucket lets a burst through at once.** tbf passes the first ``burst_bytes`` after
   an idle moment without delay and refills at the rate whenever the link idles, so a gap between
   two rounds (a message's latency, the rank's wake-up) costs nothing until the bucket is full
@@ -152,6 +158,10 @@ class NetworkInputs:
     # what a stream of calls made as the benchmark makes them leaves idle between two (a barrier
     # and the loop's own work; measured, median); None: not measured, the 1-element all_reduce
     stream_gap_s: float | None = None
+    # a ring of 2 hosts: both directions of every round on one connection (``for_ring_of``)
+    one_connection: bool = False
+    # whether ``for_ring_of`` gives a 2-host ring the one-way goodput (the ablation turns it off)
+    two_host_goodput: bool = True
     # (bytes, median seconds): the same gap where the loop refills a buffer of that many bytes
     # before each call, as the benchmark does at that size (measured on the bed, by size)
     sized_gaps: tuple[tuple[int, float], ...] = ()
@@ -210,6 +220,16 @@ class NetworkInputs:
                        engine_round_costs=engine, ring_round_costs=ring, stream_gap_s=gap_s,
                        sized_gaps=sized)
 
+    def for_ring_of(self, hosts: int) -> "NetworkInputs":
+        """These inputs for a ring of ``hosts`` hosts. On 2 hosts a rank's right and left
+        neighbours are one peer, and Gloo keeps one TCP connection to a peer: both directions
+        of every round travel on that connection, and its ACKs ride in the data going the
+        other way. Each link then carries payload at the one-way goodput, where the duplex
+        probe's two connections (a ring's two neighbours on 3 hosts and more) each send ACKs
+        of their own. On 2 hosts the duplex rate is the goodput (``one_connection``);
+        otherwise these inputs unchanged."""
+        return replace(self, one_connection=True) if hosts == 2 and self.two_host_goodput else self
+
     def rounds_for(self, algorithm: str, hosts: int) -> RoundCosts | None:
         """The measured rounds an algorithm's calls are composed of on ``hosts`` hosts: Gloo's own
         all-reduce (``backend``) makes its rounds in C++, so its table is the C++-driven one
@@ -224,8 +244,16 @@ class NetworkInputs:
 
     @property
     def duplex_payload_bps(self) -> float:
-        """Payload rate of a link that also carries the ACKs of an equal flow the other way:
-        measured when the calibration has a ``duplex`` section, else from the header sizes."""
+        """Payload rate each way of a link busy both ways: the one-way goodput where both ways
+        share one connection (``one_connection``, whose ACKs ride in the data), else
+        ``probe_duplex_bps``."""
+        return self.goodput_bps if self.one_connection else self.probe_duplex_bps
+
+    @property
+    def probe_duplex_bps(self) -> float:
+        """Payload rate of a link that also carries the ACKs of an equal flow the other way on
+        a connection of its own: measured when the calibration has a ``duplex`` section (the
+        duplex probe's two connections), else from the header sizes."""
         if self.duplex_goodput_bps:
             return self.duplex_goodput_bps
         ack_share = ACK_FRAME_BYTES / SEGMENTS_PER_ACK / self.frame_bytes
@@ -268,9 +296,9 @@ class NetworkInputs:
             base_s = measured.pop(0)[1]
         if len(measured) < 3:
             return []
-        rate_Bps = self.duplex_payload_bps / 8.0
-        return [(n, t - max(0.0, n - self.bucket_payload_bytes) / rate_Bps - base_s)
-                for n, t in measured]
+        rate_Bps = self.probe_duplex_bps / 8.0  # the probe's own exchanges: two connections
+        bucket = self.burst_bytes * self.probe_duplex_bps / self.rate_bps
+        return [(n, t - max(0.0, n - bucket) / rate_Bps - base_s) for n, t in measured]
 
     def startup_excess_s(self, size_bytes: float) -> float:
         """What a round of ``size_bytes`` each way pays beyond the bucket and the duplex rate."""
@@ -426,6 +454,7 @@ def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkIn
     fixed cost of a call."""
     if algorithm not in SIM_ALGORITHM:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
+    net = net.for_ring_of(hosts)
     table = net.rounds_for(algorithm, hosts) if measured_rounds else None
     if table is not None:
         reduce_s = (table.reduce_time_s(reduction_sizes(SIM_ALGORITHM[algorithm], hosts, n_bytes))
@@ -445,6 +474,7 @@ def predict_call_alone_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkI
     ``predict_allreduce_s`` less what a full bucket saves on the rounds that the probe's chains,
     run back to back, paid at the rate (``full_bucket_saving_s``; nothing for tables from chains
     timed alone, which started on a full bucket themselves)."""
+    net = net.for_ring_of(hosts)
     table = net.rounds_for(algorithm, hosts) if measured_rounds else None
     return (predict_allreduce_s(algorithm, hosts, n_bytes, net, measured_rounds)
             - full_bucket_saving_s(table, allreduce_messages(algorithm, hosts, n_bytes),
@@ -523,7 +553,9 @@ def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
     the stream adds what the shaper's bucket cannot lend (the gap between calls of that size:
     ``NetworkInputs.call_gap_at``), and a call leaves the bucket as ``bucket_walk`` walks its
     rounds from the tokens it started on (``bucket_left_after``; without ``walk_calls``, as
-    the call's length at the rate counts it, the ablation's older model)."""
+    the call's length at the rate counts it, the ablation's older model). On 2 hosts the
+    rate is the one-way goodput (``NetworkInputs.for_ring_of``)."""
+    net = net.for_ring_of(hosts)
     alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
     left = [bucket_left_after(net.rounds_for(a, hosts) if measured_rounds and walk_calls

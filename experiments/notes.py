@@ -24,7 +24,10 @@ NOTES: dict[str, list[str]] = {
         "back, the three algorithms taking turns, so the model runs the shaper's token bucket "
         "through that order of calls (`experiments.model.predict_allreduce_stream_s`): a call "
         "starts on what the one before it left and the gap refilled; a round the tokens cover "
-        "costs a latency-bound round, and one they do not waits for its bytes at the link's rate. "
+        "costs a latency-bound round, and one they do not waits for its bytes at the link's rate "
+        "(the duplex probe's on 3 hosts and more; on 2 hosts, where both directions share Gloo's "
+        "one connection to the peer and its ACKs ride in the data going back, the one-way "
+        "goodput). "
         "The rates, the bucket and the gap come from the calibration and the point's own probes; "
         "nothing is fitted to the calls.",
         "**Where it holds.** Over the fourteen full grids up to 3e736e5 (2,408 rows, 1,848 of them all-reduce "

@@ -143,7 +143,8 @@ def predict_sync_s(config: SyncRunConfig, net: NetworkInputs, reference: dict | 
         taken = {"compute_s": step["compute_time_s"], "rest_s": step["idle_time_s"]}
         workload = workload.with_compute(Constant(taken["compute_s"]))
     table = net.rounds_for("backend", config.hosts)  # the gradient's all-reduce is Gloo's own
-    cluster = ClusterConfig(replicas=config.hosts, bandwidth_bps=net.duplex_payload_bps,
+    cluster = ClusterConfig(replicas=config.hosts,
+                            bandwidth_bps=net.for_ring_of(config.hosts).duplex_payload_bps,
                             latency_s=net.latency_s,
                             cores=None if emulated else (cpu_cores or os.cpu_count()),
                             round_costs=table)

@@ -92,6 +92,19 @@ def test_network_inputs_prefer_the_measured_duplex_rate():
     assert net.duplex_payload_bps == 46.2e6
 
 
+def test_a_2_host_ring_runs_at_the_one_way_goodput_and_a_longer_one_at_the_duplex_rate():
+    # on 2 hosts both directions share Gloo's one connection to the peer, whose ACKs ride in
+    # the data going back; on more hosts a rank's two neighbours are two connections
+    net = NetworkInputs.from_calibration({**CALIBRATION, "duplex": {"goodput_bps": 46.2e6}})
+    assert net.for_ring_of(2).duplex_payload_bps == 47.8e6
+    assert net.for_ring_of(3) is net and net.for_ring_of(8) is net
+    n, alpha, fixed = 4_000_000, 100e-6, 250e-6 - 2 * 100e-6  # no bucket, no start-up table
+    assert predict_allreduce_s("ring", 2, n, net) == pytest.approx(
+        2 * (alpha + 8 * n / 2 / 47.8e6) + fixed, rel=1e-12)
+    assert predict_allreduce_s("ring", 4, n, net) == pytest.approx(
+        6 * (alpha + 8 * n / 4 / 46.2e6) + fixed, rel=1e-12)
+
+
 def test_network_inputs_need_the_gloo_section():
     with pytest.raises(ValueError, match="gloo"):
         NetworkInputs.from_calibration({k: v for k, v in CALIBRATION.items() if k != "gloo"})
@@ -182,7 +195,7 @@ def test_benchmark_prediction_is_each_call_alone_where_the_bucket_lends_it_and_t
                                            "rounds": {"2": {"results": rounds}}})
     small = predict_allreduce_stream_s(["ring"], 2, 64_000, fast)["ring"]
     assert predict_allreduce_s("ring", 2, 64_000, fast) < small == pytest.approx(
-        8 * 64_000 / fast.duplex_payload_bps - fast.call_overhead_s)
+        8 * 64_000 / 956e6 - fast.call_overhead_s)  # 2 hosts: one connection, the goodput
     # a calibration that measured the gap a stream of calls leaves: that gap refills the bucket,
     # so a longer gap shortens a rate-bound call by as much (300 us: still longer than alone)
     gloo = {**CALIBRATION["gloo"], "stream_gap_s": {"median": 300e-6}}
@@ -192,7 +205,7 @@ def test_benchmark_prediction_is_each_call_alone_where_the_bucket_lends_it_and_t
     assert gapped.call_gap_s == 300e-6 and fast.call_gap_s == fast.call_overhead_s == 250e-6
     refilled = predict_allreduce_stream_s(["ring"], 2, 64_000, gapped)["ring"]
     assert predict_allreduce_s("ring", 2, 64_000, gapped) < refilled == pytest.approx(
-        8 * 64_000 / fast.duplex_payload_bps - 300e-6)
+        8 * 64_000 / 956e6 - 300e-6)
     # a gap that refills more than the call lacks: the call takes what it takes alone
     gloo = {**CALIBRATION["gloo"], "stream_gap_s": {"median": 400e-6}}
     idle = NetworkInputs.from_calibration({**CALIBRATION, "bandwidth_bps": 1e9,
@@ -653,6 +666,23 @@ def test_ablation_compares_measured_rounds_the_shaper_model_and_the_shaper_witho
     # a 4 MB ring on 2 hosts: 2 rounds of 2 MB and one addition of 2 MB (2 ms) between them
     assert result["rounds"][1] == pytest.approx(abs(0.362 + 0.367 + 0.002 - 0.73) / 0.73)
     assert result["rounds, no additions"][1] == pytest.approx(abs(0.362 + 0.367 - 0.73) / 0.73)
+
+
+def test_ablation_prices_a_2_host_stream_at_the_duplex_probes_rate_only_in_its_own_model():
+    from experiments.ablation import predictions
+    # rounds faster than either rate and no bucket: each call waits for its bytes at the rate
+    rounds = {"results": [{"bytes": 2_000_000, "first_s": 0.330, "next_s": 0.332, "reduce_s": 0.002},
+                          {"bytes": 1_000_000, "first_s": 0.165, "next_s": 0.166, "reduce_s": 0.001}]}
+    calibration = {**CALIBRATION, "duplex": {"goodput_bps": 46e6}}
+    nets = {50e6: NetworkInputs.from_calibration(calibration)}
+    rows = [{"algorithm": "ring", "hosts": hosts, "bytes": 4_000_000, "bandwidth_bps": 50e6,
+             "measured_s": 0.7} for hosts in (2, 4)]
+    tables = {"H=2 50Mbps": rounds, "H=4 50Mbps": rounds}
+    ours = predictions(rows, nets, "rounds", tables)
+    probes = predictions(rows, nets, "rounds, the duplex probe's rate on 2 hosts", tables)
+    assert ours[0] == pytest.approx(4e6 * 8 / 47.8e6, rel=1e-12)  # one connection: the goodput
+    assert probes[0] == pytest.approx(4e6 * 8 / 46e6, rel=1e-12)  # two, as the duplex probe
+    assert ours[1] == probes[1] == pytest.approx(4e6 * 8 * 3 / 2 / 46e6, rel=1e-12)  # 4 hosts
 
 
 def test_ablation_with_a_model_prints_each_rows_prediction_under_it(tmp_path, capsys):
