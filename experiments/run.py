@@ -236,7 +236,8 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
     header += ["", "The notes under each table (`experiments/notes.py`) say what the model takes, "
                "where it holds and where it misses, with figures over the full grids "
                f"[docs/fidelity.md]({pooled}) pools (`python -m experiments.grids`); this run's "
-               f"own figures are in the tables. How each finding was made, grid by grid, with its commands: [LOG.md]({log})."]
+               "own figures are in the tables. How each finding was made, grid by grid, with its "
+               f"commands: [LOG.md]({log})."]
     return rows, results_markdown(results, rows, header, folder)
 
 
