@@ -43,8 +43,9 @@ All predictions come from the same run's calibration (network only); only the mo
   goodput (``experiments.model.NetworkInputs.for_ring_of``: on 2 hosts both directions share
   Gloo's one connection to the peer, and its ACKs ride in the data going back);
 * ``shaper``: the 2-host calibration alone: the rounds through the shaper's token bucket at the
-  duplex rate (on 2 hosts the one-way goodput), each with the duplex start-up measured at its size, plus a call's fixed cost;
-  each call in the stream of calls too (``measured_rounds=False``);
+  duplex rate (on 2 hosts the one-way goodput), each with the duplex start-up measured at its
+  size, plus a call's fixed cost; each call in the stream of calls too
+  (``measured_rounds=False``);
 * ``shaper, no start-up``: the same without the start-up table.
 
 Prints one line per row group: rows, then median and worst |error| of each model; with

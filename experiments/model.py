@@ -18,7 +18,9 @@ those inputs and adds what the test bed does that the alpha-beta model leaves ou
   goodput (``NetworkInputs.for_ring_of``). Over the stored full grids the 2-host calls of 1 MB
   and more at 50 and 200 Mbit/s had been priced 0.2-0.4% over at the mean with the duplex
   probe's rate (two connections, as a ring's two neighbours on more hosts), and 0.0% with the
-  goodput, where the 4- and 8-host ones are 0.0-0.1% off with the duplex rate.
+  goodput, where the 4- and 8-host ones are 0.0-0.1% off with the duplex rate
+  (``experiments/LOG.md``; per grid, ``python -m experiments.ablation --results DIR`` against
+  the model ``rounds, the duplex probe's rate on 2 hosts``).
 * **The shaper's bucket lets a burst through at once.** tbf passes the first ``burst_bytes`` after
   an idle moment without delay and refills at the rate whenever the link idles, so a gap between
   two rounds (a message's latency, the rank's wake-up) costs nothing until the bucket is full
@@ -227,8 +229,11 @@ class NetworkInputs:
         other way. Each link then carries payload at the one-way goodput, where the duplex
         probe's two connections (a ring's two neighbours on 3 hosts and more) each send ACKs
         of their own. On 2 hosts the duplex rate is the goodput (``one_connection``);
-        otherwise these inputs unchanged."""
-        return replace(self, one_connection=True) if hosts == 2 and self.two_host_goodput else self
+        otherwise (or where already so: each pricing function calls it, one inside another)
+        these inputs unchanged."""
+        if hosts == 2 and self.two_host_goodput and not self.one_connection:
+            return replace(self, one_connection=True)
+        return self
 
     def rounds_for(self, algorithm: str, hosts: int) -> RoundCosts | None:
         """The measured rounds an algorithm's calls are composed of on ``hosts`` hosts: Gloo's own

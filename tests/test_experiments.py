@@ -96,7 +96,8 @@ def test_a_2_host_ring_runs_at_the_one_way_goodput_and_a_longer_one_at_the_duple
     # on 2 hosts both directions share Gloo's one connection to the peer, whose ACKs ride in
     # the data going back; on more hosts a rank's two neighbours are two connections
     net = NetworkInputs.from_calibration({**CALIBRATION, "duplex": {"goodput_bps": 46.2e6}})
-    assert net.for_ring_of(2).duplex_payload_bps == 47.8e6
+    two = net.for_ring_of(2)
+    assert two.duplex_payload_bps == 47.8e6 and two.for_ring_of(2) is two  # no copy of a copy
     assert net.for_ring_of(3) is net and net.for_ring_of(8) is net
     n, alpha, fixed = 4_000_000, 100e-6, 250e-6 - 2 * 100e-6  # no bucket, no start-up table
     assert predict_allreduce_s("ring", 2, n, net) == pytest.approx(
