@@ -1,4 +1,4 @@
-"""The all-reduce model fourteen ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model fifteen ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
@@ -35,6 +35,9 @@ All predictions come from the same run's calibration (network only); only the mo
   bucket what it started on plus its length at the rate less its bytes, not what the walk of its
   rounds leaves (``experiments.model.bucket_left_after``: a call that waited for tokens in a
   round leaves the bucket empty);
+* ``rounds, no tail after a call``: the same, no call in the stream running on after its
+  last bytes arrived (``experiments.model.call_tail_s``: the naive ring's addition of the last
+  buffer it received, through which the links idle and the bucket refills for the next call);
 * ``rounds, calls alone``: the same, each call priced as if it ran alone, on a full bucket
   (``predict_call_alone_s``), not in the stream;
 * ``rounds, no additions``: the same rounds without the additions;
@@ -91,7 +94,7 @@ MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain
           "rounds, chains' ends", "rounds, first and mean later rounds",
           "rounds, no full-bucket walk", "rounds, the calibration's gap",
           "rounds, one gap at every size", "rounds, calls counted at their length",
-          "rounds, calls alone", "rounds, no additions",
+          "rounds, no tail after a call", "rounds, calls alone", "rounds, no additions",
           "rounds, the duplex probe's rate on 2 hosts", "shaper", "shaper, no start-up")
 
 
@@ -189,7 +192,8 @@ def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = 
             turn = turns[r["hosts"], r["bandwidth_bps"], r["bytes"]]
             predicted = predict_allreduce_stream_s(
                 turn, r["hosts"], r["bytes"], net, measured_rounds=rounds,
-                walk_calls=model != "rounds, calls counted at their length")[r["algorithm"]]
+                walk_calls=model != "rounds, calls counted at their length",
+                call_tails=model != "rounds, no tail after a call")[r["algorithm"]]
         out.append(predicted)
     return out
 

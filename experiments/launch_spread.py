@@ -10,7 +10,9 @@ launch its chains at ``--sizes`` (Python-driven, C++-driven as Gloo's own ring, 
 hand-written ring drives them) and a stream of 1-element calls (``--stream-gaps``); with
 ``--benchmark SIZES``, each probe is followed by a launch of the benchmark at those sizes with
 a trace, from which the gaps its own stream of calls left are read as the probe reads its
-(``trace_gaps``). Prints, per launch, the median time of each driver's chains per size, the
+(``trace_gaps``); with ``--gap-sizes``, the probe also times its stream's gaps at those
+buffer sizes, its calls as ``--gap-calls`` says (``ring_probe.py``), to set against the
+benchmark's at each size. Prints, per launch, the median time of each driver's chains per size, the
 probe's median gap and, for the benchmark, each size's median call per algorithm and median
 gap; then each figure's range over the launches. ``--json FILE`` writes every launch's figures.
 Needs root (the test bed), as every experiment does.
@@ -30,6 +32,7 @@ from experiments import measure
 from experiments.measure import (BENCHMARK_FLAGS, add_bed_arguments, add_host_cores_argument,
                                  add_probe_order_argument, rank_command, testbed_config)
 from experiments.probe_tables import chain_ends
+from experiments.ring_probe import GAP_CALLS
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import run_reporting
 
@@ -67,6 +70,8 @@ def probe_figures(record: dict) -> dict:
             figures[f"{driver} {format_bytes(size)}"] = ends[-1]
     if record.get("stream_gap_s"):
         figures["probe gap"] = statistics.median(record["stream_gap_s"])
+    for sized in record.get("sized_stream_gaps") or []:
+        figures[f"probe gap {format_bytes(sized['bytes'])}"] = statistics.median(sized["gaps_s"])
     return figures
 
 
@@ -84,6 +89,8 @@ def launch_commands(args, folder: Path, launch: int) -> list[tuple[str, str]]:
     probe = rank_command("experiments/ring_probe.py", [
         "--sizes", ",".join(f"{n}B" for n in args.sizes), "--repeats", str(args.repeats),
         "--engine-rounds", "--ring-rounds", "--stream-gaps", str(args.stream_gaps),
+        *(["--gap-sizes", ",".join(f"{n}B" for n in args.gap_sizes), "--gap-calls",
+           args.gap_calls] if args.gap_sizes else []),
         "--order", args.probe_order, "--threads", "1",
         "--json", str(folder / f"probe{launch}.json")])
     commands = [("probe", probe)]
@@ -137,6 +144,12 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="chains per size and driver")
     parser.add_argument("--stream-gaps", type=int, default=200,
                         help="1-element calls of the probe's stream (default 200)")
+    parser.add_argument("--gap-sizes", metavar="SIZES",
+                        help="the probe also times its stream's gaps with a buffer of each of "
+                             "these sizes (ring_probe.py --gap-sizes)")
+    parser.add_argument("--gap-calls", choices=GAP_CALLS, default=GAP_CALLS[0],
+                        help="what each call of those streams reduces (ring_probe.py "
+                             "--gap-calls; default %(default)s)")
     parser.add_argument("--benchmark", metavar="SIZES",
                         help="after each probe, the all-reduce benchmark at these sizes, traced")
     parser.add_argument("--iters", type=int, default=45, help="the benchmark's timed iterations")
@@ -150,6 +163,7 @@ def parse_args(argv=None):
         check_output_file("--json", args.json)
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
         args.benchmark = [parse_size(s) for s in args.benchmark.split(",")] if args.benchmark else []
+        args.gap_sizes = [parse_size(s) for s in args.gap_sizes.split(",")] if args.gap_sizes else []
     except ValueError as error:
         parser.error(str(error))
     if not 2 <= args.launches <= MAX_LAUNCHES:
@@ -157,8 +171,9 @@ def parse_args(argv=None):
     if args.repeats < 1 or args.iters < 1 or args.stream_gaps < 2 or args.seed < 0:
         parser.error("--repeats and --iters must be at least 1, --stream-gaps at least 2, "
                      "--seed at least 0")
-    if any(n < 4 or n % 4 for n in args.sizes + args.benchmark):
-        parser.error("--sizes and --benchmark take whole float32 buffers: multiples of 4 bytes")
+    if any(n < 4 or n % 4 for n in args.sizes + args.benchmark + args.gap_sizes):
+        parser.error("--sizes, --gap-sizes and --benchmark take whole float32 buffers: "
+                     "multiples of 4 bytes")
     return parser, args
 
 

@@ -273,7 +273,8 @@ def bracket(before: dict, after: dict) -> dict:
     C++-driven ones and the ring-driven ones where both records have them (``engine_results``,
     ``ring_results``); both records kept. The gaps of a stream of calls (``stream_gap_s``)
     where both records have them: both probes' together, the first probe's first; so too per
-    size the gaps of the streams at the benchmark's sizes (``sized_stream_gaps``)."""
+    size the gaps of the streams at the benchmark's sizes (``sized_stream_gaps``, whose
+    records say what their calls reduced, ``calls``: the same in both probes)."""
     merged = {**before, "results": merge_halves(before["results"], after["results"]),
               "before": before["results"], "after": after["results"]}
     if before.get("stream_gap_s") and after.get("stream_gap_s"):
@@ -285,7 +286,10 @@ def bracket(before: dict, after: dict) -> dict:
         if len(before["sized_stream_gaps"]) != len(after["sized_stream_gaps"]) \
                 or any(b["bytes"] != a["bytes"] for b, a in pairs):
             raise ValueError("probes whose streams refilled different sizes")
-        merged["sized_stream_gaps"] = [{"bytes": b["bytes"], "gaps_s": b["gaps_s"] + a["gaps_s"]}
+        if any(b.get("calls") != a.get("calls") for b, a in pairs):
+            raise ValueError("probes whose streams made different calls (ring_probe.py "
+                             "--gap-calls)")
+        merged["sized_stream_gaps"] = [{**b, "gaps_s": b["gaps_s"] + a["gaps_s"]}
                                        for b, a in pairs]
     else:
         merged.pop("sized_stream_gaps", None)
@@ -494,13 +498,15 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     (``bracket``: per size the median over both probes' chains), for the point's prediction.
     With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``);
     with ``stream_gaps``, each also times the gaps of a stream of that many calls, and of one at
-    each of ``gap_sizes`` (the buffer the loop refills that large).
+    each of ``gap_sizes`` (the buffer the loop refills that large, each call an all-reduce of
+    it: ``ring_probe.sized_gaps``).
 
     Why not the calibration made before the whole run: on a shared machine the network of 4 or 8
     emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
     206 ms for a 4 MiB round in one run, 257 ms in the next), and a table from another moment
     carries that drift into every prediction made from it; probes on either side of the run
-    share its conditions. The probe still measures only rounds, never an all-reduce."""
+    share its conditions. The probe keeps only rounds and the gaps between calls, never an
+    all-reduce's time."""
     rounds = chain_rounds(bed_config.hosts)
     probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
                             engine_max_bytes(bed_config.bandwidth_bps), ring,

@@ -132,6 +132,10 @@ SIM_ALGORITHM = {"ring": "ring", "naive": "naive-ring", "backend": "ring"}
 # real/allreduce.py's hand-written rings add what arrived before the next round can leave; Gloo's
 # own ring is left at its rounds (it reduces in C++ as its segments arrive)
 REDUCES_BETWEEN_ROUNDS = {"ring", "naive"}
+# ... and of those, the one whose call ends with an addition: the naive ring adds the last
+# buffer it receives after its bytes have all arrived, the links idle meanwhile (the ring's
+# last rounds only gather)
+ENDS_WITH_ADDITION = {"naive"}
 
 
 @dataclass(frozen=True)
@@ -487,29 +491,44 @@ def predict_call_alone_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkI
                                    net.gap_refill_bytes))
 
 
+def call_tail_s(algorithm: str, hosts: int, n_bytes: float, table: RoundCosts | None) -> float:
+    """Seconds a call of ``algorithm`` runs on after its last bytes have arrived, the links
+    idle: the naive ring's addition of the last buffer it received (``ENDS_WITH_ADDITION``;
+    the probe's addition at that size, as ``predict_allreduce_s`` prices it); 0 for the other
+    algorithms and for a table without additions."""
+    if algorithm not in ENDS_WITH_ADDITION or table is None:
+        return 0.0
+    return table.reduce_time_s(reduction_sizes(SIM_ALGORITHM[algorithm], hosts, n_bytes)[-1:])
+
+
 def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
                   payload_bps: float, bucket_bytes: float,
-                  left_after: list | None = None) -> list[float]:
+                  left_after: list | None = None, tail_s: list[float] | None = None) -> list[float]:
     """Seconds per call of each algorithm in the benchmark's steady stream of calls: the median
     over a settled rotation of ``stream_rotation_s``, the same arguments."""
     return [statistics.median(s) for s in stream_rotation_s(alone_s, sent_bytes, gap_s,
-                                                             payload_bps, bucket_bytes, left_after)]
+                                                             payload_bps, bucket_bytes, left_after,
+                                                             tail_s)]
 
 
 def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
                       payload_bps: float, bucket_bytes: float,
-                      left_after: list | None = None) -> list[list[float]]:
+                      left_after: list | None = None,
+                      tail_s: list[float] | None = None) -> list[list[float]]:
     """Seconds of each algorithm's calls in one rotation of the benchmark's steady stream, in
     the order it makes them: algorithm ``a`` takes ``alone_s[a]`` when its host's bucket holds
     the tokens for the ``sent_bytes[a]`` it sends, else until the missing tokens have refilled
-    at ``payload_bps``. The bucket (``bucket_bytes``) refills during the ``gap_s`` before every
-    call (the barrier) and starts full. What a call leaves in it: ``left_after[a](tokens)``
-    where given (``bucket_walk``'s end, from the tokens the call started on), else the tokens
-    it started on plus the call's length at the rate less its bytes (an approximation: a call
-    that waited for tokens in a round leaves nothing, whatever its earlier rounds refilled). The
-    calls come in ``real.allreduce.call_order``: algorithm k first in iteration k, so a rotation
-    is as many iterations as algorithms. The rotation returned is the first after which the
-    bucket holds as much as before it (at most ``STREAM_MAX_ROTATIONS``)."""
+    at ``payload_bps`` and then its ``tail_s[a]`` (the work after its last bytes arrived:
+    ``call_tail_s``; none where not given). The bucket (``bucket_bytes``) refills during the
+    ``gap_s`` before every call (the barrier) and starts full. What a call leaves in it:
+    ``left_after[a](tokens)`` where given (``bucket_walk``'s end, from the tokens the call
+    started on) and what its tail refills, else the tokens it started on plus the call's length
+    at the rate less its bytes (an approximation: a call that waited for tokens in a round leaves
+    nothing, whatever its earlier rounds refilled). A tail so moves time from the call after it
+    to its own: the links idle through it, and the next call finds the tokens. The calls come in
+    ``real.allreduce.call_order``: algorithm k first in iteration k, so a rotation is as many
+    iterations as algorithms. The rotation returned is the first after which the bucket holds
+    as much as before it (at most ``STREAM_MAX_ROTATIONS``)."""
     from real.allreduce import call_order  # here: the benchmark imports torch, the model need not
     if not len(alone_s) == len(sent_bytes) > 0:
         raise ValueError(f"need one call time per algorithm and its bytes, got {len(alone_s)} "
@@ -518,14 +537,18 @@ def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: floa
         raise ValueError(f"the payload rate must be positive, got {payload_bps} bit/s")
     n, rate_Bps = len(alone_s), payload_bps / 8.0
     left_after = left_after or [None] * n
+    tail_s = tail_s or [0.0] * n
+    if len(tail_s) != n or not all(t >= 0 for t in tail_s):
+        raise ValueError(f"need one tail of at least 0 s per algorithm, got {tail_s}")
     order = call_order(n, n)  # one rotation: n iterations, each algorithm first once
 
     def rotation(tokens: float) -> tuple[float, list[list[float]]]:
         seconds: list[list[float]] = [[] for _ in range(n)]
         for _, a in order:
             tokens = min(bucket_bytes, tokens + gap_s * rate_Bps)
-            call_s = max(alone_s[a], (sent_bytes[a] - tokens) / rate_Bps)
-            tokens = (left_after[a](tokens) if left_after[a] is not None else
+            call_s = max(alone_s[a], (sent_bytes[a] - tokens) / rate_Bps + tail_s[a])
+            tokens = (min(bucket_bytes, left_after[a](tokens) + tail_s[a] * rate_Bps)
+                      if left_after[a] is not None else
                       min(bucket_bytes, max(0.0, tokens + call_s * rate_Bps - sent_bytes[a])))
             seconds[a].append(call_s)
         return tokens, seconds
@@ -540,34 +563,38 @@ def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: floa
 
 
 def predict_allreduce_stream_s(algorithms: list[str], hosts: int, n_bytes: int, net: NetworkInputs,
-                               measured_rounds: bool = True,
-                               walk_calls: bool = True) -> dict[str, float]:
+                               measured_rounds: bool = True, walk_calls: bool = True,
+                               call_tails: bool = True) -> dict[str, float]:
     """Seconds per call of each of ``algorithms`` as ``real/allreduce.py`` times them at one
     size: taking turns (in the order given, as ``--algorithms``), a barrier before each call
     (``predict_stream_rotation_s``, the same arguments; the median of each algorithm's calls)."""
     rotation = predict_stream_rotation_s(algorithms, hosts, n_bytes, net, measured_rounds,
-                                         walk_calls)
+                                         walk_calls, call_tails)
     return {a: statistics.median(s) for a, s in zip(algorithms, rotation)}
 
 
 def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
                               net: NetworkInputs, measured_rounds: bool = True,
-                              walk_calls: bool = True) -> list[list[float]]:
+                              walk_calls: bool = True,
+                              call_tails: bool = True) -> list[list[float]]:
     """Seconds of each of ``algorithms``' calls in a settled rotation of ``real/allreduce.py``'s
     stream at one size (``stream_rotation_s``): each call alone costs ``predict_call_alone_s``;
     the stream adds what the shaper's bucket cannot lend (the gap between calls of that size:
     ``NetworkInputs.call_gap_at``), and a call leaves the bucket as ``bucket_walk`` walks its
     rounds from the tokens it started on (``bucket_left_after``; without ``walk_calls``, as
-    the call's length at the rate counts it, the ablation's older model). On 2 hosts the
-    rate is the one-way goodput (``NetworkInputs.for_ring_of``)."""
+    the call's length at the rate counts it, the ablation's older model) and as its tail
+    refills it (``call_tail_s``; none without ``call_tails``, the ablation's older model). On
+    2 hosts the rate is the one-way goodput (``NetworkInputs.for_ring_of``)."""
     net = net.for_ring_of(hosts)
     alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
-    left = [bucket_left_after(net.rounds_for(a, hosts) if measured_rounds and walk_calls
-                              else None, allreduce_messages(a, hosts, n_bytes), net)
-            for a in algorithms]
+    tables = [net.rounds_for(a, hosts) if measured_rounds else None for a in algorithms]
+    left = [bucket_left_after(t if walk_calls else None, allreduce_messages(a, hosts, n_bytes),
+                              net) for a, t in zip(algorithms, tables)]
+    tails = [call_tail_s(a, hosts, n_bytes, t) if call_tails else 0.0
+             for a, t in zip(algorithms, tables)]
     return stream_rotation_s(alone, sent, net.call_gap_at(n_bytes), net.duplex_payload_bps,
-                             net.bucket_payload_bytes, left)
+                             net.bucket_payload_bytes, left, tails)
 
 
 def bucket_left_after(table: RoundCosts | None, messages_bytes: list[float], net: NetworkInputs):

@@ -29,14 +29,21 @@ emulated hosts at 1000 Mbit/s a 16 KiB round took 0.19-0.21 ms in the plain chai
 stream (``real.allreduce.stream_gaps``), as ``stream_gap_s``: in one full grid 0.11 ms on 2
 hosts, 0.28-0.29 ms on 4 and 0.54-0.60 ms on 8, at every rate (the barrier before each call
 takes ⌈log2 H⌉ rounds). With ``--gap-sizes SIZES`` as well, it times such a stream at each of
-those sizes, the buffer refilled before each call that large as the benchmark's is, the call
-still of one element (``sized_stream_gaps``): the loop's own work grows with its buffer (on the
-2-host bed at 1000 Mbit/s of one full grid 0.19 ms at 4 bytes, 0.33 ms at 1 MB, 1.6 ms at 16 MB),
-and the links idle meanwhile.
+those sizes, the buffer refilled before each call that large as the benchmark's is
+(``sized_stream_gaps``): the loop's own work grows with its buffer, and the links idle
+meanwhile. Each call of such a stream is the engine's all-reduce of the whole buffer
+(``--gap-calls whole``, ``sized_gaps``), as the benchmark's calls move its bytes: after such a
+call the refill and the barrier take longer than after a 1-element call (on a 2-host bed at
+1000 Mbit/s 0.32-0.33 ms against 0.20-0.22 at 1 MB, 0.79-0.83 against 0.28 at 4 MB, where the
+benchmark's own gaps were 0.32-0.33 and 0.79-0.83). The probes of the stored runs before that
+reduced one element (``--gap-calls element``): their gaps at 1 MB and 4 MB are short by that
+much, and their 1000 Mbit/s calls of those sizes priced 1-4% over.
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on
-sizes of its own grid, never the all-reduces themselves.
+sizes of its own grid, and the gaps the benchmark's loop leaves between calls; the calls of its
+sized streams are Gloo's all-reduces, but only the gaps between them are kept, never a call's
+time.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from dsgd_sim.argparse_oneline import check_output_file, write_text_atomically  
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from experiments.configs import PROBE_ORDER_HELP, PROBE_ORDERS  # noqa: E402
-from real.allreduce import MAX_BUFFER_BYTES, stream_gaps  # noqa: E402
+from real.allreduce import MAX_BUFFER_BYTES, stream_gaps, whole_call_s  # noqa: E402
 from real.comm import launched_by_mpi  # noqa: E402
 from real.comm_cli import add_comm_arguments, check_outputs_together, open_comm  # noqa: E402
 from real.local_launch import RankArgumentParser, own_error, report_error  # noqa: E402
@@ -81,6 +88,28 @@ MIN_CHAIN_ROUNDS = 4  # so that a chain's later rounds average over at least thr
 MAX_ROUNDS = MAX_REPEATS = 1000  # the end of every round of every chain is kept in memory
 MAX_IDLE_S = 10.0  # --idle: a bucket refills in milliseconds; seconds a chain is a typo
 MAX_STREAM_CALLS = 100_000  # --stream-gaps: a call takes about a millisecond on the test bed
+# --gap-calls: whole (the default) or element, what each call of a sized stream reduces
+GAP_CALLS = ("whole", "element")
+# a sized stream of whole calls: as many as fit in this long (after one call timed to count
+# them, which also warms the stream up), at least this many, at most --stream-gaps
+SIZED_GAP_BUDGET_S = 0.5
+SIZED_GAP_LEAST_CALLS = 4
+
+
+def sized_gaps(comm, n_bytes: int, most: int, calls: str = GAP_CALLS[0]) -> dict:
+    """The gaps of a stream of calls whose loop refills a buffer of ``n_bytes`` before each, as
+    the benchmark's at that size (``real.allreduce.stream_gaps``): ``most`` calls reducing its
+    first element (``calls`` "element"), or (``whole``) the engine's all-reduces of the whole
+    buffer, as many as fit in ``SIZED_GAP_BUDGET_S`` by one call's time (at least
+    ``SIZED_GAP_LEAST_CALLS``, at most ``most``): the benchmark's own gaps follow calls that
+    move its bytes. The record says which (``calls``)."""
+    if calls == "element":
+        return {"bytes": n_bytes, "calls": calls,
+                "gaps_s": stream_gaps(comm, most, copy_bytes=n_bytes)}
+    count = min(most, max(SIZED_GAP_LEAST_CALLS,
+                          int(SIZED_GAP_BUDGET_S / max(whole_call_s(comm, n_bytes), 1e-9))))
+    return {"bytes": n_bytes, "calls": calls,
+            "gaps_s": stream_gaps(comm, count, warmup=0, copy_bytes=n_bytes, whole_calls=True)}
 
 
 def chain_rounds(world_size: int) -> int:
@@ -255,8 +284,15 @@ def parse_args(argv=None):
     parser.add_argument("--gap-sizes", metavar="SIZES",
                         help="with --stream-gaps, also time such a stream at each of these sizes "
                              "(comma-separated, multiples of 4 bytes): the buffer refilled before "
-                             "each call that large, as the benchmark's at that size, the call "
-                             "still of 1 element ('sized_stream_gaps': per size its gaps)")
+                             "each call that large, as the benchmark's at that size "
+                             "('sized_stream_gaps': per size its gaps)")
+    parser.add_argument("--gap-calls", choices=GAP_CALLS, default=GAP_CALLS[0],
+                        help="what each call of a --gap-sizes stream reduces: whole (default: "
+                             "the whole buffer with the engine's all-reduce, as the benchmark's "
+                             "calls do, as many calls as fit in "
+                             f"{SIZED_GAP_BUDGET_S:g} s and at least {SIZED_GAP_LEAST_CALLS}, "
+                             "at most --stream-gaps) or element (its first element, --stream-gaps "
+                             "calls; the probes of stored runs before the whole calls)")
     parser.add_argument("--order", choices=PROBE_ORDERS, default=PROBE_ORDERS[0],
                         help=PROBE_ORDER_HELP)
     parser.add_argument("--json", help="write the table here (rank 0)")
@@ -342,9 +378,9 @@ def main(argv=None) -> None:
         if args.stream_gaps:
             record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)
             if args.gap_bytes:
-                record["sized_stream_gaps"] = [
-                    {"bytes": n, "gaps_s": stream_gaps(comm, args.stream_gaps, copy_bytes=n)}
-                    for n in args.gap_bytes]
+                record["sized_stream_gaps"] = [sized_gaps(comm, n, args.stream_gaps,
+                                                          args.gap_calls)
+                                               for n in args.gap_bytes]
         if comm.rank == 0:
             for driver, rows in tables:
                 for r in rows:

@@ -353,26 +353,43 @@ def max_over_ranks(comm, values: torch.Tensor) -> torch.Tensor:
     return on_device.cpu()
 
 
-def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4) -> list[float]:
-    """Seconds the links idle between two calls of a stream of ``count`` 1-element all-reduces
-    made as ``time_size`` makes the benchmark's (the buffer refilled, a barrier, the call), as
-    the benchmark times them: from the end of the slowest rank's call to the start of the next
+def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4,
+                whole_calls: bool = False) -> list[float]:
+    """Seconds the links idle between two calls of a stream of ``count`` all-reduces made as
+    ``time_size`` makes the benchmark's (the buffer refilled, a barrier, the call), as the
+    benchmark times them: from the end of the slowest rank's call to the start of the next
     (this rank's start to start, less the slowest rank's call). On 4 emulated hosts at 1000
     Mbit/s the slowest rank's call ends 0.05-0.15 ms after rank 0's, so the gap after rank 0's
-    own call is that much longer than the one the links get. With ``copy_bytes``, the buffer
-    refilled before each call is that large, as the benchmark's at that size, and the call
-    reduces its first element only: the loop's own work at that size, without its call (on the
-    2-host bed at 1000 Mbit/s of one full grid 0.19 ms with 4 bytes, 0.33 ms with 1 MB, 1.6 ms
-    with 16 MB: ``sized_stream_gaps`` in experiments/results/full-9ff1232/allreduce.json)."""
+    own call is that much longer than the one the links get.
+
+    Each call reduces one element of a buffer of ``copy_bytes``, refilled before it as the
+    benchmark's at that size: the loop's own work at that size, without its call. With
+    ``whole_calls``, each call is the engine's all-reduce of the whole buffer, as the
+    benchmark's calls are: such a call leaves the caches and the links as the benchmark's do,
+    and the refill and the barrier after it take longer than after a 1-element call (on a
+    2-host bed at 1000 Mbit/s 0.32-0.33 ms against 0.20-0.22 at 1 MB, 0.79-0.83 against 0.28
+    at 4 MB, the benchmark's own gaps on the same bed 0.32-0.33 and 0.79-0.83 ms; at 64 kB
+    and 256 kB 0.14-0.16 ms against 0.18-0.21, the benchmark's 0.14-0.16: ``python -m
+    experiments.launch_spread --hosts 2 --sizes 64B --gap-sizes 64KB,1MB,4MB --gap-calls
+    element --benchmark 64KB,1MB,4MB``, and ``--gap-calls whole``)."""
     if copy_bytes < 4 or copy_bytes % 4:
         raise ValueError(f"copy_bytes must be a positive multiple of 4, got {copy_bytes}")
     spans: list = []
-    time_size(comm, {"backend": lambda c, work: backend_all_reduce(c, work[:1])},
-              torch.ones(copy_bytes // 4, device=comm.device), count, warmup, spans)
+    call = backend_all_reduce if whole_calls else (
+        lambda c, work: backend_all_reduce(c, work[:1]))
+    time_size(comm, {"backend": call}, torch.ones(copy_bytes // 4, device=comm.device), count,
+              warmup, spans)
     slowest = max_over_ranks(comm, torch.tensor([seconds for _, _, seconds in spans],
                                                 dtype=torch.float64))
     return [b_start - a_start - a_slowest for (_, a_start, _), (_, b_start, _), a_slowest
             in zip(spans, spans[1:], slowest.tolist())]
+
+
+def whole_call_s(comm, n_bytes: int) -> float:
+    """Seconds the slowest rank took for one engine all-reduce of ``n_bytes`` after a barrier
+    (every rank gets the same figure): how many such calls fit in a stream's time."""
+    return time_size(comm, {"backend": backend_all_reduce},
+                     torch.ones(n_bytes // 4, device=comm.device), 1, 0)["backend"]
 
 
 def write_trace(path: str, comm, spans: list[tuple[str, int, float, float]]) -> None:
