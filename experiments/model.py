@@ -72,7 +72,11 @@ next call's start (``stream_gap_s``: the barrier and the loop's own work; in one
 0.11 ms on 2 hosts, 0.28-0.29 on 4, 0.54-0.60 on 8, the barrier's ⌈log2 H⌉ rounds), or where
 the probe has none the calibration's on 2 hosts (a stored run from before the probes timed it,
 and before the gap was taken after the slowest rank's call, has rank 0's), or, in a
-calibration without it, the 1-element all_reduce.
+calibration without it, the 1-element all_reduce. The gap grows with the calls' buffer, which
+the loop refills before each: the probes time it at each size after calls of that size
+(``ring_probe.sized_gaps``; ``NetworkInputs.call_gap_at``). A call that works on after its last
+bytes arrived (the naive ring's final addition: ``call_tail_s``) ends that much later in a
+stream paid at the rate, and the links, idle meanwhile, refill the bucket for the next call.
 On 2 hosts at 1000 Mbit/s (a 125 kB bucket) a 64 kB ring call alone takes 0.38 ms (the full
 grid's rounds); in a stream its 64 kB each way take 0.54 ms at the 950 Mbit/s duplex rate, of
 which the barrier refills 0.13 ms: 0.41 ms a call (measured: 0.44).

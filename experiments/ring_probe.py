@@ -390,8 +390,9 @@ def main(argv=None) -> None:
                 print(f"stream of {args.stream_gaps} calls: median gap "
                       f"{statistics.median(record['stream_gap_s']) * 1e3:.3f} ms")
             for sized in record.get("sized_stream_gaps", []):
-                print(f"stream of {args.stream_gaps} calls refilling {sized['bytes']} B: median "
-                      f"gap {statistics.median(sized['gaps_s']) * 1e3:.3f} ms")
+                print(f"stream of {len(sized['gaps_s']) + 1} calls ({sized['calls']}) refilling "
+                      f"{sized['bytes']} B: median gap "
+                      f"{statistics.median(sized['gaps_s']) * 1e3:.3f} ms")
             if args.json:
                 write_text_atomically(args.json, json.dumps(record, indent=1) + "\n")
 

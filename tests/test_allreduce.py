@@ -291,3 +291,27 @@ def test_stream_gaps_refill_a_buffer_of_the_size_given_and_reduce_one_element(mo
     for bad in (0, 6, -4):
         with pytest.raises(ValueError, match="positive multiple of 4"):
             bench.stream_gaps(Recording(clock, 1e-3, 0.5e-3), count=4, copy_bytes=bad)
+    # with whole calls, each call reduces the whole buffer, as the benchmark's do
+    copied.clear(), reduced.clear()
+    gaps = bench.stream_gaps(Recording(clock, barrier_s=1e-3, call_s=0.5e-3), count=4,
+                             warmup=0, copy_bytes=64_000, whole_calls=True)
+    assert gaps == pytest.approx([1e-3] * 3)
+    assert copied == [(16_000, 16_000)] * 4 and reduced == [16_000] * 4
+
+
+@pytest.mark.parametrize("call_s, calls", [(1e-3, 20), (0.1, 5), (2.0, 4)])
+def test_a_sized_stream_of_whole_calls_makes_as_many_as_fit_in_its_budget(monkeypatch, call_s,
+                                                                           calls):
+    import real.allreduce as bench
+    from experiments.ring_probe import SIZED_GAP_BUDGET_S, SIZED_GAP_LEAST_CALLS, sized_gaps
+    assert (SIZED_GAP_BUDGET_S, SIZED_GAP_LEAST_CALLS) == (0.5, 4)  # the cases below assume so
+    clock = [0.0]
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
+    record = sized_gaps(ClockedComm(clock, barrier_s=1e-3, call_s=call_s), 64_000, most=20)
+    # one call timed to count them (0.5 s / its time, at least 4, at most the 20 asked for),
+    # then that many: a gap between each two, each the barrier alone on this clock
+    assert record["bytes"] == 64_000 and record["calls"] == "whole"
+    assert record["gaps_s"] == pytest.approx([1e-3] * (calls - 1))
+    element = sized_gaps(ClockedComm(clock, barrier_s=1e-3, call_s=call_s), 64_000, most=20,
+                         calls="element")
+    assert element["calls"] == "element" and len(element["gaps_s"]) == 19

@@ -869,6 +869,64 @@ def test_in_a_stream_a_heavy_call_after_one_that_waited_pays_for_the_whole_bucke
         pytest.approx([1e-3, 1.1e-3])
 
 
+def test_a_calls_tail_moves_its_time_onto_its_own_call_and_off_the_next():
+    from experiments.model import stream_rotation_s
+    rate_Bps, bucket, gap, tail = 125e6, 125_000, 0.1e-3, 0.2e-3
+    alone, sent = [0.5e-3, 0.5e-3], [400_000, 400_000]  # 3.2 ms of bytes: paid at the rate
+    drained = [lambda tokens: 0.0] * 2  # each call's last round waits for its tokens
+    # the rotation is 0, 1, 1, 0. Algorithm 0 works 0.2 ms after its last bytes arrive: the
+    # links idle, and the 25 kB they refill go to the call after it, with the barrier's 12.5 kB
+    first, second = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained,
+                                      [tail, 0.0])
+    after_tail, after_none = (400_000 - 37_500) / rate_Bps, (400_000 - 12_500) / rate_Bps
+    assert first == pytest.approx([after_tail + tail, after_none + tail], rel=1e-12)
+    assert second == pytest.approx([after_tail, after_none], rel=1e-12)
+    # the rotation as long as without the tail: its time only moves between the calls
+    plain = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained)
+    assert plain[0] + plain[1] == pytest.approx([after_none] * 4, rel=1e-12)
+    assert sum(first + second) == pytest.approx(sum(plain[0] + plain[1]), rel=1e-12)
+    # a tail longer than the bucket takes: what the bucket cannot hold is lost
+    long_tail = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained, [2e-3, 0.0])
+    assert long_tail[1][0] == pytest.approx((400_000 - bucket) / rate_Bps, rel=1e-12)
+    for bad in ([tail], [-1e-3, 0.0]):
+        with pytest.raises(ValueError, match="one tail of at least 0 s per algorithm"):
+            stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained, bad)
+
+
+def test_only_the_naive_ring_ends_its_call_with_an_addition():
+    from dsgd_sim.collectives import RoundCosts
+    from experiments.model import call_tail_s
+    table = RoundCosts((64, 1_000_000), (1e-4, 9e-3), (1e-4, 9e-3), (1e-5, 2e-4))
+    for hosts in (2, 4, 8):  # the naive ring's last round passes the whole buffer: one addition
+        assert call_tail_s("naive", hosts, 1_000_000, table) == pytest.approx(2e-4, rel=1e-12)
+        assert call_tail_s("ring", hosts, 1_000_000, table) == 0.0  # its last rounds gather
+        assert call_tail_s("backend", hosts, 1_000_000, table) == 0.0
+    assert call_tail_s("naive", 2, 1_000_000, None) == 0.0  # no table: nothing timed
+    assert call_tail_s("naive", 2, 1_000_000, RoundCosts((64,), (1e-4,), (1e-4,))) == 0.0
+
+
+def test_ablation_without_tails_gives_the_naive_rings_addition_back_to_the_call_after_it():
+    from experiments.ablation import predictions
+    # 2 MB rounds faster than the rate, a 2 ms addition: each call waits for its bytes at the
+    # rate, and the naive ring's addition after its last round refills the bucket
+    rounds = {"results": [{"bytes": 64, "first_s": 1e-4, "next_s": 1e-4, "reduce_s": 0.0},
+                          {"bytes": 2_000_000, "first_s": 0.330, "next_s": 0.332,
+                           "reduce_s": 2e-3}]}
+    nets = {50e6: NetworkInputs.from_calibration({**CALIBRATION, "burst_bytes": 50_000})}
+    rows = [{"algorithm": a, "hosts": 2, "bytes": 2_000_000, "bandwidth_bps": 50e6,
+             "measured_s": 0.35} for a in ("naive", "ring")]
+    tables = {"H=2 50Mbps": rounds}
+    ours = predictions(rows, nets, "rounds", tables)
+    plain = predictions(rows, nets, "rounds, no tail after a call", tables)
+    # the rotation naive, ring, ring, naive: the naive call after the ring's pays its addition
+    # on top of its bytes, the one after its own gets it back; the ring's call after it gets it
+    # back, the one after the ring's does not (each median the mean of the two)
+    tail_bytes = 2e-3 * nets[50e6].for_ring_of(2).duplex_payload_bps / 8
+    assert tail_bytes < nets[50e6].for_ring_of(2).bucket_payload_bytes
+    assert ours[0] - plain[0] == pytest.approx(1e-3, rel=1e-9)
+    assert ours[1] - plain[1] == pytest.approx(-1e-3, rel=1e-9)
+
+
 def test_a_slow_latency_bound_round_does_not_hide_the_rounds_the_chains_paid_at_the_rate():
     from dsgd_sim.collectives import RoundCosts
     from experiments.model import full_bucket_saving_s

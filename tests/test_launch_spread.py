@@ -41,6 +41,10 @@ def test_probe_figures_are_medians_of_each_drivers_chain_ends_and_of_the_gaps():
               "stream_gap_s": [1e-4, 3e-4, 2e-4]}
     figures = probe_figures(record)
     assert figures == pytest.approx({"python 64 B": 0.3, "engine 64 B": 0.6, "probe gap": 2e-4})
+    # and with sized streams, each size's median gap
+    sized = [{"bytes": 64000, "calls": "whole", "gaps_s": [3e-4, 1e-4, 2e-4, 9e-4]}]
+    assert probe_figures({**record, "sized_stream_gaps": sized})["probe gap 64 KB"] == \
+        pytest.approx(2.5e-4)
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -51,6 +55,8 @@ def test_probe_figures_are_medians_of_each_drivers_chain_ends_and_of_the_gaps():
     (["--sizes", "6B"], "multiples of 4"),
     (["--benchmark", "64KB,x"], "x"),
     (["--stream-gaps", "1"], "--stream-gaps"),
+    (["--gap-sizes", "6B"], "multiples of 4"),
+    (["--gap-sizes", "64KB", "--gap-calls", "some"], "--gap-calls"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(argv, named, capsys):
     assert named in usage_error(main, argv, capsys)
@@ -63,6 +69,14 @@ def test_each_launchs_probe_runs_its_sizes_in_the_order_asked_for(tmp_path):
         (what, probe), = launch_commands(args, tmp_path, 0)
         words = probe.split()
         assert what == "probe" and words[words.index("--order") + 1] == order
+        assert "--gap-sizes" not in words  # none asked for
+    # sized streams where asked for, their calls as asked for (whole by default)
+    for argv, calls in (([], "whole"), (["--gap-calls", "element"], "element")):
+        _, args = parse_args(["--hosts", "2", "--gap-sizes", "64KB,1MB", *argv])
+        (_, probe), = launch_commands(args, tmp_path, 0)
+        words = probe.split()
+        assert words[words.index("--gap-sizes") + 1] == "64000B,1000000B"
+        assert words[words.index("--gap-calls") + 1] == calls
 
 
 @needs_namespaces

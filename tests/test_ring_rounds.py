@@ -472,7 +472,7 @@ def test_probe_times_first_and_next_rounds_per_size_on_two_ranks(tmp_path):
     assert [g["bytes"] for g in table["sized_stream_gaps"]] == [4000, 64000]
     assert all(g["calls"] == "whole" and SIZED_GAP_LEAST_CALLS - 1 <= len(g["gaps_s"]) <= 19
                and statistics.median(g["gaps_s"]) > 0 for g in table["sized_stream_gaps"])
-    assert "refilling 64000 B: median gap" in run.stdout
+    assert "(whole) refilling 64000 B: median gap" in run.stdout
     assert table["world_size"] == 2 and table["rounds"] == 3 and table["threads_per_rank"] >= 1
     assert [r["bytes"] for r in table["results"]] == [64, 16384]
     assert all(r["first_s"] > 0 and r["next_s"] > 0 for r in table["results"])
