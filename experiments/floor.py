@@ -49,8 +49,11 @@ def one_side(table: dict, side: str) -> dict:
     """A point's bracketed round table (``measure.bracket``'s) as if only the probe ``side``
     ("before" or "after" its rows) had run: that probe's rows, the other's dropped (the model
     reads a table that keeps both as a bracket). Both probes ran one command, so the stream gaps
-    they timed together (of every size) are the first half (before) and the second half
-    (after)."""
+    they timed together are the first half (before) and the second half (after); so too each
+    size's, where the table does not say how many are the first probe's (``before_gaps``),
+    except a stream of whole calls (``ring_probe.py --gap-calls whole``), whose probes each made
+    as many as fit in their time: without that count (the full grid stored at a66db0b) each
+    side keeps both probes' gaps."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     if side not in table:
@@ -64,9 +67,22 @@ def one_side(table: dict, side: str) -> dict:
     if table.get("stream_gap_s"):
         out["stream_gap_s"] = _half(table["stream_gap_s"], side)
     if table.get("sized_stream_gaps"):
-        out["sized_stream_gaps"] = [{**g, "gaps_s": _half(g["gaps_s"], side)}
+        out["sized_stream_gaps"] = [{**g, "gaps_s": _sized_half(g, side)}
                                     for g in table["sized_stream_gaps"]]
     return out
+
+
+def _sized_half(sized: dict, side: str) -> list[float]:
+    """One probe's gaps of a bracketed table's sized stream (``one_side``)."""
+    gaps = sized["gaps_s"]
+    if "before_gaps" in sized:
+        split = sized["before_gaps"]
+        if not 0 < split < len(gaps):
+            raise ValueError(f"{split} of {len(gaps)} stream gaps cannot be the first probe's")
+        return gaps[:split] if side == "before" else gaps[split:]
+    if sized.get("calls") == "whole":
+        return list(gaps)
+    return _half(gaps, side)
 
 
 def _half(gaps: list[float], side: str) -> list[float]:

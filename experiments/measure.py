@@ -274,7 +274,9 @@ def bracket(before: dict, after: dict) -> dict:
     ``ring_results``); both records kept. The gaps of a stream of calls (``stream_gap_s``)
     where both records have them: both probes' together, the first probe's first; so too per
     size the gaps of the streams at the benchmark's sizes (``sized_stream_gaps``, whose
-    records say what their calls reduced, ``calls``: the same in both probes)."""
+    records say what their calls reduced, ``calls``, the same in both probes, and how many of
+    the gaps are the first probe's, ``before_gaps``: a stream of whole calls makes as many as
+    fit in its time)."""
     merged = {**before, "results": merge_halves(before["results"], after["results"]),
               "before": before["results"], "after": after["results"]}
     if before.get("stream_gap_s") and after.get("stream_gap_s"):
@@ -289,8 +291,8 @@ def bracket(before: dict, after: dict) -> dict:
         if any(b.get("calls") != a.get("calls") for b, a in pairs):
             raise ValueError("probes whose streams made different calls (ring_probe.py "
                              "--gap-calls)")
-        merged["sized_stream_gaps"] = [{**b, "gaps_s": b["gaps_s"] + a["gaps_s"]}
-                                       for b, a in pairs]
+        merged["sized_stream_gaps"] = [{**b, "gaps_s": b["gaps_s"] + a["gaps_s"],
+                                        "before_gaps": len(b["gaps_s"])} for b, a in pairs]
     else:
         merged.pop("sized_stream_gaps", None)
     for driver in DRIVERS:

@@ -60,6 +60,20 @@ def test_one_side_splits_the_gaps_of_every_sized_stream():
     assert one_side(table, "before")["sized_stream_gaps"] == [{"bytes": 64, "gaps_s": [3.0, 4.0]}]
     assert one_side(table, "after")["sized_stream_gaps"] == [{"bytes": 64, "gaps_s": [5.0, 6.0]}]
     assert table["sized_stream_gaps"][0]["gaps_s"] == [3.0, 4.0, 5.0, 6.0]
+    # where the table counts the first probe's gaps, there; a stream of whole calls without
+    # the count (each probe made as many as fit in its time): both probes' gaps on each side
+    counted = {**table, "sized_stream_gaps": [{"bytes": 64, "calls": "whole", "before_gaps": 1,
+                                               "gaps_s": [3.0, 4.0, 5.0]}]}
+    assert one_side(counted, "before")["sized_stream_gaps"][0]["gaps_s"] == [3.0]
+    assert one_side(counted, "after")["sized_stream_gaps"][0]["gaps_s"] == [4.0, 5.0]
+    uncounted = {**table, "sized_stream_gaps": [{"bytes": 64, "calls": "whole",
+                                                 "gaps_s": [3.0, 4.0, 5.0]}]}
+    for side in ("before", "after"):
+        assert one_side(uncounted, side)["sized_stream_gaps"][0]["gaps_s"] == [3.0, 4.0, 5.0]
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="cannot be the first probe's"):
+            one_side({**table, "sized_stream_gaps": [{**counted["sized_stream_gaps"][0],
+                                                       "before_gaps": bad}]}, "before")
 
 
 def test_one_side_refuses_what_is_not_a_bracketed_table():

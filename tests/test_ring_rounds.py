@@ -208,8 +208,8 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
                                                               {"bytes": 128, "gaps_s": [2.0]}]},
                     {"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [3.0]},
                                                               {"bytes": 128, "gaps_s": [4.0]}]})
-    assert sized["sized_stream_gaps"] == [{"bytes": 64, "gaps_s": [1.0, 3.0]},
-                                          {"bytes": 128, "gaps_s": [2.0, 4.0]}]
+    assert sized["sized_stream_gaps"] == [{"bytes": 64, "gaps_s": [1.0, 3.0], "before_gaps": 1},
+                                          {"bytes": 128, "gaps_s": [2.0, 4.0], "before_gaps": 1}]
     assert "sized_stream_gaps" not in bracket(
         {"results": before, "sized_stream_gaps": [{"bytes": 64, "gaps_s": [1.0]}]},
         {"results": before})
@@ -221,8 +221,9 @@ def test_bracketing_probes_take_the_median_over_both_probes_chains_and_keep_both
     # ... saying what their calls reduced, which both probes must agree on
     whole = [{"bytes": 64, "calls": "whole", "gaps_s": [1.0]}]
     assert bracket({"results": before, "sized_stream_gaps": whole},
-                   {"results": before, "sized_stream_gaps": whole})["sized_stream_gaps"] == [
-        {"bytes": 64, "calls": "whole", "gaps_s": [1.0, 1.0]}]
+                   {"results": before, "sized_stream_gaps": [{**whole[0], "gaps_s": [2.0, 3.0]}]}
+                   )["sized_stream_gaps"] == [
+        {"bytes": 64, "calls": "whole", "gaps_s": [1.0, 2.0, 3.0], "before_gaps": 1}]
     with pytest.raises(ValueError, match="different calls"):
         bracket({"results": before, "sized_stream_gaps": whole},
                 {"results": before, "sized_stream_gaps": [{**whole[0], "calls": "element"}]})
