@@ -33,11 +33,11 @@ those sizes, the buffer refilled before each call that large as the benchmark's 
 (``sized_stream_gaps``): the loop's own work grows with its buffer, and the links idle
 meanwhile. Each call of such a stream is the engine's all-reduce of the whole buffer
 (``--gap-calls whole``, ``sized_gaps``), as the benchmark's calls move its bytes: after such a
-call the refill and the barrier take longer than after a 1-element call (on a 2-host bed at
-1000 Mbit/s 0.32-0.33 ms against 0.20-0.22 at 1 MB, 0.79-0.83 against 0.28 at 4 MB, where the
-benchmark's own gaps were 0.32-0.33 and 0.79-0.83). The probes of the stored runs before that
-reduced one element (``--gap-calls element``): their gaps at 1 MB and 4 MB are short by that
-much, and their 1000 Mbit/s calls of those sizes priced 1-4% over.
+call the refill and the barrier take longer than after a 1-element call (``stream_gaps`` has
+the figures: on 2-host beds at 1000 Mbit/s the 1-element calls' gaps came out 0.1-0.25 ms short
+of the benchmark's at 1 MB and 0.4-0.5 ms at 4 MB, the whole calls' within 0.04 ms). The probes of the
+stored runs before a66db0b reduced one element (``--gap-calls element``), and their 2-host
+calls of 256 kB and 1 MB at 1000 Mbit/s came out 2-3% over at the mean.
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on

@@ -366,12 +366,12 @@ def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4,
     benchmark's at that size: the loop's own work at that size, without its call. With
     ``whole_calls``, each call is the engine's all-reduce of the whole buffer, as the
     benchmark's calls are: such a call leaves the caches and the links as the benchmark's do,
-    and the refill and the barrier after it take longer than after a 1-element call (on a
-    2-host bed at 1000 Mbit/s 0.32-0.33 ms against 0.20-0.22 at 1 MB, 0.79-0.83 against 0.28
-    at 4 MB, the benchmark's own gaps on the same bed 0.32-0.33 and 0.79-0.83 ms; at 64 kB
-    and 256 kB 0.14-0.16 ms against 0.18-0.21, the benchmark's 0.14-0.16: ``python -m
-    experiments.launch_spread --hosts 2 --sizes 64B --gap-sizes 64KB,1MB,4MB --gap-calls
-    element --benchmark 64KB,1MB,4MB``, and ``--gap-calls whole``)."""
+    and the refill and the barrier after it take longer than after a 1-element call. On 2-host
+    beds at 1000 Mbit/s, with 1-element calls 0.20-0.25 ms at 1 MB and 0.28-0.55 at 4 MB where
+    the benchmark's own gaps were 0.32-0.50 and 0.79-0.97 (four launches on two beds); with
+    whole calls 0.36-0.37 and 0.88-0.90, where the benchmark's were 0.37 and 0.85-0.89 (``python -m
+    experiments.launch_spread --hosts 2 --sizes 64B --gap-sizes 64KB,1MB,4MB --benchmark
+    64KB,1MB,4MB``, with ``--gap-calls element`` for the 1-element calls)."""
     if copy_bytes < 4 or copy_bytes % 4:
         raise ValueError(f"copy_bytes must be a positive multiple of 4, got {copy_bytes}")
     spans: list = []

@@ -902,7 +902,8 @@ def test_only_the_naive_ring_ends_its_call_with_an_addition():
         assert call_tail_s("ring", hosts, 1_000_000, table) == 0.0  # its last rounds gather
         assert call_tail_s("backend", hosts, 1_000_000, table) == 0.0
     assert call_tail_s("naive", 2, 1_000_000, None) == 0.0  # no table: nothing timed
-    assert call_tail_s("naive", 2, 1_000_000, RoundCosts((64,), (1e-4,), (1e-4,))) == 0.0
+    assert call_tail_s("naive", 2, 1_000_000, RoundCosts((64, 128), (1e-4,) * 2, (1e-4,) * 2)) \
+        == 0.0  # a table without additions
 
 
 def test_ablation_without_tails_gives_the_naive_rings_addition_back_to_the_call_after_it():
