@@ -154,9 +154,21 @@ def test_emulated_compute_is_the_workers_sleep_timed_here_and_none_stays_constan
     assert emulated_compute(0.0) == Constant(0.0)
 
 
-def test_two_workers_pushes_wait_for_the_notice_behind_the_others_reply(net):
+def test_two_workers_pushes_wait_for_the_notice_behind_the_others_reply(net, monkeypatch):
     """2 workers at 200 Mbit/s, 50 ms of compute: the server's link idles between pushes, and in
-    the steady state each push's notice leaves while the other worker's reply fills the link."""
+    the steady state each push's notice leaves while the other worker's reply fills the link.
+    The compute is 50 ms and a sleep's lateness drawn from 0, 50, ... 200 µs, made by hand: the
+    sleeps timed in this process (``emulated_compute``; tens of µs late, by a little more or less
+    each time) once came out so even that the two workers kept to a phase in which no notice
+    waited, as they do with no lateness at all (the first assertion below)."""
+    from dsgd_sim.compute import Constant, Empirical
+    from experiments import ps_model
+    monkeypatch.setattr(ps_model, "emulated_compute", Constant)
+    even = dataclasses.replace(net, notice_queue_s=0.0055)
+    assert simulate_async(2, 100, 0.05, even, REFERENCE)["per_update_s"] == \
+        pytest.approx(simulate_async(2, 100, 0.05, net, REFERENCE)["per_update_s"], rel=1e-9)
+    monkeypatch.setattr(ps_model, "emulated_compute", lambda compute_s: Empirical(
+        tuple(compute_s + 5e-5 * (k % 5) for k in range(40))))
     queued = dataclasses.replace(net, notice_queue_s=0.0055)
     free = simulate_async(2, 100, 0.05, net, REFERENCE)["per_update_s"]
     waited = simulate_async(2, 100, 0.05, queued, REFERENCE)["per_update_s"]
