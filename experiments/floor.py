@@ -52,8 +52,8 @@ def one_side(table: dict, side: str) -> dict:
     they timed together are the first half (before) and the second half (after); so too each
     size's, where the table does not say how many are the first probe's (``before_gaps``),
     except a stream of whole calls (``ring_probe.py --gap-calls whole``), whose probes each made
-    as many as fit in their time: without that count (the full grid stored at a66db0b) each
-    side keeps both probes' gaps."""
+    as many as fit in their time: without that count (the full and quick grids stored at
+    a66db0b) each side keeps both probes' gaps."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     if side not in table:

@@ -33,6 +33,7 @@ from experiments.measure import (BENCHMARK_FLAGS, add_bed_arguments, add_host_co
                                  add_probe_order_argument, rank_command, testbed_config)
 from experiments.probe_tables import chain_ends
 from experiments.ring_probe import GAP_CALLS
+from real.allreduce import MAX_BUFFER_BYTES
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import run_reporting
 
@@ -174,6 +175,9 @@ def parse_args(argv=None):
     if any(n < 4 or n % 4 for n in args.sizes + args.benchmark + args.gap_sizes):
         parser.error("--sizes, --gap-sizes and --benchmark take whole float32 buffers: "
                      "multiples of 4 bytes")
+    if any(n > MAX_BUFFER_BYTES for n in args.gap_sizes):
+        parser.error(f"--gap-sizes: at most {format_bytes(MAX_BUFFER_BYTES)} a buffer, as the "
+                     f"probe allocates")
     return parser, args
 
 

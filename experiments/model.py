@@ -541,7 +541,7 @@ def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: floa
         raise ValueError(f"the payload rate must be positive, got {payload_bps} bit/s")
     n, rate_Bps = len(alone_s), payload_bps / 8.0
     left_after = left_after or [None] * n
-    tail_s = tail_s or [0.0] * n
+    tail_s = [0.0] * n if tail_s is None else tail_s
     if len(tail_s) != n or not all(t >= 0 for t in tail_s):
         raise ValueError(f"need one tail of at least 0 s per algorithm, got {tail_s}")
     order = call_order(n, n)  # one rotation: n iterations, each algorithm first once

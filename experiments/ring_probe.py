@@ -35,7 +35,7 @@ meanwhile. Each call of such a stream is the engine's all-reduce of the whole bu
 (``--gap-calls whole``, ``sized_gaps``), as the benchmark's calls move its bytes: after such a
 call the refill and the barrier take longer than after a 1-element call (``stream_gaps`` has
 the figures: on 2-host beds at 1000 Mbit/s the 1-element calls' gaps came out 0.1-0.25 ms short
-of the benchmark's at 1 MB and 0.4-0.5 ms at 4 MB, the whole calls' within 0.04 ms). The probes of the
+of the benchmark's at 1 MB and about 0.5 ms at 4 MB, the whole calls' within 0.04 ms). The probes of the
 stored runs before a66db0b reduced one element (``--gap-calls element``), and their 2-host
 calls of 256 kB and 1 MB at 1000 Mbit/s came out 2-3% over at the mean.
 
@@ -101,8 +101,11 @@ def sized_gaps(comm, n_bytes: int, most: int, calls: str = GAP_CALLS[0]) -> dict
     the benchmark's at that size (``real.allreduce.stream_gaps``): ``most`` calls reducing its
     first element (``calls`` "element"), or (``whole``) the engine's all-reduces of the whole
     buffer, as many as fit in ``SIZED_GAP_BUDGET_S`` by one call's time (at least
-    ``SIZED_GAP_LEAST_CALLS``, at most ``most``): the benchmark's own gaps follow calls that
-    move its bytes. The record says which (``calls``)."""
+    ``SIZED_GAP_LEAST_CALLS``, or ``most`` where that is fewer; a call of seconds so takes its
+    least calls' seconds, not the budget): the benchmark's own gaps follow calls that move its
+    bytes. The record says which (``calls``)."""
+    if calls not in GAP_CALLS:
+        raise ValueError(f"calls must be one of {', '.join(GAP_CALLS)}, got {calls!r}")
     if calls == "element":
         return {"bytes": n_bytes, "calls": calls,
                 "gaps_s": stream_gaps(comm, most, copy_bytes=n_bytes)}

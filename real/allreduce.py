@@ -368,10 +368,11 @@ def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4,
     benchmark's calls are: such a call leaves the caches and the links as the benchmark's do,
     and the refill and the barrier after it take longer than after a 1-element call. On 2-host
     beds at 1000 Mbit/s, with 1-element calls 0.20-0.25 ms at 1 MB and 0.28-0.55 at 4 MB where
-    the benchmark's own gaps were 0.32-0.50 and 0.79-0.97 (four launches on two beds); with
-    whole calls 0.36-0.37 and 0.88-0.90, where the benchmark's were 0.37 and 0.85-0.89 (``python -m
-    experiments.launch_spread --hosts 2 --sizes 64B --gap-sizes 64KB,1MB,4MB --benchmark
-    64KB,1MB,4MB``, with ``--gap-calls element`` for the 1-element calls)."""
+    the benchmark's own gaps were 0.32-0.50 and 0.79-0.97 (four launches on two beds: two of a
+    script not kept, two of ``python -m experiments.launch_spread --hosts 2 --launches 2
+    --sizes 64B --gap-sizes 64KB,256KB,1MB,4MB --gap-calls element --benchmark
+    64KB,256KB,1MB,4MB --iters 15``); with whole calls 0.36-0.37 and 0.88-0.90, where the
+    benchmark's were 0.37 and 0.85-0.89 (the same command with ``--gap-calls whole``)."""
     if copy_bytes < 4 or copy_bytes % 4:
         raise ValueError(f"copy_bytes must be a positive multiple of 4, got {copy_bytes}")
     spans: list = []

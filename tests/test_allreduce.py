@@ -315,3 +315,5 @@ def test_a_sized_stream_of_whole_calls_makes_as_many_as_fit_in_its_budget(monkey
     element = sized_gaps(ClockedComm(clock, barrier_s=1e-3, call_s=call_s), 64_000, most=20,
                          calls="element")
     assert element["calls"] == "element" and len(element["gaps_s"]) == 19
+    with pytest.raises(ValueError, match="calls must be one of whole, element"):
+        sized_gaps(ClockedComm(clock, barrier_s=1e-3, call_s=call_s), 64_000, 20, calls="half")

@@ -888,7 +888,7 @@ def test_a_calls_tail_moves_its_time_onto_its_own_call_and_off_the_next():
     # a tail longer than the bucket takes: what the bucket cannot hold is lost
     long_tail = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained, [2e-3, 0.0])
     assert long_tail[1][0] == pytest.approx((400_000 - bucket) / rate_Bps, rel=1e-12)
-    for bad in ([tail], [-1e-3, 0.0]):
+    for bad in ([tail], [-1e-3, 0.0], []):
         with pytest.raises(ValueError, match="one tail of at least 0 s per algorithm"):
             stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained, bad)
 
