@@ -163,13 +163,12 @@ def test_two_workers_pushes_wait_for_the_notice_behind_the_others_reply(net, mon
     waited, as they do with no lateness at all (the first assertion below)."""
     from dsgd_sim.compute import Constant, Empirical
     from experiments import ps_model
+    queued = dataclasses.replace(net, notice_queue_s=0.0055)
     monkeypatch.setattr(ps_model, "emulated_compute", Constant)
-    even = dataclasses.replace(net, notice_queue_s=0.0055)
-    assert simulate_async(2, 100, 0.05, even, REFERENCE)["per_update_s"] == \
+    assert simulate_async(2, 100, 0.05, queued, REFERENCE)["per_update_s"] == \
         pytest.approx(simulate_async(2, 100, 0.05, net, REFERENCE)["per_update_s"], rel=1e-9)
     monkeypatch.setattr(ps_model, "emulated_compute", lambda compute_s: Empirical(
         tuple(compute_s + 5e-5 * (k % 5) for k in range(40))))
-    queued = dataclasses.replace(net, notice_queue_s=0.0055)
     free = simulate_async(2, 100, 0.05, net, REFERENCE)["per_update_s"]
     waited = simulate_async(2, 100, 0.05, queued, REFERENCE)["per_update_s"]
     n_over_b = 8 * GRAD_BYTES / net.duplex_payload_bps
