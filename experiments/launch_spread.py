@@ -148,9 +148,9 @@ def parse_args(argv=None):
     parser.add_argument("--gap-sizes", metavar="SIZES",
                         help="the probe also times its stream's gaps with a buffer of each of "
                              "these sizes (ring_probe.py --gap-sizes)")
-    parser.add_argument("--gap-calls", choices=GAP_CALLS, default=GAP_CALLS[0],
+    parser.add_argument("--gap-calls", choices=GAP_CALLS,
                         help="what each call of those streams reduces (ring_probe.py "
-                             "--gap-calls; default %(default)s)")
+                             f"--gap-calls; default {GAP_CALLS[0]})")
     parser.add_argument("--benchmark", metavar="SIZES",
                         help="after each probe, the all-reduce benchmark at these sizes, traced")
     parser.add_argument("--iters", type=int, default=45, help="the benchmark's timed iterations")
@@ -175,6 +175,9 @@ def parse_args(argv=None):
     if any(n < 4 or n % 4 for n in args.sizes + args.benchmark + args.gap_sizes):
         parser.error("--sizes, --gap-sizes and --benchmark take whole float32 buffers: "
                      "multiples of 4 bytes")
+    if args.gap_calls is not None and not args.gap_sizes:
+        parser.error("--gap-calls needs --gap-sizes SIZES (the streams whose calls it chooses)")
+    args.gap_calls = args.gap_calls or GAP_CALLS[0]
     if any(n > MAX_BUFFER_BYTES for n in args.gap_sizes):
         parser.error(f"--gap-sizes: at most {format_bytes(MAX_BUFFER_BYTES)} a buffer, as the "
                      f"probe allocates")

@@ -289,7 +289,7 @@ def parse_args(argv=None):
                              "(comma-separated, multiples of 4 bytes): the buffer refilled before "
                              "each call that large, as the benchmark's at that size "
                              "('sized_stream_gaps': per size its gaps)")
-    parser.add_argument("--gap-calls", choices=GAP_CALLS, default=GAP_CALLS[0],
+    parser.add_argument("--gap-calls", choices=GAP_CALLS,
                         help="what each call of a --gap-sizes stream reduces: whole (default: "
                              "the whole buffer with the engine's all-reduce, as the benchmark's "
                              "calls do, as many calls as fit in "
@@ -329,6 +329,9 @@ def parse_args(argv=None):
                      f"(got {args.stream_gaps})")
     if args.gap_bytes and not args.stream_gaps:
         parser.error("--gap-sizes needs --stream-gaps N (the calls of each size's stream)")
+    if args.gap_calls is not None and not args.gap_bytes:
+        parser.error("--gap-calls needs --gap-sizes SIZES (the streams whose calls it chooses)")
+    args.gap_calls = args.gap_calls or GAP_CALLS[0]
     bad = [n for n in args.gap_bytes if n <= 0 or n % 4 or n > MAX_BUFFER_BYTES]
     if bad:
         parser.error(f"--gap-sizes: {bad[0]} bytes is not a positive multiple of 4 up to "

@@ -58,6 +58,7 @@ def test_probe_figures_are_medians_of_each_drivers_chain_ends_and_of_the_gaps():
     (["--gap-sizes", "6B"], "multiples of 4"),
     (["--gap-sizes", "64KB", "--gap-calls", "some"], "--gap-calls"),
     (["--gap-sizes", "1e15B"], "at most"),
+    (["--gap-calls", "element"], "--gap-calls needs --gap-sizes"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(argv, named, capsys):
     assert named in usage_error(main, argv, capsys)

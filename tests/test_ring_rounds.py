@@ -536,6 +536,7 @@ def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     (["--stream-gaps", "20", "--gap-sizes", "6B"], "6 bytes"),
     (["--stream-gaps", "20", "--gap-sizes", "1e15B"], "1000000000000000 bytes"),
     (["--stream-gaps", "20", "--gap-sizes", "much"], "'much'"),
+    (["--stream-gaps", "20", "--gap-calls", "element"], "--gap-calls needs --gap-sizes"),
 ])
 def test_probe_rejects_bad_flags_with_one_line_and_status_2(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
