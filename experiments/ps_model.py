@@ -35,6 +35,7 @@ from dsgd_sim.workload import load_profile
 
 from .configs import SyncRunConfig, warmup_updates
 from .model import NetworkInputs
+from .single_process import RUNS
 from .sync_model import single_process_profile
 
 def reference_run(model: str, batch_size: int) -> dict:
@@ -46,24 +47,25 @@ def reference_run(model: str, batch_size: int) -> dict:
 
 EMULATED_DRAWS = 40
 """Sleeps timed per emulated compute time (``emulated_compute``): two seconds at 50 ms."""
-_SLEEPS: dict[float, tuple[float, ...]] = {}
 
 
 def emulated_compute(compute_s: float) -> ComputeModel:
     """A worker's emulated compute of ``compute_s`` as it runs: ``real/ps_worker.py`` sleeps that
     long (after its real gradient, with ``--real-gradients``), and a sleep wakes a little late,
-    by a little more or less each time. ``EMULATED_DRAWS`` sleeps timed in this process, cached
-    per time (``Empirical``); no compute (0) stays ``Constant``."""
+    by a little more or less each time. ``EMULATED_DRAWS`` sleeps timed in this process, once
+    per time (``single_process.RUNS``, kept with the results; ``Empirical``); no compute (0)
+    stays ``Constant``."""
     if compute_s <= 0:
         return Constant(0.0)
-    if compute_s not in _SLEEPS:
+
+    def measure() -> tuple[float, ...]:
         samples = []
         for _ in range(EMULATED_DRAWS):
             start = time.perf_counter()
             time.sleep(compute_s)
             samples.append(time.perf_counter() - start)
-        _SLEEPS[compute_s] = tuple(samples)
-    return Empirical(_SLEEPS[compute_s])
+        return tuple(samples)
+    return Empirical(RUNS.take("sleeps", (compute_s,), measure))
 
 
 def profile_workload(reference: dict, compute_s: float | ComputeModel):

@@ -36,6 +36,7 @@ from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from experiments.run_header import header_lines  # noqa: E402
+from experiments.single_process import RUNS  # noqa: E402
 from experiments.stage_samples import note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir, check_output_file,
@@ -109,8 +110,9 @@ def repredict_sync(result: dict, net_by_rate: dict) -> list[dict]:
     """The ``sync`` or ``multinode`` rows of a stored run predicted again from ``net_by_rate`` (its
     own calibration): each point's stored summary and the ring rounds timed around it (its row's
     ``measured`` and ``rounds``), today's model. The single-process runs (the profile, the
-    emulated and the paused steps) are not stored with the run and are taken again on this
-    machine; each row's ``priced_step`` is then today's."""
+    emulated and the paused steps) are the ones kept with the result where ``repredict`` loaded
+    them (``experiments.single_process``); a run stored before they were kept, or one today's
+    model asks for anew (a paused step of another wait), is taken again on this machine."""
     from experiments.configs import SyncRunConfig, replay_stored, rows_named
     from experiments.sync_model import predict_sync_s
     points = tuple(SyncRunConfig(**{k: v for k, v in p.items() if k != "kind"})
@@ -143,6 +145,7 @@ def run_experiment(experiment, net_by_rate: dict, quick: bool = False) -> dict:
     from experiments import measure
     started = time.monotonic()
     extra = {}
+    RUNS.start()
     if experiment.name == "allreduce":
         from experiments import allreduce
         rows, extra["rounds"] = allreduce.rows(
@@ -162,6 +165,8 @@ def run_experiment(experiment, net_by_rate: dict, quick: bool = False) -> dict:
         rows = sync_rows(experiment, net_by_rate, measure.measure_sync, predict_sync_s)
         plot, draw = f"{experiment.name}.png", plot_sync
     draw(rows, RESULTS / plot)
+    if RUNS.used():  # the single-process runs its rows were priced from, for --repredict
+        extra["single_process"] = RUNS.used()
     return {"name": experiment.name, "question": experiment.question, "plot": plot,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "points": [p.as_dict() for p in experiment.points], "rows": rows,
@@ -455,8 +460,12 @@ def repredict(names: list[str], out: str | None = None) -> int:
             if not same_inputs(result.get("inputs"), net_by_rate):
                 raise ValueError("its calibration is not the one in run.json (a later run "
                                  "rewrote run.json; run the experiment again)")
+            RUNS.start()
+            RUNS.load(result.get("single_process", []))
             result["rows"] = module.repredict(result, net_by_rate)
             plot = RESULTS / result["plot"]
+            if RUNS.used():
+                result["single_process"] = RUNS.used()
         except FileNotFoundError:
             print(f"experiments/run.py: --repredict: no {path.name} in {RESULTS}", file=sys.stderr)
             return 2
@@ -466,6 +475,11 @@ def repredict(names: list[str], out: str | None = None) -> int:
             return 2
         result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
             f" --out {out}" if out else "")
+        if RUNS.taken:
+            print(f"experiments/run.py: --repredict: {path.name}: {len(RUNS.taken)} "
+                  f"single-process run(s) not stored with it, taken again on this machine "
+                  f"({', '.join(sorted({kind for kind, _ in RUNS.taken}))}); kept with it now",
+                  file=sys.stderr)
         updated[name] = (path, plot, module, result)
     try:  # the report too is built before anything is written
         results = [r for n in EXPERIMENTS

@@ -44,14 +44,12 @@ from dsgd_sim.workload import load_profile
 
 from .configs import SyncRunConfig
 from .model import NetworkInputs, allreduce_messages
+from .single_process import RUNS
 
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 1  # torch threads per replica, in the profile and on the test bed alike
-_PROFILES: dict[tuple, dict] = {}
-_STEPS: dict[tuple, dict] = {}
 EMULATED_STEPS = 40  # steps of the single-process emulated run, the first EMULATED_WARMUP not timed
 EMULATED_WARMUP = 5
-_PAUSED: dict[tuple, dict] = {}
 PAUSE_GRAIN_S = 1e-3  # a paused step's wait, to the millisecond: one run serves nearby waits
 RUN_TIMEOUT_S = 600.0  # a single-process run that takes longer has hung
 
@@ -75,11 +73,10 @@ def run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str,
 
 def single_process_profile(config: SyncRunConfig) -> dict:
     """Run ``real/sync.py`` as one process (no test bed) and return its profile and summary."""
-    key = (config.model, config.batch_size, config.steps)
-    if key not in _PROFILES:
+    def measure() -> dict:
         summary, layers = run_alone(config, config.steps, config.warmup_steps, profile=True)
-        _PROFILES[key] = {"profile_path": None, "profile": layers, "summary": summary}
-    return _PROFILES[key]
+        return {"profile_path": None, "profile": layers, "summary": summary}
+    return RUNS.take("profile", (config.model, config.batch_size, config.steps), measure)
 
 
 def emulated_step(config: SyncRunConfig) -> dict:
@@ -89,18 +86,16 @@ def emulated_step(config: SyncRunConfig) -> dict:
     emulated replica's step."""
     if not config.emulate_compute_s > 0:
         raise ValueError("an emulated step needs emulated compute (emulate_compute_s > 0)")
-    return _step_alone(_STEPS, (config.emulate_compute_s, config.real_gradients), config,
+    return _step_alone("emulated_step", (config.emulate_compute_s, config.real_gradients), config,
                        "--emulate-compute", f"{config.emulate_compute_s}s",
                        *(["--real-gradients"] if config.real_gradients else []))
 
 
-def _step_alone(cache: dict, key: tuple, config: SyncRunConfig, *flags: str) -> dict:
-    """The summary of ``run_alone`` with ``flags`` over ``EMULATED_STEPS`` steps, cached in
-    ``cache`` per model, batch and ``key``."""
-    key = (config.model, config.batch_size, *key)
-    if key not in cache:
-        cache[key] = run_alone(config, EMULATED_STEPS, EMULATED_WARMUP, *flags)[0]
-    return cache[key]
+def _step_alone(kind: str, key: tuple, config: SyncRunConfig, *flags: str) -> dict:
+    """The summary of ``run_alone`` with ``flags`` over ``EMULATED_STEPS`` steps, taken once per
+    model, batch and ``key`` (``single_process.RUNS``, as ``kind``)."""
+    return RUNS.take(kind, (config.model, config.batch_size, *key),
+                     lambda: run_alone(config, EMULATED_STEPS, EMULATED_WARMUP, *flags)[0])
 
 
 def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
@@ -110,7 +105,7 @@ def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
     the warm-up) price a replica's compute and the rest of its step where the all-reduce between
     its steps takes that long. Cached per model, batch and pause."""
     grains = round(max(0.0, pause_s) / PAUSE_GRAIN_S)
-    return _step_alone(_PAUSED, (grains,), config,
+    return _step_alone("paused_step", (grains,), config,
                        "--emulate-comm", f"{grains * PAUSE_GRAIN_S:.6f}s")
 
 

@@ -410,6 +410,56 @@ def test_run_repredict_rewrites_the_rows_plot_and_report_and_keeps_the_measureme
     assert [r["predicted_s"] for r in fidelity] == [r["predicted_s"] for r in after["rows"]]
 
 
+def test_run_repredict_prices_from_the_single_process_runs_kept_with_the_result(
+        tmp_path, monkeypatch, capsys):
+    from experiments import run
+    from experiments.single_process import RUNS
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    taken = []
+    monkeypatch.setattr(sync_model, "run_alone", lambda config, *a, **k: taken.append(config)
+                        or (REFERENCE["summary"], REFERENCE["profile"]))
+    calibration = {**CALIBRATION, "rounds": _rounds({8: 0.5 * 188e6})}
+    held = NetworkInputs.from_calibration(calibration)
+    RUNS.clear()
+    _stored_run(tmp_path, held, calibration)  # as stored before the runs were kept with it
+    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 0
+    assert len(taken) == 1 and "1 single-process run(s) not stored with it, taken again on " \
+        "this machine (profile); kept with it now" in capsys.readouterr().err
+    first = json.loads((tmp_path / "ps_vs_ring.json").read_text())
+    [kept] = first["single_process"]
+    assert kept["kind"] == "profile" and kept["value"]["summary"] == REFERENCE["summary"]
+    # kept with it: priced again from what it keeps, the run not taken; a kept profile of a
+    # larger gradient prices every row longer
+    RUNS.clear()
+    monkeypatch.setattr(sync_model, "run_alone", lambda *a, **k: pytest.fail("taken again"))
+    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 0
+    assert "taken again" not in capsys.readouterr().err
+    again = json.loads((tmp_path / "ps_vs_ring.json").read_text())
+    assert again["rows"] == first["rows"]
+    kept["value"]["profile"]["layers"][0]["grad_bytes"] = 2 * GRAD_BYTES
+    (tmp_path / "ps_vs_ring.json").write_text(json.dumps(first))
+    RUNS.clear()
+    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 0
+    slower = json.loads((tmp_path / "ps_vs_ring.json").read_text())
+    assert [r["measured_s"] for r in slower["rows"]] == [r["measured_s"] for r in first["rows"]]
+    assert sum(r["predicted_s"] for r in slower["rows"]) > sum(r["predicted_s"]
+                                                               for r in first["rows"])
+    RUNS.clear()
+
+
+def test_run_repredict_refuses_bad_kept_runs_in_one_line(tmp_path, net, capsys, monkeypatch):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    result = _stored_run(tmp_path, net, CALIBRATION)
+    result["single_process"] = [{"kind": "sleeps", "key": [0.05], "value": "long"}]
+    (tmp_path / "ps_vs_ring.json").write_text(json.dumps(result))
+    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ps_vs_ring.json: single_process[0]" in err
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda d: (d / "ps_vs_ring.json").write_text("[1]"), "not a result file"),
     (lambda d: (d / "ps_vs_ring.json").unlink(), "no ps_vs_ring.json"),
