@@ -182,8 +182,10 @@ def stored_measurements(point: AsyncVsSyncConfig, stored_rows: list[dict]) -> di
 
 def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]:
     """The rows of a stored run predicted again from ``net_by_rate`` (its own calibration):
-    same measurements, today's model (the single-process runs as ``ps_vs_ring.repredict``
-    says)."""
+    same measurements, today's model; the single-process runs (the profile, the workers' timed
+    sleeps, the sync half's emulated step) are the ones kept with the result where
+    ``run.py --repredict`` loaded them (``experiments.single_process``), else taken on this
+    machine."""
     points = tuple(AsyncVsSyncConfig(**{k: v for k, v in p.items() if k != "kind"})
                    for p in result["points"])
     return replay_stored(result, points, stored_measurements, rows, net_by_rate,

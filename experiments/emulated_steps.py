@@ -7,9 +7,10 @@ it, at the nominal emulated compute and the real-compute profile's rest of the s
 Every emulated row of each folder's ``sync.json`` and of the sync half of its
 ``async_vs_sync.json``, priced from the rounds stored with it and the folder's calibration
 (``run.json``), as ``run.py --repredict`` prices it. Prints, per kind of row, the mean error
-both ways, then the median and worst |error| over all of them. Both single-process runs are taken
-once, on this machine as it is now: they move with its state (``docs/experiments.md``), so run
-this on a quiet machine.
+both ways, then the median and worst |error| over all of them. The single-process runs (the
+profile and the emulated step) are the ones kept with each result, as in ``--repredict``; a
+result stored before they were kept has them taken on this machine as it is now, once: they move
+with its state (``docs/experiments.md``), so run this on a quiet machine.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from experiments.async_vs_sync import AsyncVsSyncConfig  # noqa: E402
 from experiments.configs import SyncRunConfig  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
 from experiments import sync_model  # noqa: E402
+from experiments.single_process import RUNS  # noqa: E402
 
 WAYS = ("nominal", "own run")  # the step before sync_model.emulated_step, and with it
 
 
-def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict]]:
-    """(kind of row, its run's config, the stored row) for every emulated sync row of a stored
-    run: the ``sync`` experiment's and the sync half of ``async_vs_sync``'s."""
+def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict, list]]:
+    """(kind of row, its run's config, the stored row, the single-process runs kept with its
+    result) for every emulated sync row of a stored run: the ``sync`` experiment's and the sync
+    half of ``async_vs_sync``'s."""
     out = []
     sync = folder / "sync.json"
     if sync.is_file():
@@ -41,7 +44,8 @@ def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict]]:
         for point, row in zip(result["points"], result["rows"]):
             config = SyncRunConfig(**{k: v for k, v in point.items() if k != "kind"})
             if config.emulate_compute_s > 0:
-                out.append((f"sync {config.label}", config, row))
+                out.append((f"sync {config.label}", config, row,
+                            result.get("single_process", [])))
     versus = folder / "async_vs_sync.json"
     if versus.is_file():
         result = json.loads(versus.read_text())
@@ -49,7 +53,8 @@ def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict]]:
         for point in result["points"]:
             config = AsyncVsSyncConfig(**{k: v for k, v in point.items() if k != "kind"})
             name = f"sync per step {config.label}"
-            out.append((f"async_vs_sync {name}", config.sync_run, rows[name]))
+            out.append((f"async_vs_sync {name}", config.sync_run, rows[name],
+                        result.get("single_process", [])))
     return out
 
 
@@ -59,7 +64,8 @@ def errors(folder: Path) -> list[tuple[str, float, float]]:
     meta = json.loads((folder / "run.json").read_text())
     nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
     out = []
-    for kind, config, row in stored_rows(folder):
+    for kind, config, row, kept in stored_rows(folder):
+        RUNS.restore(kept)  # its result's own runs; what they lack, this machine's (once)
         net = nets[config.bandwidth_bps].with_rounds(config.hosts, row.get("rounds"))
         reference = sync_model.single_process_profile(config)
         nominal = {"compute_time_s": config.emulate_compute_s,

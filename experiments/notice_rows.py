@@ -9,8 +9,9 @@ half of its ``async_vs_sync.json``, priced from the folder's calibration (``cali
 as ``run.py --repredict`` prices them. The queue is the calibration's (``queue.behind_bulk_s``);
 ``--queue`` gives it per rate for runs calibrated before the queue probe, and overrides theirs.
 Prints, per kind of row, the mean and worst error both ways and the rows over 8%, then the median
-and worst |error| over all of them. The server's apply time comes from a single-process run
-taken on this machine as it is now (``ps_model.reference_run``), as in ``--repredict``.
+and worst |error| over all of them. The server's apply time and the workers' sleeps come from
+the single-process runs kept with each result, as in ``--repredict``; a result stored before
+they were kept has them taken on this machine as it is now (``experiments.single_process``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from experiments.emulated_steps import (folders_parser, overall_lines,  # noqa: 
                                         report_folders)
 from experiments.fidelity import WORST_TARGET as TARGET  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
+from experiments.single_process import RUNS  # noqa: E402
 
 WAYS = ("without the notice", "with it")
 MAX_QUEUE_S = 1.0  # a shaper's queue is at most its limit: 100 ms on the test bed
@@ -76,8 +78,10 @@ def errors(folder: Path, queues: dict[float, float]) -> list[tuple[str, float, f
             path = folder / f"{name}.json"
             if not path.is_file():
                 continue
+            result = json.loads(path.read_text())
+            RUNS.restore(result.get("single_process", []))  # its own single-process runs
             with contextlib.redirect_stdout(io.StringIO()):  # repredict's own progress lines
-                rows = repredict(json.loads(path.read_text()), nets)
+                rows = repredict(result, nets)
             for row in filter(is_ps, rows):
                 priced.setdefault(f"{name}: {row['config']}", []).append(
                     row["predicted_s"] / row["measured_s"] - 1.0)

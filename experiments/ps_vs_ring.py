@@ -210,8 +210,8 @@ def repredict(result: dict, net_by_rate: dict, predict_fn=predict) -> list[dict]
     """The rows of a stored run predicted again from ``net_by_rate`` (its own calibration):
     same measurements, today's model. The single-process profile behind the server's apply time
     is the one kept with the result where ``run.py --repredict`` loaded it
-    (``experiments.single_process``), else taken again on this machine (it moves a prediction by
-    well under 1%)."""
+    (``experiments.single_process``), else taken on this machine (it moves a prediction by well
+    under 1%); with no compute its workers draw no sleeps."""
     points = tuple(PsVsRingConfig(**{**{k: v for k, v in p.items() if k != "kind"},
                                      "server_factors": tuple(p["server_factors"])})
                    for p in result["points"])

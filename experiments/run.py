@@ -112,7 +112,7 @@ def repredict_sync(result: dict, net_by_rate: dict) -> list[dict]:
     ``measured`` and ``rounds``), today's model. The single-process runs (the profile, the
     emulated and the paused steps) are the ones kept with the result where ``repredict`` loaded
     them (``experiments.single_process``); a run stored before they were kept, or one today's
-    model asks for anew (a paused step of another wait), is taken again on this machine."""
+    model asks for anew (a paused step of another wait), is taken on this machine."""
     from experiments.configs import SyncRunConfig, replay_stored, rows_named
     from experiments.sync_model import predict_sync_s
     points = tuple(SyncRunConfig(**{k: v for k, v in p.items() if k != "kind"})
@@ -451,6 +451,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
               file=sys.stderr)
         return 2
     updated = {}  # name -> (its file, its plot, its module, its result predicted again)
+    notes = []  # the single-process runs taken here, said once the results are written
     for name in names:
         path, module = RESULTS / f"{name}.json", repredictor(name)
         try:
@@ -460,12 +461,15 @@ def repredict(names: list[str], out: str | None = None) -> int:
             if not same_inputs(result.get("inputs"), net_by_rate):
                 raise ValueError("its calibration is not the one in run.json (a later run "
                                  "rewrote run.json; run the experiment again)")
-            RUNS.start()
-            RUNS.load(result.get("single_process", []))
+            kept = result.get("single_process", [])
+            RUNS.restore(kept)  # this result's own runs alone
             result["rows"] = module.repredict(result, net_by_rate)
             plot = RESULTS / result["plot"]
-            if RUNS.used():
-                result["single_process"] = RUNS.used()
+            if RUNS.taken:
+                result["single_process"] = RUNS.kept_with(kept, "--repredict")
+                notes.append(f"experiments/run.py: --repredict: {path.name}: {len(RUNS.taken)} "
+                             f"single-process run(s) not stored with it, taken on this machine "
+                             f"({', '.join(sorted({k for k, _ in RUNS.taken}))}) and kept with it")
         except FileNotFoundError:
             print(f"experiments/run.py: --repredict: no {path.name} in {RESULTS}", file=sys.stderr)
             return 2
@@ -475,11 +479,6 @@ def repredict(names: list[str], out: str | None = None) -> int:
             return 2
         result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
             f" --out {out}" if out else "")
-        if RUNS.taken:
-            print(f"experiments/run.py: --repredict: {path.name}: {len(RUNS.taken)} "
-                  f"single-process run(s) not stored with it, taken again on this machine "
-                  f"({', '.join(sorted({kind for kind, _ in RUNS.taken}))}); kept with it now",
-                  file=sys.stderr)
         updated[name] = (path, plot, module, result)
     try:  # the report too is built before anything is written
         results = [r for n in EXPERIMENTS
@@ -499,6 +498,8 @@ def repredict(names: list[str], out: str | None = None) -> int:
         module.plot(result["rows"], plot)
         write_text_atomically(path, json.dumps(result, indent=1) + "\n")
     print(json.dumps(write_report(*texts)))
+    for note in notes:
+        print(note, file=sys.stderr)
     return 0
 
 

@@ -5,10 +5,11 @@ gradient sizes, its compute and the rest of its step), a step run alone with emu
 after a pause, a worker's sleep as it wakes late. They are measured on this machine, with no test
 bed up, once per run and key (``RUNS.take``), and each experiment's result keeps the ones its
 rows were priced from (``single_process``: ``RUNS.used``). ``python experiments/run.py
---repredict`` loads them back (``RUNS.load``), so that a stored run is priced again from the
+--repredict`` loads them back (``RUNS.restore``), so that a stored run is priced again from the
 machine as it was when it ran, and a change of model is not mixed up with a change of machine;
 a run stored before they were kept, or a prediction that now asks for a run its result does
-not keep, takes that run again here (``RUNS.taken``, reported).
+not keep, has that run from this machine (taken once: ``RUNS.taken``, reported and kept with
+the result from then on).
 """
 
 from __future__ import annotations
@@ -22,25 +23,31 @@ KINDS = ("profile", "emulated_step", "paused_step", "sleeps")
 
 
 class SingleProcessRuns:
-    """Measurements of single-process runs by (kind, key): each taken once, and a record of
-    which ones were asked for since ``start``."""
+    """Measurements of single-process runs by (kind, key): those taken on this machine, each
+    once, and those loaded from a stored result, which come first; and a record of which ones
+    were asked for since ``start``."""
 
     def __init__(self) -> None:
-        self._values: dict[tuple[str, tuple], object] = {}
+        self._here: dict[tuple[str, tuple], object] = {}    # taken in this process
+        self._loaded: dict[tuple[str, tuple], object] = {}  # a stored result's (``load``)
         self._used: list[tuple[str, tuple]] = []
-        self.taken: list[tuple[str, tuple]] = []  # taken on this machine since ``start``
+        self.taken: list[tuple[str, tuple]] = []  # asked for since ``start``, not loaded
 
     def take(self, kind: str, key: tuple, measure: Callable[[], object]):
-        """The value stored for ``kind`` and ``key``, else ``measure()``'s, kept."""
+        """The value loaded for ``kind`` and ``key``, else the one taken here, else
+        ``measure()``'s, kept."""
         if kind not in KINDS:
             raise ValueError(f"unknown single-process run {kind!r} (known: {', '.join(KINDS)})")
         entry = (kind, tuple(key))
-        if entry not in self._values:
-            self._values[entry] = measure()
-            self.taken.append(entry)
         if entry not in self._used:
             self._used.append(entry)
-        return self._values[entry]
+        if entry in self._loaded:
+            return self._loaded[entry]
+        if entry not in self._here:
+            self._here[entry] = measure()
+        if entry not in self.taken:
+            self.taken.append(entry)
+        return self._here[entry]
 
     def start(self) -> None:
         """Begin a new record of the runs asked for (and of the ones taken here)."""
@@ -48,37 +55,68 @@ class SingleProcessRuns:
 
     def used(self) -> list[dict]:
         """The runs asked for since ``start``, as JSON: ``{"kind", "key", "value"}`` each."""
-        return [{"kind": kind, "key": list(key), "value": self._values[(kind, key)]}
-                for kind, key in self._used]
+        records = []
+        for kind, key in self._used:
+            values = self._loaded if (kind, key) in self._loaded else self._here
+            records.append({"kind": kind, "key": list(key), "value": values[(kind, key)]})
+        return records
 
     def load(self, records) -> int:
-        """Keep ``records`` (``used``'s form) as this machine's runs, replacing any of the same
-        kind and key; how many. ValueError naming the first bad one."""
-        if not isinstance(records, list):
-            raise ValueError("single_process: not a list of runs")
-        entries = []
-        for i, record in enumerate(records):
-            if not (isinstance(record, dict) and record.get("kind") in KINDS
-                    and isinstance(record.get("key"), list) and "value" in record):
-                raise ValueError(f"single_process[{i}]: not a run with a known kind, a key and a "
-                                 f"value")
-            if not all(isinstance(k, (str, int, float, bool)) and
-                       (not isinstance(k, float) or math.isfinite(k)) for k in record["key"]):
-                raise ValueError(f"single_process[{i}]: a key of strings and finite numbers only")
-            if record["kind"] == "sleeps" and not _seconds(record["value"]):
-                raise ValueError(f"single_process[{i}]: sleeps must be a non-empty list of "
-                                 f"positive seconds")
-            if record["kind"] != "sleeps" and not isinstance(record["value"], dict):
-                raise ValueError(f"single_process[{i}]: a run's value must be an object")
-            entries.append(((record["kind"], tuple(record["key"])), record["value"]))
-        for entry, value in entries:
-            self._values[entry] = tuple(value) if entry[0] == "sleeps" else value
+        """Take ``records`` (``used``'s form) before any run of the same kind and key, loaded
+        or taken here; how many. ValueError naming the first bad one, and then none is kept."""
+        entries = _entries(records)
+        self._loaded.update(entries)
         return len(entries)
+
+    def restore(self, records) -> int:
+        """``records`` alone as the loaded runs (``load``), and a new record (``start``): a
+        stored result priced again from its own runs, none of another's; what it lacks comes
+        from this machine (``taken``)."""
+        entries = _entries(records)  # checked before anything is forgotten
+        self._loaded = dict(entries)
+        self.start()
+        return len(entries)
+
+    def kept_with(self, records: list, taken_by: str) -> list[dict]:
+        """What a result priced again keeps: its ``records`` as they were (a run its prices no
+        longer ask for stays: the machine as it was is not taken again), then each run asked
+        for since ``start`` that they lack, marked ``taken_by``."""
+        held = {(r["kind"], tuple(r["key"])) for r in records}
+        return list(records) + [{**r, "taken_by": taken_by} for r in self.used()
+                                if (r["kind"], tuple(r["key"])) not in held]
 
     def clear(self) -> None:
         """Forget every run (the tests' fresh start)."""
-        self._values.clear()
+        self._here.clear()
+        self._loaded.clear()
         self.start()
+
+
+def _entries(records) -> list[tuple[tuple[str, tuple], object]]:
+    """``records`` (``SingleProcessRuns.used``'s form) as (kind, key) and value each, checked:
+    ValueError naming the first bad one."""
+    if not isinstance(records, list):
+        raise ValueError("single_process: not a list of runs")
+    entries = []
+    for i, record in enumerate(records):
+        where = f"single_process[{i}]"
+        if not (isinstance(record, dict) and {"kind", "key", "value"} <= record.keys()):
+            raise ValueError(f"{where}: not a run (an object with a kind, a key and a value)")
+        if record["kind"] not in KINDS:
+            raise ValueError(f"{where}: unknown kind {record['kind']!r} (known: "
+                             f"{', '.join(KINDS)})")
+        key = record["key"]
+        if not isinstance(key, list) or not all(
+                isinstance(k, (str, int, float, bool)) and
+                (not isinstance(k, float) or math.isfinite(k)) for k in key):
+            raise ValueError(f"{where}: the key must be a list of strings and finite numbers")
+        if record["kind"] == "sleeps" and not _seconds(record["value"]):
+            raise ValueError(f"{where}: sleeps must be a non-empty list of positive seconds")
+        if record["kind"] != "sleeps" and not isinstance(record["value"], dict):
+            raise ValueError(f"{where}: a run's value must be an object")
+        value = tuple(record["value"]) if record["kind"] == "sleeps" else record["value"]
+        entries.append(((record["kind"], tuple(key)), value))
+    return entries
 
 
 def _seconds(values) -> bool:

@@ -103,7 +103,8 @@ def paused_step(config: SyncRunConfig, pause_s: float) -> dict:
     batch, real compute, waiting ``pause_s`` (to the ``PAUSE_GRAIN_S``) after each step's exchange
     (``--emulate-comm``): its ``compute_time_s`` and ``idle_time_s`` (medians over the steps after
     the warm-up) price a replica's compute and the rest of its step where the all-reduce between
-    its steps takes that long. Cached per model, batch and pause."""
+    its steps takes that long. Taken once per model, batch and pause, and kept with the results
+    (``single_process.RUNS``)."""
     grains = round(max(0.0, pause_s) / PAUSE_GRAIN_S)
     return _step_alone("paused_step", (grains,), config,
                        "--emulate-comm", f"{grains * PAUSE_GRAIN_S:.6f}s")

@@ -43,6 +43,15 @@ PAUSED = {"compute_time_s": 0.002, "idle_time_s": 0.001}
 
 
 @pytest.fixture(autouse=True)
+def no_single_process_runs_kept():
+    """Every test starts and ends with no single-process run kept (``single_process.RUNS``)."""
+    from experiments.single_process import RUNS
+    RUNS.clear()
+    yield
+    RUNS.clear()
+
+
+@pytest.fixture(autouse=True)
 def hand_made_emulated_step(monkeypatch):
     """Emulated steps priced from ``STEP``: no single-process run."""
     asked = []
@@ -421,20 +430,21 @@ def test_run_repredict_prices_from_the_single_process_runs_kept_with_the_result(
                         or (REFERENCE["summary"], REFERENCE["profile"]))
     calibration = {**CALIBRATION, "rounds": _rounds({8: 0.5 * 188e6})}
     held = NetworkInputs.from_calibration(calibration)
-    RUNS.clear()
     _stored_run(tmp_path, held, calibration)  # as stored before the runs were kept with it
     assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 0
-    assert len(taken) == 1 and "1 single-process run(s) not stored with it, taken again on " \
-        "this machine (profile); kept with it now" in capsys.readouterr().err
+    assert len(taken) == 1 and "ps_vs_ring.json: 1 single-process run(s) not stored with it, " \
+        "taken on this machine (profile) and kept with it" in capsys.readouterr().err
     first = json.loads((tmp_path / "ps_vs_ring.json").read_text())
     [kept] = first["single_process"]
     assert kept["kind"] == "profile" and kept["value"]["summary"] == REFERENCE["summary"]
+    assert kept["taken_by"] == "--repredict"  # not the run's own: taken when priced again
     # kept with it: priced again from what it keeps, the run not taken; a kept profile of a
     # larger gradient prices every row longer
     RUNS.clear()
     monkeypatch.setattr(sync_model, "run_alone", lambda *a, **k: pytest.fail("taken again"))
     assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 0
-    assert "taken again" not in capsys.readouterr().err
+    assert "taken on this machine" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "ps_vs_ring.json").read_text())["single_process"] == [kept]
     again = json.loads((tmp_path / "ps_vs_ring.json").read_text())
     assert again["rows"] == first["rows"]
     kept["value"]["profile"]["layers"][0]["grad_bytes"] = 2 * GRAD_BYTES
@@ -445,7 +455,6 @@ def test_run_repredict_prices_from_the_single_process_runs_kept_with_the_result(
     assert [r["measured_s"] for r in slower["rows"]] == [r["measured_s"] for r in first["rows"]]
     assert sum(r["predicted_s"] for r in slower["rows"]) > sum(r["predicted_s"]
                                                                for r in first["rows"])
-    RUNS.clear()
 
 
 def test_run_repredict_refuses_bad_kept_runs_in_one_line(tmp_path, net, capsys, monkeypatch):

@@ -29,7 +29,7 @@ def test_a_run_is_taken_once_per_kind_and_key_and_listed_as_asked_since_start():
                                               ("paused_step", ("mlp", 32, 7))]
     runs.start()  # a new experiment: only what it asks for is its own
     runs.take("paused_step", ("mlp", 32, 7), measure(4))
-    assert taken == [1, 3] and runs.taken == []
+    assert taken == [1, 3] and runs.taken == [("paused_step", ("mlp", 32, 7))]  # this machine's
     assert runs.used() == [{"kind": "paused_step", "key": ["mlp", 32, 7], "value": {"figure": 3}}]
     with pytest.raises(ValueError, match="unknown single-process run 'dream'"):
         runs.take("dream", (), measure(5))
@@ -51,6 +51,52 @@ def test_runs_loaded_back_from_their_json_are_not_taken_again():
     assert again.taken == [] and again.used() == first.used()
 
 
+def test_a_result_restored_is_priced_from_its_own_runs_and_this_machines_alone():
+    runs, taken = SingleProcessRuns(), []
+    runs.take("profile", ("mlp", 32, 30), lambda: taken.append("here") or {"of": "here"})
+    mine = [{"kind": "profile", "key": ["mlp", 32, 30], "value": {"of": "mine"}},
+            {"kind": "sleeps", "key": [0.05], "value": [0.0502]}]
+    assert runs.restore(mine) == 2
+    assert runs.take("profile", ("mlp", 32, 30), lambda: pytest.fail("taken")) == {"of": "mine"}
+    assert runs.taken == []
+    # another result, stored before the runs were kept: none of the first one's, this
+    # machine's instead, taken once in all
+    assert runs.restore([]) == 0
+    assert runs.take("profile", ("mlp", 32, 30), lambda: taken.append("again")) == {"of": "here"}
+    assert taken == ["here"] and runs.taken == [("profile", ("mlp", 32, 30))]
+    # kept with it from then on, after what it kept before (marked), which it keeps even
+    # where its prices no longer ask for it
+    runs.restore(mine[1:])
+    runs.take("profile", ("mlp", 32, 30), dict)
+    assert runs.kept_with(mine[1:], "--repredict") == [
+        mine[1], {"kind": "profile", "key": ["mlp", 32, 30], "value": {"of": "here"},
+                  "taken_by": "--repredict"}]
+    with pytest.raises(ValueError, match="single_process"):
+        runs.restore("none")
+    assert runs.take("sleeps", (0.05,), dict) == (0.0502,)  # a bad restore forgets nothing
+
+
+def test_the_sync_models_single_process_runs_come_back_under_the_keys_they_ask_for(monkeypatch):
+    from experiments import sync_model
+    from experiments.configs import SyncRunConfig
+    runs = []
+    monkeypatch.setattr(sync_model, "run_alone", lambda config, *args, **kw: runs.append(args)
+                        or ({"compute_time_s": 0.05, "idle_time_s": 0.001}, {"layers": []}))
+    config = SyncRunConfig(4, 200e6, emulate_compute_s=0.05)
+    real = SyncRunConfig(4, 200e6)
+    asked = [sync_model.emulated_step(config), sync_model.paused_step(real, 0.0204),
+             sync_model.single_process_profile(real)]
+    stored = json.loads(json.dumps(RUNS.used()))
+    RUNS.clear()
+    RUNS.restore(stored)
+    monkeypatch.setattr(sync_model, "run_alone", lambda *a, **k: pytest.fail("taken again"))
+    again = [SyncRunConfig(**{k: v for k, v in json.loads(json.dumps(c.as_dict())).items()
+                              if k != "kind"}) for c in (config, real)]
+    assert [sync_model.emulated_step(again[0]), sync_model.paused_step(again[1], 0.0204),
+            sync_model.single_process_profile(again[1])] == asked
+    assert len(runs) == 3 and RUNS.taken == []
+
+
 def test_emulated_compute_draws_from_the_sleeps_loaded_and_sleeps_for_none(monkeypatch):
     RUNS.load([{"kind": "sleeps", "key": [0.05], "value": [0.0502, 0.0506]}])
     monkeypatch.setattr(ps_model.time, "sleep", lambda s: pytest.fail("slept"))
@@ -60,8 +106,8 @@ def test_emulated_compute_draws_from_the_sleeps_loaded_and_sleeps_for_none(monke
 @pytest.mark.parametrize("records, named", [
     ({"kind": "profile"}, "not a list"),
     ([{"kind": "profile", "key": ["mlp"]}], r"single_process\[1\]: not a run"),
-    ([{"kind": "dream", "key": [], "value": {}}], "known kind"),
-    ([{"kind": "profile", "key": "mlp", "value": {}}], "a key"),
+    ([{"kind": "dream", "key": [], "value": {}}], "unknown kind 'dream'"),
+    ([{"kind": "profile", "key": "mlp", "value": {}}], "the key must be a list"),
     ([{"kind": "profile", "key": [["mlp"]], "value": {}}], "strings and finite numbers"),
     ([{"kind": "profile", "key": [float("nan")], "value": {}}], "strings and finite numbers"),
     ([{"kind": "profile", "key": [], "value": 3}], "must be an object"),
@@ -75,7 +121,6 @@ def test_bad_stored_runs_are_refused_and_none_is_kept(records, named):
     with pytest.raises(ValueError, match=named):
         runs.load([good, *records] if isinstance(records, list) else records)
     assert runs.used() == [] and runs.take("profile", ("mlp", 32), dict) == {}  # nothing loaded
-
 
 
 def test_each_experiments_result_keeps_the_runs_its_rows_asked_for(monkeypatch, tmp_path):
