@@ -165,8 +165,9 @@ def run_experiment(experiment, net_by_rate: dict, quick: bool = False) -> dict:
         rows = sync_rows(experiment, net_by_rate, measure.measure_sync, predict_sync_s)
         plot, draw = f"{experiment.name}.png", plot_sync
     draw(rows, RESULTS / plot)
-    if RUNS.used():  # the single-process runs its rows were priced from, for --repredict
-        extra["single_process"] = RUNS.used()
+    kept = RUNS.used()  # the single-process runs its rows were priced from, for --repredict
+    if kept:
+        extra["single_process"] = kept
     return {"name": experiment.name, "question": experiment.question, "plot": plot,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "points": [p.as_dict() for p in experiment.points], "rows": rows,

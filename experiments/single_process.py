@@ -29,7 +29,7 @@ class SingleProcessRuns:
 
     def __init__(self) -> None:
         self._here: dict[tuple[str, tuple], object] = {}    # taken in this process
-        self._loaded: dict[tuple[str, tuple], object] = {}  # a stored result's (``load``)
+        self._loaded: dict[tuple[str, tuple], object] = {}  # a stored result's (``restore``)
         self._used: list[tuple[str, tuple]] = []
         self.taken: list[tuple[str, tuple]] = []  # asked for since ``start``, not loaded
 
@@ -61,17 +61,11 @@ class SingleProcessRuns:
             records.append({"kind": kind, "key": list(key), "value": values[(kind, key)]})
         return records
 
-    def load(self, records) -> int:
-        """Take ``records`` (``used``'s form) before any run of the same kind and key, loaded
-        or taken here; how many. ValueError naming the first bad one, and then none is kept."""
-        entries = _entries(records)
-        self._loaded.update(entries)
-        return len(entries)
-
     def restore(self, records) -> int:
-        """``records`` alone as the loaded runs (``load``), and a new record (``start``): a
-        stored result priced again from its own runs, none of another's; what it lacks comes
-        from this machine (``taken``)."""
+        """``records`` (``used``'s form) alone as the loaded runs, which come before any taken
+        here, and a new record (``start``): a stored result priced again from its own runs,
+        none of another's; what it lacks comes from this machine (``taken``). How many;
+        ValueError naming the first bad one, and then nothing is forgotten."""
         entries = _entries(records)  # checked before anything is forgotten
         self._loaded = dict(entries)
         self.start()

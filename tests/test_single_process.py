@@ -41,7 +41,7 @@ def test_runs_loaded_back_from_their_json_are_not_taken_again():
     first.take("sleeps", (0.05,), lambda: (0.0501, 0.0503))
     stored = json.loads(json.dumps(first.used()))
     again = SingleProcessRuns()
-    assert again.load(stored) == 2
+    assert again.restore(stored) == 2
 
     def must_not_run():
         raise AssertionError("taken again")
@@ -98,7 +98,7 @@ def test_the_sync_models_single_process_runs_come_back_under_the_keys_they_ask_f
 
 
 def test_emulated_compute_draws_from_the_sleeps_loaded_and_sleeps_for_none(monkeypatch):
-    RUNS.load([{"kind": "sleeps", "key": [0.05], "value": [0.0502, 0.0506]}])
+    RUNS.restore([{"kind": "sleeps", "key": [0.05], "value": [0.0502, 0.0506]}])
     monkeypatch.setattr(ps_model.time, "sleep", lambda s: pytest.fail("slept"))
     assert ps_model.emulated_compute(0.05).samples_s == (0.0502, 0.0506)
 
@@ -119,7 +119,7 @@ def test_bad_stored_runs_are_refused_and_none_is_kept(records, named):
     good = {"kind": "profile", "key": ["mlp", 32], "value": {"summary": {}}}
     runs = SingleProcessRuns()
     with pytest.raises(ValueError, match=named):
-        runs.load([good, *records] if isinstance(records, list) else records)
+        runs.restore([good, *records] if isinstance(records, list) else records)
     assert runs.used() == [] and runs.take("profile", ("mlp", 32), dict) == {}  # nothing loaded
 
 
