@@ -52,7 +52,11 @@ if [[ -n "$extras" && "$extras" == *dev* ]]; then
         sysconfig.get_paths()["include"], "Python.h")))' || missing+=(python3-dev)
     if [[ ${#missing[@]} -gt 0 ]]; then
         if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-            apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+            if ! { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+                echo "install.sh: apt-get could not install ${missing[*]} (needed by the test bed" \
+                     "and the C++ ring rounds); install them and run this again" >&2
+                exit 1
+            fi
         else
             echo "install.sh: ${missing[*]} not found: test-bed tests (iproute2) and the C++ ring" \
                  "rounds (g++, python3-dev) cannot run" >&2

@@ -10,6 +10,7 @@ import os
 import stat
 import sys
 import tempfile
+from pathlib import Path
 from typing import Callable
 
 
@@ -79,6 +80,17 @@ def read_input_text(path: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
     if len(data) > max_bytes:
         raise OSError(errno.EFBIG, f"larger than {max_bytes >> 20} MiB", path)
     return data.decode()
+
+
+def read_json(path) -> object:
+    """The JSON document in file ``path``: ``OSError`` where it cannot be read, ``ValueError``
+    where it is not UTF-8 (a ``UnicodeDecodeError``), not JSON or nested too deep for the parser
+    (a ``json.JSONDecodeError``; the parser itself would raise ``RecursionError``)."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deep to read", text, 0) from None
 
 
 def check_output_file(flag: str, path: str | None) -> None:

@@ -58,7 +58,6 @@ Prints one line per row group: rows, then median and worst |error| of each model
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 import sys
@@ -67,7 +66,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, read_json  # noqa: E402
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label  # noqa: E402
 from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs,  # noqa: E402
@@ -257,8 +256,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     folder = Path(args.results)
     try:
-        calibration = json.loads((folder / "calibration.json").read_text())
-        allreduce = json.loads((folder / "allreduce.json").read_text())
+        calibration = read_json(folder / "calibration.json")
+        allreduce = read_json(folder / "allreduce.json")
     except (OSError, ValueError) as error:
         parser.error(f"cannot read the results in {folder}: {error}")
     try:

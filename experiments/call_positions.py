@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_files,
-                                       write_json_output)
+                                       read_json, write_json_output)
 from dsgd_sim.units import format_bytes, parse_size
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
 from experiments import measure
@@ -37,7 +37,7 @@ from experiments.measure import (BENCHMARK_FLAGS, BRACKET_STREAM_CALLS, add_bed_
                                  calibrate_rate, rank_command,
                                  round_sizes_up_to, run_bracketed, testbed_config)
 from experiments.model import NetworkInputs, predict_stream_rotation_s
-from real.allreduce import call_order
+from real.allreduce import MAX_ITERS, MAX_SEED, call_order
 from real.testbed.bed import run_reporting
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,7 +172,7 @@ def check_calibration(path: str, record: dict) -> None:
 def load_calibration(path: str, bandwidth_bps: float) -> NetworkInputs:
     """The calibration record at ``bandwidth_bps`` in a run's ``calibration.json``."""
     try:
-        records = json.loads(Path(path).read_text())
+        records = read_json(path)
         by_rate = {float(c["bandwidth_bps"]): c for c in records}
         if bandwidth_bps not in by_rate:
             rates = ", ".join(f"{r / 1e6:g}" for r in sorted(by_rate)) or "none"
@@ -215,9 +215,10 @@ def parse_args(argv=None):
         parser.error(str(error))
     if not 1 <= args.beds <= MAX_BEDS:
         parser.error(f"--beds must be from 1 to {MAX_BEDS}, got {args.beds}")
-    if args.iters < 3 or args.seed < 0:
-        parser.error("--iters must be at least 3 (a position needs two calls before it), "
-                     "--seed at least 0")
+    if not (3 <= args.iters <= MAX_ITERS and 0 <= args.seed <= MAX_SEED):
+        parser.error(f"--iters must be from 3 (a position needs two calls before it) to "
+                     f"{MAX_ITERS:,} and --seed from 0 to {MAX_SEED:,}, got {args.iters} and "
+                     f"{args.seed}")
     if any(n <= 0 or n % (4 * args.hosts) for n in args.sizes):
         parser.error(f"--sizes must be positive multiples of 4 x hosts bytes, got "
                      f"{', '.join(f'{n} B' for n in args.sizes)}")

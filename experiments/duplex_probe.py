@@ -168,9 +168,14 @@ def probe(args) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    text = os.environ.get("HOST_RANK", "-1")  # read before the transfers, which a bad one would lose
+    try:
+        host_rank = int(text)
+    except ValueError:
+        raise SystemExit(f"duplex_probe: HOST_RANK={text!r} is not a whole number") from None
     rows = probe(args)
     return write_json_output("duplex_probe", "--json", args.json,
-                             {"host_rank": int(os.environ.get("HOST_RANK", -1)), "bulk": rows})
+                             {"host_rank": host_rank, "bulk": rows})
 
 
 if __name__ == "__main__":

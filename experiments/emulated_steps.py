@@ -15,7 +15,6 @@ with its state (``docs/experiments.md``), so run this on a quiet machine.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser  # noqa: E402
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, read_json  # noqa: E402
 from experiments.async_vs_sync import AsyncVsSyncConfig  # noqa: E402
 from experiments.configs import SyncRunConfig  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
@@ -40,7 +39,7 @@ def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict, list]]:
     out = []
     sync = folder / "sync.json"
     if sync.is_file():
-        result = json.loads(sync.read_text())
+        result = read_json(sync)
         for point, row in zip(result["points"], result["rows"]):
             config = SyncRunConfig(**{k: v for k, v in point.items() if k != "kind"})
             if config.emulate_compute_s > 0:
@@ -48,7 +47,7 @@ def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict, list]]:
                             result.get("single_process", [])))
     versus = folder / "async_vs_sync.json"
     if versus.is_file():
-        result = json.loads(versus.read_text())
+        result = read_json(versus)
         rows = {row["config"]: row for row in result["rows"]}
         for point in result["points"]:
             config = AsyncVsSyncConfig(**{k: v for k, v in point.items() if k != "kind"})
@@ -61,7 +60,7 @@ def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict, list]]:
 def errors(folder: Path) -> list[tuple[str, float, float]]:
     """(kind of row, error priced at the nominal step, error priced from the step's own run) for
     every emulated sync row of the stored run in ``folder``."""
-    meta = json.loads((folder / "run.json").read_text())
+    meta = read_json(folder / "run.json")
     nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
     out = []
     for kind, config, row, kept in stored_rows(folder):

@@ -29,12 +29,11 @@ halves are priced from.
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 import sys
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, write_json_output
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, read_json, write_json_output
 from experiments import allreduce
 from experiments.fidelity import WORST_TARGET
 from experiments.grids import ALL, GridError, check_folders, read_grids
@@ -111,10 +110,10 @@ def grid_side_prices(folder: Path) -> dict[str, dict[str, float]]:
     if not path.exists():
         return {}
     try:
-        meta = json.loads((folder / "run.json").read_text())
+        meta = read_json(folder / "run.json")
         net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
                        for c in meta["calibration"]}
-        return side_prices(json.loads(path.read_text()), net_by_rate)
+        return side_prices(read_json(path), net_by_rate)
     except FileNotFoundError as error:
         raise GridError(f"{folder}: no {Path(error.filename).name} (the halves are priced "
                         "from the grid's own calibration)")

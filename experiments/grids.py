@@ -23,7 +23,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_files, write_json_output
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_files, read_json,
+                                       write_json_output)
 from experiments.fidelity import WORST_TARGET
 
 LARGE_BYTES = 1_000_000  # an all-reduce call this large or larger is paced by the links
@@ -70,7 +71,7 @@ def is_row(row) -> bool:
 def grid_rows(folder: Path) -> list[dict]:
     """The fidelity rows of one stored grid, each with its ``kind``."""
     try:
-        rows = json.loads((folder / "fidelity.json").read_text())
+        rows = read_json(folder / "fidelity.json")
     except FileNotFoundError:
         raise GridError(f"{folder}: no fidelity.json (not a folder written by experiments/run.py)")
     except json.JSONDecodeError as error:
@@ -83,7 +84,7 @@ def grid_rows(folder: Path) -> list[dict]:
     allreduce = {}
     if any(r["experiment"] == "allreduce" for r in rows):
         try:
-            stored = json.loads((folder / "allreduce.json").read_text())["rows"]
+            stored = read_json(folder / "allreduce.json")["rows"]
             allreduce = {r["config"]: allreduce_kind(r) for r in stored}
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise GridError(f"{folder}/allreduce.json: cannot read its rows' sizes and hosts "

@@ -32,8 +32,8 @@ from experiments import measure
 from experiments.measure import (BENCHMARK_FLAGS, add_bed_arguments, add_host_cores_argument,
                                  add_probe_order_argument, rank_command, testbed_config)
 from experiments.probe_tables import chain_ends
-from experiments.ring_probe import GAP_CALLS
-from real.allreduce import MAX_BUFFER_BYTES
+from experiments.ring_probe import GAP_CALLS, MAX_REPEATS, MAX_STREAM_CALLS
+from real.allreduce import MAX_BUFFER_BYTES, MAX_ITERS, MAX_SEED
 from real.testbed import TestbedError, scratch_testbed
 from real.testbed.bed import run_reporting
 
@@ -169,9 +169,12 @@ def parse_args(argv=None):
         parser.error(str(error))
     if not 2 <= args.launches <= MAX_LAUNCHES:
         parser.error(f"--launches must be from 2 to {MAX_LAUNCHES}, got {args.launches}")
-    if args.repeats < 1 or args.iters < 1 or args.stream_gaps < 2 or args.seed < 0:
-        parser.error("--repeats and --iters must be at least 1, --stream-gaps at least 2, "
-                     "--seed at least 0")
+    if not (1 <= args.repeats <= MAX_REPEATS and 1 <= args.iters <= MAX_ITERS
+            and 2 <= args.stream_gaps <= MAX_STREAM_CALLS and 0 <= args.seed <= MAX_SEED):
+        parser.error(f"--repeats must be from 1 to {MAX_REPEATS:,}, --iters from 1 to "
+                     f"{MAX_ITERS:,}, --stream-gaps from 2 to {MAX_STREAM_CALLS:,} and --seed "
+                     f"from 0 to {MAX_SEED:,}, got {args.repeats}, {args.iters}, "
+                     f"{args.stream_gaps} and {args.seed}")
     if any(n < 4 or n % 4 for n in args.sizes + args.benchmark + args.gap_sizes):
         parser.error("--sizes, --gap-sizes and --benchmark take whole float32 buffers: "
                      "multiples of 4 bytes")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -27,8 +26,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import argparse_type  # noqa: E402
-from dsgd_sim.units import parse_bandwidth, parse_time  # noqa: E402
+from dsgd_sim.argparse_oneline import argparse_type, read_json  # noqa: E402
+from dsgd_sim.units import format_bandwidth_bps, parse_bandwidth, parse_time  # noqa: E402
 from experiments import async_vs_sync, ps_vs_ring  # noqa: E402
 from experiments.emulated_steps import (folders_parser, overall_lines,  # noqa: E402
                                         report_folders)
@@ -50,8 +49,23 @@ def parse_queues(text: str) -> dict[float, float]:
         seconds = parse_time(wait.strip())
         if not 0 <= seconds <= MAX_QUEUE_S:
             raise ValueError(f"a notice queue must be from 0 to {MAX_QUEUE_S:g} s, got '{wait}'")
-        queues[parse_bandwidth(rate.strip())] = seconds
+        bits_per_s = parse_bandwidth(rate.strip())
+        if bits_per_s in queues:
+            raise ValueError(f"the rate {rate.strip()!r} is given twice")
+        queues[bits_per_s] = seconds
     return queues
+
+
+def calibrated_rates(folders: list[str]) -> set[float]:
+    """The link rates the calibrations in ``folders`` hold (those it can read: the report says
+    what is wrong with the others)."""
+    rates = set()
+    for folder in folders:
+        try:
+            rates |= {float(r["bandwidth_bps"]) for r in read_json(Path(folder, "calibration.json"))}
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+    return rates
 
 
 def repredictors():
@@ -65,7 +79,7 @@ def repredictors():
 def errors(folder: Path, queues: dict[float, float]) -> list[tuple[str, float, float]]:
     """(kind of row, error without the notice, error with it) for every parameter-server row of
     the stored run in ``folder``."""
-    calibration = json.loads((folder / "calibration.json").read_text())
+    calibration = read_json(folder / "calibration.json")
     priced: dict[str, list[float]] = {}
     for way in WAYS:
         nets = {}
@@ -78,7 +92,7 @@ def errors(folder: Path, queues: dict[float, float]) -> list[tuple[str, float, f
             path = folder / f"{name}.json"
             if not path.is_file():
                 continue
-            result = json.loads(path.read_text())
+            result = read_json(path)
             RUNS.restore(result.get("single_process", []))  # its own single-process runs
             with contextlib.redirect_stdout(io.StringIO()):  # repredict's own progress lines
                 rows = repredict(result, nets)
@@ -111,6 +125,12 @@ def main(argv=None) -> int:
                         help="the notice queue per rate, e.g. 50Mbps=5.4ms,200Mbps=5.6ms "
                              "(default: each calibration's own)")
     args = parser.parse_args(argv)
+    rates = calibrated_rates(args.folders)
+    unused = sorted(set(args.queue) - rates)
+    if unused and rates:
+        parser.error(f"--queue: no calibration in those folders is at "
+                     f"{format_bandwidth_bps(unused[0])} (they have "
+                     f"{', '.join(map(format_bandwidth_bps, sorted(rates)))})")
     return report_folders("experiments.notice_rows", args.folders,
                           lambda folder: errors(folder, args.queue), summary_lines,
                           "parameter-server rows")

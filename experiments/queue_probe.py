@@ -156,7 +156,8 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rank = int(os.environ.get("HOST_RANK", -1))
+    text = os.environ.get("HOST_RANK", "")
+    rank = int(text) if text.isascii() and text.isdigit() else -1
     if rank not in ROLES:
         raise SystemExit(f"queue_probe: runs on the hosts 0, 1 and 2 of a test bed (HOST_RANK), "
                          f"got HOST_RANK={os.environ.get('HOST_RANK')!r}")

@@ -271,9 +271,9 @@ def parse_args(argv=None):
                              "next receive posted first, the addition and the send inside the "
                              "round, sends waited for at the chain's end) at the sizes up to "
                              "--engine-max: 'ring_results'")
-    parser.add_argument("--engine-max", default=f"{ENGINE_MAX_BYTES}B",
+    parser.add_argument("--engine-max",
                         help="with --engine-rounds or --ring-rounds, the largest size timed that "
-                             "way too (default: %(default)s)")
+                             f"way too (default: {ENGINE_MAX_BYTES}B)")
     parser.add_argument("--idle", default="0s",
                         help="sleep this long before every chain, so that a shaped link's bucket "
                              "refills (e.g. 3ms; default: %(default)s, a chain starts on what the "
@@ -301,6 +301,10 @@ def parse_args(argv=None):
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser, gpu=False)
     args = parser.parse_args(argv)
+    if args.engine_max is not None and not (args.engine_rounds or args.ring_rounds):
+        parser.error("--engine-max needs --engine-rounds or --ring-rounds (the rounds it bounds)")
+    if args.engine_max is None:
+        args.engine_max = f"{ENGINE_MAX_BYTES}B"
     try:
         args.size_bytes = sorted({parse_size(s) for s in args.sizes.split(",")})
         args.engine_max_bytes = parse_size(args.engine_max)

@@ -1,6 +1,6 @@
 """Run the named experiments on the test bed, predict each from the calibration, compare.
 
-    sudo python experiments/run.py --quick            # the representative subset: 7-9 min on 2 cores
+    sudo python experiments/run.py --quick            # the representative subset: 7-10 min on 2 cores
     sudo python experiments/run.py                    # the full grid
     sudo python experiments/run.py allreduce          # one experiment (names: experiments/configs.py)
     python experiments/run.py --report-only           # rewrite RESULTS.md from results/*.json
@@ -19,6 +19,7 @@ test bed); without them, one line saying so and exit status 1.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -39,7 +40,7 @@ from experiments.run_header import header_lines  # noqa: E402
 from experiments.single_process import RUNS  # noqa: E402
 from experiments.stage_samples import note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
-                                       check_output_dir, check_output_file,
+                                       check_output_dir, check_output_file, read_json,
                                        write_text_atomically)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E402
                                  HOST_CORES_POLICIES, ADDRESS_LAYOUTS, SCHEDULING_POLICIES,
@@ -179,8 +180,15 @@ def repeatability(rows: list[dict], previous_path: Path) -> dict | None:
     floor under any model's error on this machine. None without a previous run."""
     if not previous_path.exists():
         return None
-    previous = json.loads(previous_path.read_text())
-    before = {r["config"]: r["measured_s"] for r in previous.get("rows", [])}
+    try:  # the file this run replaces: one it cannot read must not lose this run's measurements
+        previous = read_json(previous_path)
+        before = {r["config"]: float(r["measured_s"]) for r in previous.get("rows", [])}
+        if not all(0 < s < math.inf for s in before.values()):
+            raise ValueError("a measured_s that is not a positive time")
+    except BAD_RESULTS as error:
+        print(f"experiments/run.py: {previous_path.name} before this run is not a result "
+              f"({problem(error)}): no repeatability against it", file=sys.stderr)
+        return None
     changes = [abs(r["measured_s"] - before[r["config"]]) / before[r["config"]]
                for r in rows if r["config"] in before]
     if not changes:
@@ -205,7 +213,7 @@ def load_result(name: str) -> dict | None:
     if not path.exists():
         return None
     try:
-        result = json.loads(path.read_text())
+        result = read_json(path)
     except (OSError, ValueError) as error:
         raise ValueError(str(error)) from None
     if not isinstance(result, dict):
@@ -251,7 +259,7 @@ def regenerate_stored() -> dict:
     """``regenerate`` from the result files and run.json in ``RESULTS``: ValueError naming the
     file that is not as experiments/run.py writes it (nothing is written then)."""
     try:
-        meta = json.loads((RESULTS / "run.json").read_text())
+        meta = read_json(RESULTS / "run.json")
         header_lines(meta)
     except BAD_RESULTS as error:
         raise ValueError(f"run.json in {RESULTS}: {problem(error)}") from None
@@ -310,7 +318,7 @@ def parse_args(argv=None):
         description="Run experiments on the test bed; compare with the model.")
     parser.add_argument("names", nargs="*", help="experiments to run (default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="the representative subset (7-9 min on 2 cores)")
+                        help="the representative subset (7-10 min on 2 cores)")
     parser.add_argument("--report-only", action="store_true",
                         help="no measurement: rewrite fidelity.json and RESULTS.md from results/")
     parser.add_argument("--repredict", action="store_true",
@@ -444,7 +452,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
     """Predict the stored rows of ``names`` again from their run's calibration (``run.json``)
     and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
     try:
-        meta = json.loads((RESULTS / "run.json").read_text())
+        meta = read_json(RESULTS / "run.json")
         net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
                        for c in meta["calibration"]}
     except BAD_RESULTS as error:
@@ -456,7 +464,7 @@ def repredict(names: list[str], out: str | None = None) -> int:
     for name in names:
         path, module = RESULTS / f"{name}.json", repredictor(name)
         try:
-            result = json.loads(path.read_text())
+            result = read_json(path)
             if not isinstance(result, dict):
                 raise ValueError("not a result file (a JSON object)")
             if not same_inputs(result.get("inputs"), net_by_rate):

@@ -144,6 +144,23 @@ def _bilinear_upsampling(size_in: int, size_out: int) -> np.ndarray:
     return matrix
 
 
+MAX_IDX_BYTES = 1 << 30  # a gzipped IDX file unpacking to more is not MNIST (a gzip bomb)
+
+
+def _gunzip(path: str) -> bytes:
+    """The unpacked bytes of ``path``, read a piece at a time: ``DataError`` past
+    ``MAX_IDX_BYTES``, before holding more than that."""
+    pieces, total = [], 0
+    with gzip.open(path, "rb") as handle:
+        while piece := handle.read(1 << 22):
+            total += len(piece)
+            if total > MAX_IDX_BYTES:
+                raise DataError(f"{path} unpacks to more than {MAX_IDX_BYTES:,} bytes: not an "
+                                f"MNIST file (the largest is 47 MB)")
+            pieces.append(piece)
+    return b"".join(pieces)
+
+
 def read_idx(path: str) -> np.ndarray:
     """An IDX file (the MNIST format) as an array of unsigned bytes, memory-mapped when plain.
 
@@ -153,8 +170,7 @@ def read_idx(path: str) -> np.ndarray:
         raise DataError(f"MNIST file not found: {path}")
     if path.endswith(".gz"):
         try:
-            with gzip.open(path, "rb") as handle:
-                raw = handle.read()
+            raw = _gunzip(path)
         except (OSError, EOFError, zlib.error) as exc:
             raise DataError(f"corrupt gzip file {path}: {exc}") from None
         data = np.frombuffer(raw, dtype=np.uint8)

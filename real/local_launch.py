@@ -245,8 +245,13 @@ MAX_THREADS = 1024  # torch threads per rank beyond this are a typo, not a machi
 
 
 def check_launch_settings(seed: int, master_port: int, nproc_per_node: int, threads: int,
-                          timeout_s: float) -> None:
-    """The launch settings sync.py and async_ps.py share; ``ValueError`` names the bad one."""
+                          timeout_s: float, master_addr: str | None = None) -> None:
+    """The launch settings sync.py and async_ps.py share; ``ValueError`` names the bad one,
+    and the rendezvous flags given where no ``--nproc-per-node`` launch would use them."""
+    if not nproc_per_node and (master_addr is not None or master_port):
+        raise ValueError("--master-addr and --master-port set the rendezvous of the ranks "
+                         "--nproc-per-node launches; under torchrun or mpiexec the launcher "
+                         "sets it (its --rdzv-endpoint, or MASTER_ADDR and MASTER_PORT)")
     if threads > MAX_THREADS:
         raise ValueError(f"--threads must be at most {MAX_THREADS}, got {threads}")
     check_timeout(timeout_s, "--timeout")

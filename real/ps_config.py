@@ -100,8 +100,10 @@ class AsyncConfig:
             raise ValueError(f"unknown --backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
         if self.backend == "mpi" and self.nproc_per_node:
             raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
+        if self.trace is None and self.trace_updates != AsyncConfig.trace_updates:
+            raise ValueError("--trace-updates sets how much --trace draws; give --trace too")
         check_launch_settings(self.seed, self.master_port, self.nproc_per_node, self.threads,
-                              self.timeout_s)
+                              self.timeout_s, self.master_addr)
 
     def check_outputs(self) -> None:
         """ValueError naming an output the server (rank 0, which writes them) could not write."""

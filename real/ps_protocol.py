@@ -29,6 +29,7 @@ payloads can never be confused, and the server serves whoever is ready first. Re
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,7 @@ PUSH_TAG = 1  # worker → server headers (one receive posted per worker)
 REPLY_TAG = 2  # server → worker headers
 REPLY_DATA_TAG = 3  # server → worker weights
 PAYLOAD_TAG_BASE = 16  # worker r's gradient travels with tag PAYLOAD_TAG_BASE + r
+MAX_COMPUTE_S = 86_400.0  # a push's compute time: finite, from 0 to a day
 
 
 class ProtocolError(RuntimeError):
@@ -92,7 +94,8 @@ def check_push(header: Header, source: int, expected_version: int, expected_step
                server_version: int, num_params: int) -> None:
     """Raise :class:`ProtocolError` unless ``header`` is the push the server expects from
     ``source``: ours, a push, from that rank, on the weights it last received
-    (``expected_version``), with the next step of that worker and a full-size gradient."""
+    (``expected_version``), with the next step of that worker, a full-size gradient and a
+    compute time a run can have (its loss may be anything: a diverging worker's is inf or NaN)."""
     who = f"rank {source}"
     if header.magic != MAGIC:
         raise ProtocolError(f"{who} sent a header without the protocol's magic number "
@@ -111,6 +114,9 @@ def check_push(header: Header, source: int, expected_version: int, expected_step
     if header.length != num_params:
         raise ProtocolError(f"{who} pushed a gradient of {header.length} elements; the model "
                             f"has {num_params} parameters")
+    if not (math.isfinite(header.compute_s) and 0 <= header.compute_s <= MAX_COMPUTE_S):
+        raise ProtocolError(f"{who} pushed a gradient whose compute time is {header.compute_s!r} s "
+                            f"(a push's is from 0 to {MAX_COMPUTE_S:g} s)")
 
 
 def check_reply(header: Header, server: int, num_params: int) -> None:

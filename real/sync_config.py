@@ -93,7 +93,7 @@ class SyncConfig:
             raise ValueError(f"--lr must be at most {MAX_LR:.7g} (the largest float32), "
                              f"got {self.lr:g}")
         check_launch_settings(self.seed, self.master_port, self.nproc_per_node, self.threads,
-                              self.timeout_s)
+                              self.timeout_s, self.master_addr)
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"unknown --device {self.device!r} (cpu or cuda)")
         if self.backend is None:  # under mpiexec, its engine: a gloo rank would train alone
@@ -103,6 +103,11 @@ class SyncConfig:
         if self.real_gradients and not self.emulate_compute_s:
             raise ValueError("--real-gradients pads real compute to --emulate-compute; "
                              "give --emulate-compute too")
+        if self.checkpoint_dir is None and (
+                (self.checkpoint_every, self.keep_checkpoints)
+                != (SyncConfig.checkpoint_every, SyncConfig.keep_checkpoints)):
+            raise ValueError("--checkpoint-every and --keep-checkpoints set how --checkpoint-dir "
+                             "is written; give --checkpoint-dir too")
         if self.emulate_compute_s and self.profile_out:
             raise ValueError("--profile-out measures real compute; drop --emulate-compute")
         for flag, seconds in (("--emulate-compute", self.emulate_compute_s),

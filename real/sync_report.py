@@ -14,12 +14,11 @@ wall time between two barriers around them.
 from __future__ import annotations
 
 import json
-import math
 import pickle
 import statistics
 from dataclasses import dataclass, field
 
-from dsgd_sim.argparse_oneline import write_text_atomically
+from dsgd_sim.argparse_oneline import finite_json, write_text_atomically
 from dsgd_sim.trace import Trace
 
 from .replica_state import gather_bytes
@@ -86,6 +85,6 @@ def write_trace(comm, recorder: StepRecorder, path: str | None, title: str) -> N
 
 
 def write_json(path: str, summary: dict) -> None:
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-             for k, v in summary.items()}
-    write_text_atomically(path, json.dumps(clean, indent=1) + "\n")
+    """``summary`` as strict JSON: every NaN or infinite float, however deep (a diverged run's
+    loss curve), written as null."""
+    write_text_atomically(path, json.dumps(finite_json(summary), indent=1, allow_nan=False) + "\n")

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from dsgd_sim.argparse_oneline import (check_output_dir, check_output_file, check_output_files,
+                                       read_json,
                                        write_json_output, write_text_atomically)
 
 
@@ -160,3 +161,18 @@ def test_an_output_through_a_link_to_a_missing_folder_is_refused_before_the_work
     link.symlink_to(tmp_path / "no-such-folder" / "out.json")
     with pytest.raises(ValueError, match="cannot write into .*no-such-folder"):
         check_output_file("--json", str(link))
+
+
+def test_read_json_says_value_error_for_every_file_that_is_not_json(tmp_path):
+    """Not JSON, bad UTF-8 and nesting too deep for the parser are all ValueError; a missing
+    file is OSError; a document comes back whole."""
+    path = tmp_path / "f.json"
+    for data, words in [(b"{not json", "Expecting property name"), (b"\xff\xfe[", "codec"),
+                        (b"[" * 200_000 + b"]" * 200_000, "nested too deep to read")]:
+        path.write_bytes(data)
+        with pytest.raises(ValueError, match=words):
+            read_json(path)
+    with pytest.raises(OSError):
+        read_json(tmp_path / "missing.json")
+    path.write_text('{"rows": [[1, 2.5, null]]}')
+    assert read_json(str(path)) == {"rows": [[1, 2.5, None]]}

@@ -60,6 +60,9 @@ def test_header_round_trips_with_float_fields():
     ({"version": 4}, "version 4"),
     ({"step": 9}, "step 9"),
     ({"length": 99}, "99 elements"),
+    ({"compute_s": float("nan")}, "compute time is nan"),
+    ({"compute_s": -1.0}, "compute time is -1.0"),
+    ({"compute_s": float("inf")}, "compute time is inf"),
 ])
 def test_check_push_names_the_bad_field(change, words):
     fields = dict(kind=proto.PUSH, sender=1, version=3, length=100, step=2)
@@ -73,6 +76,8 @@ def test_check_push_names_the_bad_field(change, words):
 def test_check_push_accepts_the_expected_push():
     header = proto.Header(proto.PUSH, 1, 3, 100, 2)
     proto.check_push(header, 1, 3, 2, 5, 100)
+    diverged = proto.Header(proto.PUSH, 1, 3, 100, 2, loss=float("inf"), compute_s=0.05)
+    proto.check_push(diverged, 1, 3, 2, 5, 100)  # a loss is data, whatever it is
 
 
 def rogue_worker_sends_wrong_length():

@@ -70,6 +70,8 @@ def test_predicted_positions_are_the_rotation_whose_medians_the_model_reports():
     (["--bandwidth", "fast"], "bandwidth"),
     (["--sizes", "6B"], "multiples of 4"),
     (["--iters", "2"], "--iters"),
+    (["--iters", "2000000"], "got 2000000 and 0"),
+    (["--seed", "10000000000000000"], "got 300 and 10000000000000000"),
     (["--calibration", "/nonexistent/calibration.json"], "--calibration"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(argv, named, capsys):

@@ -20,6 +20,14 @@ def test_bad_flags_are_one_line_and_status_2(tmp_path, capsys, flags, named):
     assert named in usage_error(duplex_probe.main, argv, capsys)
 
 
+def test_a_bad_host_rank_is_refused_before_any_transfer(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOST_RANK", "x")
+    with pytest.raises(SystemExit, match=r"^duplex_probe: HOST_RANK='x' is not a whole number$"):
+        duplex_probe.main(["--peer", "127.0.0.1", "--timeout", "1s",
+                           "--json", str(tmp_path / "d.json")])
+    assert not (tmp_path / "d.json").exists()
+
+
 def test_a_failed_send_is_kept_for_the_main_thread_and_ends_the_peers_receive():
     ours, theirs = socket.socketpair()
     theirs.close()

@@ -103,7 +103,8 @@ def test_duplex_probe_says_its_port_is_taken(tmp_path):
 
 @pytest.mark.parametrize("flags, named", [
     (["--idle", "1e308"], "--idle seconds from 0 to 60"),
-    (["--sizes", "100000000000000"], "--sizes must be at most 256 MB"),
+    (["--sizes", "1000000000"], "--sizes must be at most 256 MB"),
+    (["--sizes", "100000000000000"], "is not a list of positive byte counts (each at most"),
     (["--timeout", "0"], "--timeout must be more than 0"),
     (["--timeout", "1e300s"], "at most 3600 s"),
     (["--timeout", "5"], "needs a unit"),

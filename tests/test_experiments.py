@@ -310,6 +310,35 @@ def test_runner_rejects_a_bad_congestion_control_name_before_any_test_bed():
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("previous, said", [
+    ("[" * 200_000, "nested too deep"),
+    (json.dumps({"rows": [{"config": "a", "measured_s": 0.0}]}), "not a positive time"),
+    (json.dumps({"rows": [{"config": "a"}]}), "missing key 'measured_s'"),
+    (json.dumps({"rows": "a"}), "string indices"),
+])
+def test_a_run_keeps_its_measurements_when_the_file_it_replaces_is_not_a_result(
+        tmp_path, capsys, previous, said):
+    """The repeatability against the previous result is skipped with a note, never a crash that
+    would lose the run's own rows."""
+    from experiments import run
+    path = tmp_path / "sync.json"
+    path.write_text(previous)
+    assert run.repeatability([{"config": "a", "measured_s": 0.5}], path) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sync.json before this run is not a result" in err
+    assert said in err
+
+
+def test_repeatability_compares_the_rows_both_runs_hold(tmp_path):
+    from experiments import run
+    path = tmp_path / "sync.json"
+    path.write_text(json.dumps({"rows": [{"config": "a", "measured_s": 0.4},
+                                         {"config": "b", "measured_s": 1.0}]}))
+    got = run.repeatability([{"config": "a", "measured_s": 0.5}, {"config": "c", "measured_s": 1}],
+                            path)
+    assert got["rows"] == 1 and got["median_abs_change"] == pytest.approx(0.25)
+
+
 def test_runner_interrupted_says_so_in_one_line_and_exits_130(monkeypatch, tmp_path, capsys):
     import real.testbed
     from experiments import run

@@ -106,6 +106,7 @@ def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not JSON"),
+    ("[" * 200_000, "not JSON (nested too deep to read"),
     (json.dumps([{"experiment": "sync"}]), "expected a list of rows"),
     (json.dumps([{"experiment": ["sync"], "config": "x", "error": 0.1}]), "expected a list of rows"),
     (json.dumps([{"experiment": "sync", "config": {"x": 1}, "error": 0.1}]), "expected a list of rows"),

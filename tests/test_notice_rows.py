@@ -15,7 +15,8 @@ def test_queues_are_rate_equals_time_per_rate():
 
 @pytest.mark.parametrize("text, named", [
     ("200Mbps", "'200Mbps' is not RATE=TIME"), ("200Mbps=2s", "'2s'"), ("200Mbps=-1ms", "'-1ms'"),
-    ("fast=5ms", "'fast'"),
+    ("fast=5ms", "'fast'"), ("200Mbps=5ms,200Mbps=6ms", "'200Mbps' is given twice"),
+    ("300Mbps=5ms", "no calibration in those folders is at 300 Mbps (they have 50 Mbps, 200 Mbps)"),
 ])
 def test_bad_queues_are_one_line_and_status_2(capsys, text, named):
     assert named in usage_error(notice_rows.main, [STORED, "--queue", text], capsys)

@@ -73,3 +73,18 @@ def test_two_outputs_on_one_path_are_refused(tmp_path, argv):
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "name the same file" in errors[0], done.stderr
     assert not os.path.exists(out)
+
+
+def test_a_trainers_summary_is_strict_json_even_with_a_diverged_loss_curve(tmp_path):
+    """JSON has no Infinity or NaN: a diverged run's losses, however deep, are written as null."""
+    from real.sync_report import write_json
+    path = tmp_path / "run.json"
+    inf, nan = float("inf"), float("nan")
+    write_json(str(path), {"final_loss": inf, "steps": 3,
+                           "loss_curve": [[0, 0.1, 2.5], [1, 0.2, inf], [2, 0.3, nan]]})
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} is not JSON")
+    document = json.loads(path.read_text(), parse_constant=refuse)
+    assert document == {"final_loss": None, "steps": 3,
+                        "loss_curve": [[0, 0.1, 2.5], [1, 0.2, None], [2, 0.3, None]]}

@@ -23,8 +23,12 @@ def test_bad_flags_are_one_line_and_status_2(tmp_path, capsys, flags, named):
     assert named in usage_error(queue_probe.main, argv, capsys)
 
 
-def test_outside_a_test_bed_it_says_where_it_runs(tmp_path, monkeypatch):
-    monkeypatch.delenv("HOST_RANK", raising=False)
+@pytest.mark.parametrize("host_rank", [None, "x", "²", "-1", "3"])
+def test_outside_a_test_bed_it_says_where_it_runs(tmp_path, monkeypatch, host_rank):
+    if host_rank is None:
+        monkeypatch.delenv("HOST_RANK", raising=False)
+    else:
+        monkeypatch.setenv("HOST_RANK", host_rank)
     with pytest.raises(SystemExit, match="runs on the hosts 0, 1 and 2 of a test bed"):
         queue_probe.main(["--json", str(tmp_path / "q.json")])
 

@@ -200,14 +200,13 @@ class OutputWatcher:
 
 
 def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
-    args = ["--steps", "30", "--batch-size", "16", "--num-samples", "2048", "--checkpoint-every",
-            "5", "--no-progress"]
+    args = ["--steps", "30", "--batch-size", "16", "--num-samples", "2048", "--no-progress"]
     reference = run_cli([*args, "--nproc-per-node", "2", "--json", str(tmp_path / "ref.json")])
     assert reference.returncode == 0, reference.stderr
     checkpoints, out = tmp_path / "faulty", str(tmp_path / "faulty.json")
     process = subprocess.Popen(
         torchrun(2, "--max-restarts", "3") + [SYNC, *args, "--checkpoint-dir", str(checkpoints),
-                                               "--json", out],
+                                               "--checkpoint-every", "5", "--json", out],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1", **RESTARTABLE_TORCHRUN_ENV})
     watcher = OutputWatcher(process)

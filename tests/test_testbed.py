@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,8 +28,9 @@ from real.testbed.__main__ import build_parser, config_from
 from real.testbed.calibrate import calibrate, measure, shaper_time_s, summarise
 from real.testbed.config import parse_congestion_control
 from real.testbed.launch import substitute
-from real.testbed.probe import main as probe_main
+from real.testbed.probe import HEADER, main as probe_main, connect as probe_connect
 from tests.bed_helpers import needs_namespaces
+from tests.cli_helpers import usage_error
 from tests.dist_helpers import have_mpich_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,6 +153,12 @@ def test_cli_checks_its_input_before_making_a_test_bed(argv, named, capsys):
     (["client", "--connect", "10.0.0.1", "--sizes", "1000,lots"], "'1000,lots'"),
     (["client", "--connect", "10.0.0.1", "--sizes", "0"], "'0'"),
     (["client"], "--connect"),
+    (["client", "--connect", "10.0.0.1", "--pings", "-25"], "'-25'"),
+    (["client", "--connect", "10.0.0.1", "--repeats", "0"], "'0'"),
+    (["client", "--connect", "10.0.0.1", "--idle", "nan"], "'nan'"),
+    (["client", "--connect", "10.0.0.1", "--idle", "-1"], "'-1'"),
+    (["server", "--port", "70000"], "'70000'"),
+    (["server", "--connect-timeout", "-1"], "'-1'"),
 ])
 def test_probe_rejects_bad_flags_in_one_line_before_connecting(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -158,6 +166,66 @@ def test_probe_rejects_bad_flags_in_one_line_before_connecting(argv, named, caps
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and ": error: " in err[0] and named in err[0]
+
+
+def _probe_server(*flags: str) -> tuple[subprocess.Popen, int]:
+    """``probe.py server`` on a free loopback port, and the port."""
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(REPO / "real/testbed/probe.py"), "server",
+                               "--port", str(port), *flags],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return server, port
+
+
+def _send_and_drain(conn, data: bytes) -> None:
+    """Send ``data``, close the sending half and read what the server answers until it closes
+    (a full close would make the server's answers meet a reset instead)."""
+    conn.sendall(data)
+    conn.shutdown(socket.SHUT_WR)
+    while conn.recv(4096):
+        pass
+
+
+@pytest.mark.parametrize("client, said", [
+    (lambda conn: conn.sendall(HEADER.pack(b"P", 2**64 - 1)), "asked for 18446744073709551615 round trips"),
+    (lambda conn: conn.sendall(HEADER.pack(b"B", 2**40)), "asked for a 1099511627776-byte transfer"),
+    (lambda conn: _send_and_drain(conn, HEADER.pack(b"P", 5) + b"pp"),
+     "closed the connection mid-ping"),
+    (lambda conn: conn.sendall(HEADER.pack(b"B", 1000) + b"x" * 10), "closed the connection mid-transfer"),
+    (lambda conn: conn.sendall(HEADER.pack(b"Q", 1)), "unknown command b'Q'"),
+])
+def test_probe_server_ends_in_one_line_on_a_bad_or_vanishing_client(client, said):
+    """The server trusts no count from the network and does not spin on a closed connection."""
+    server, port = _probe_server()
+    try:
+        conn = probe_connect("127.0.0.1", port, 10.0)
+        client(conn)
+        conn.close()
+        _, err = server.communicate(timeout=20)
+    finally:
+        server.kill()
+    assert server.returncode == 1
+    assert err.count("\n") == 1 and said in err, err
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--sizes", "3"], "multiples of 4"), (["--sizes", "1000000004"], "of at most 1000000000"),
+    (["--pings", "-100"], "'-100'"), (["--idle", "-1"], "'-1'"), (["--repeats", "0"], "'0'"),
+    (["--json", "/no/such/folder/g.json"], "cannot write into"),
+])
+def test_gloo_probe_checks_its_flags_before_joining_a_group(flags, named, tmp_path, capsys):
+    from real.testbed.gloo_probe import main as gloo_probe_main
+    err = usage_error(gloo_probe_main, ["--json", str(tmp_path / "g.json"), *flags], capsys)
+    assert named in err
+
+
+def test_probe_server_without_a_client_says_so_in_one_line():
+    server, _ = _probe_server("--connect-timeout", "0.3")
+    _, err = server.communicate(timeout=20)
+    assert server.returncode == 1
+    assert err == "probe server: no client connected within 0.3 s\n"
 
 
 def test_calibration_refuses_no_pings_or_repeats_before_making_a_test_bed():
@@ -168,6 +236,8 @@ def test_calibration_refuses_no_pings_or_repeats_before_making_a_test_bed():
         calibrate(TestbedConfig(), [2_000_000, 2_000_000_000_000])
     with pytest.raises(ValueError, match="increasing positive transfer sizes"):
         calibrate(TestbedConfig(), [0, 16_000_000])
+    with pytest.raises(ValueError, match="multiples of 4 bytes, got 2,000,001 B"):
+        calibrate(TestbedConfig(), [2_000_001, 16_000_000])
     with pytest.raises(ValueError, match=r"smallest transfer \(15140 B\) .* bucket \(15140 B\)"):
         calibrate(TestbedConfig(bandwidth_bps=100e6), [15_140, 16_000_000])
 
@@ -614,3 +684,25 @@ def test_an_mpi_job_without_mpichs_mpiexec_is_refused_in_one_line(tmp_path, monk
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     with pytest.raises(ValueError, match="there is none here: pip install mpich"):
         bed_module.hydra_mpiexec()
+
+
+def test_calibrate_whose_json_cannot_be_written_after_all_says_so_in_one_line(
+        tmp_path, monkeypatch, capsys):
+    """The output's folder gone during the calibration: one line and status 1, no traceback."""
+    import shutil
+
+    import real.testbed.__main__ as cli
+    folder = tmp_path / "out"
+    folder.mkdir()
+
+    def calibrated(config, sizes, pings, repeats, gloo):
+        shutil.rmtree(folder)
+        return {"bandwidth_bps": 1e8, "goodput_bps": 9.4e7, "payload_efficiency": 0.94,
+                "payload_efficiency_expected": 0.95, "latency_s": 1e-4, "rtt_s": {"count": 200},
+                "transfers": []}
+
+    monkeypatch.setattr(cli, "unavailable", lambda: False)
+    monkeypatch.setattr(cli, "calibrate", calibrated)
+    assert cli.main(["calibrate", "--no-gloo", "--json", str(folder / "cal.json")]) == 1
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("testbed: error: --json: ") and "No such file or directory" in last

@@ -111,6 +111,23 @@ def test_a_run_length_past_the_cap_is_one_line_and_status_2(parse_args, argv, pr
     assert exit_info.value.code == 2 and capsys.readouterr().err == problem + "\n"
 
 
+@pytest.mark.parametrize("parse_args, argv, problem", [
+    (sync_config.parse_args, ["--checkpoint-every", "10"], "give --checkpoint-dir too"),
+    (sync_config.parse_args, ["--keep-checkpoints", "5"], "give --checkpoint-dir too"),
+    (sync_config.parse_args, ["--master-port", "29999"], "set the rendezvous of the ranks"),
+    (ps_config.parse_args, ["--master-addr", "10.0.0.1"], "set the rendezvous of the ranks"),
+    (ps_config.parse_args, ["--nproc-per-node", "2", "--trace-updates", "10"],
+     "give --trace too"),
+], ids=["checkpoint-every", "keep-checkpoints", "sync-master-port", "ps-master-addr",
+        "trace-updates"])
+def test_a_flag_the_run_would_ignore_is_refused_in_one_line(parse_args, argv, problem, capsys):
+    """A flag that only means something with another is refused without it, never ignored."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and problem in err
+
+
 def test_the_largest_lr_allowed_is_one_sgd_can_step_with():
     assert sync_config.SyncConfig(lr=sync_config.MAX_LR).lr == sync_config.MAX_LR
     weights = torch.zeros(2, requires_grad=True)
@@ -144,6 +161,18 @@ def test_damaged_or_empty_mnist_images_are_one_line_naming_the_file(count, compr
     run = run_sync(["--dataset", f"mnist:{tmp_path}", "--steps", "1", "--batch-size", "2",
                     "--no-progress"])
     assert the_error_line(run) == "sync.py: error: " + problem.format(images)
+
+
+def test_a_gzip_that_unpacks_past_any_mnist_file_is_refused_unread(tmp_path, monkeypatch):
+    """A gzip bomb is not read whole into memory: past the cap it is a DataError."""
+    from real import data
+    monkeypatch.setattr(data, "MAX_IDX_BYTES", 4096)
+    path = tmp_path / "bomb.gz"
+    path.write_bytes(gzip.compress(idx_file((5000,), bytes(5000))))
+    with pytest.raises(data.DataError, match=r"bomb.gz unpacks to more than .*: not an MNIST file"):
+        data.read_idx(str(path))
+    path.write_bytes(gzip.compress(idx_file((4000,), bytes(4000))))
+    assert data.read_idx(str(path)).shape == (4000,)  # 4,008 bytes: under the cap
 
 
 # -- 4. a ring segment out of bounds in --algorithms --------------------------------------------

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import sys
 from pathlib import Path
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _units,
-                                       check_output_dir, check_output_file, write_atomically)
+                                       check_output_dir, check_output_file, write_json_output)
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
@@ -161,7 +160,8 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         result = getattr(bed, "last_result", None)
         if args.json and result is not None:
             record = {"run_id": bed.run_id, "config": config.as_dict(), **result.as_dict()}
-            write_atomically(args.json, lambda sink: json.dump(record, sink, indent=2))
+            if write_json_output("testbed", "--json", args.json, record, indent=2):
+                status = status or 1  # the command's own failure, if any, is the one to report
     return status
 
 
@@ -193,9 +193,7 @@ def cmd_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         for t in gloo["transfers"]:
             _say(f"  {t['bytes']} B: median {format_time(t['median_s'])}, {t['goodput_bps'] / 1e6:.2f} Mbit/s; "
                  f"shaper model {format_time(t['shaper_model_s'])} ({t['shaper_model_error']:+.2%})")
-    if args.json:
-        write_atomically(args.json, lambda sink: json.dump(record, sink, indent=2))
-    return 0
+    return write_json_output("testbed", "--json", args.json, record, indent=2)
 
 
 def cmd_cleanup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -183,6 +183,9 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
     if sizes[-1] > MAX_TRANSFER_BYTES:
         raise ValueError(f"calibration transfers at most {MAX_TRANSFER_BYTES / 1e9:g} GB, got "
                          f"{sizes[-1]:,} B")
+    if gloo and any(n % 4 for n in sizes):
+        raise ValueError(f"the Gloo measurement sends float32 elements: its transfer sizes must "
+                         f"be multiples of 4 bytes, got {next(n for n in sizes if n % 4):,} B")
     bucket_bytes = min(config.burst_for(config.rate_bps(rank)) for rank in range(2))
     if sizes[0] <= bucket_bytes:
         raise ValueError(f"the smallest transfer ({sizes[0]} B) must be larger than the shaper's "

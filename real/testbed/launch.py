@@ -13,7 +13,6 @@ The command may name its host with placeholders, replaced before it runs:
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import re
 import signal
@@ -22,6 +21,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dsgd_sim.argparse_oneline import read_json
 
 PLACEHOLDER = re.compile(r"\{(rank|hosts|addr|hostname|master|port|out)\}")
 PR_SET_PDEATHSIG = 1
@@ -185,7 +186,7 @@ def collect_json(folder: Path, before: dict | None = None) -> tuple[dict, dict]:
         if before is not None and path.name in before and before[path.name] == now.get(path.name):
             continue
         try:
-            contents[path.name] = json.loads(path.read_text())
+            contents[path.name] = read_json(path)
         except (OSError, ValueError) as exc:
             errors[path.name] = str(exc)
     return contents, errors

@@ -26,6 +26,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from dsgd_sim.argparse_oneline import read_json
 from real.testbed.config import TestbedConfig
 
 PREFIX = "dsgd"
@@ -279,7 +280,7 @@ def run_ids_present() -> set[str]:
 def owner_alive(run_id: str) -> bool:
     """True while the process that made test bed ``run_id`` is still running."""
     try:
-        state = json.loads((STATE_DIR / f"{run_id}.json").read_text())
+        state = read_json(STATE_DIR / f"{run_id}.json")
         return _start_time(int(state["pid"])) == state["start_time"]
     except (OSError, ValueError, KeyError, TypeError):
         return False

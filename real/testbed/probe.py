@@ -26,20 +26,56 @@ import time
 HEADER = struct.Struct("!cQ")  # command (b"P" ping, b"B" bulk), count or size
 CHUNK_BYTES = 1 << 20
 WARMUP_PINGS = 20
+MAX_PINGS = 1_000_000  # a session's round trips (the calibration asks for hundreds)
+MAX_BULK_BYTES = 1 << 34  # 16 GiB in one transfer: a client asking for more is refused
+MAX_SECONDS = 3600.0  # --connect-timeout
+MAX_IDLE_S = 60.0  # --idle: a shaper's bucket refills in milliseconds at the test bed's rates
+SILENT_CLIENT_S = 2 * MAX_IDLE_S  # a connected client that sends nothing this long is gone
 
 
 def serve(port: int, connect_timeout_s: float) -> None:
-    """Answer one client: echo a byte per ping, acknowledge each bulk transfer once received."""
-    listener = socket.create_server(("0.0.0.0", port), reuse_port=False)
+    """Answer one client: echo a byte per ping, acknowledge each bulk transfer once received.
+    A client that asks for more than the limits, falls silent or leaves mid-message ends the
+    server on one line (exit status 1)."""
+    try:
+        listener = socket.create_server(("0.0.0.0", port), reuse_port=False)
+    except OSError as error:
+        raise SystemExit(f"probe server: cannot listen on port {port}: {error.strerror or error}")
     listener.settimeout(connect_timeout_s)
-    conn, _ = listener.accept()
+    try:
+        conn, _ = listener.accept()
+    except TimeoutError:
+        raise SystemExit(f"probe server: no client connected within {connect_timeout_s:g} s")
+    finally:
+        listener.close()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.settimeout(max(SILENT_CLIENT_S, connect_timeout_s))
+    try:
+        _answer(conn)
+    except TimeoutError:
+        raise SystemExit(f"probe server: the client sent nothing for {conn.gettimeout():g} s")
+    except OSError as error:
+        raise SystemExit(f"probe server: the connection failed: {error.strerror or error}")
+    finally:
+        conn.close()
+
+
+def _answer(conn: socket.socket) -> None:
     while header := _recv_exactly(conn, HEADER.size):
         command, count = HEADER.unpack(header)
         if command == b"P":
+            if count > MAX_PINGS + WARMUP_PINGS:
+                raise SystemExit(f"probe server: a client asked for {count} round trips "
+                                 f"(at most {MAX_PINGS + WARMUP_PINGS})")
             for _ in range(count):
-                conn.sendall(_recv_exactly(conn, 1))
+                byte = _recv_exactly(conn, 1)
+                if not byte:
+                    raise SystemExit("probe server: client closed the connection mid-ping")
+                conn.sendall(byte)
         elif command == b"B":
+            if count > MAX_BULK_BYTES:
+                raise SystemExit(f"probe server: a client asked for a {count}-byte transfer "
+                                 f"(at most {MAX_BULK_BYTES})")
             _drain(conn, count)
             conn.sendall(b"k")
         else:
@@ -112,14 +148,20 @@ def bulk(conn: socket.socket, n_bytes: int) -> float:
 
 def run_client(args: argparse.Namespace) -> dict:
     conn = connect(args.connect, args.port, args.connect_timeout)
-    result = {"ping_rtt_s": round_trips(conn, args.pings), "bulk": []}
-    for n_bytes in args.sizes:
-        times = []
-        for _ in range(args.repeats):
-            time.sleep(args.idle)
-            times.append(bulk(conn, n_bytes))
-        result["bulk"].append({"bytes": n_bytes, "seconds": times})
-    conn.close()
+    try:
+        result = {"ping_rtt_s": round_trips(conn, args.pings), "bulk": []}
+        for n_bytes in args.sizes:
+            times = []
+            for _ in range(args.repeats):
+                time.sleep(args.idle)
+                times.append(bulk(conn, n_bytes))
+            result["bulk"].append({"bytes": n_bytes, "seconds": times})
+    except TimeoutError:
+        raise SystemExit(f"probe client: the server sent nothing for {conn.gettimeout():g} s")
+    except OSError as error:
+        raise SystemExit(f"probe client: the connection failed: {error.strerror or error}")
+    finally:
+        conn.close()
     return result
 
 
@@ -132,27 +174,43 @@ class _Parser(argparse.ArgumentParser):
 
 
 def byte_counts(text: str) -> list[int]:
-    """``--sizes``: comma-separated positive byte counts."""
+    """``--sizes``: comma-separated positive byte counts, none over ``MAX_BULK_BYTES``."""
     try:
         sizes = [int(s) for s in text.split(",")]
     except ValueError:
         sizes = []
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive byte counts")
+    if not sizes or min(sizes) < 1 or max(sizes) > MAX_BULK_BYTES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive byte counts "
+                                         f"(each at most {MAX_BULK_BYTES})")
     return sizes
+
+
+def bounded(kind, low, high, what: str):
+    """An argparse type: a number of ``kind`` from ``low`` to ``high`` (a finite one)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:  # NaN fails both comparisons
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} from {low:g} to {high:g}")
+        return value
+    return parse
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = _Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("role", choices=["server", "client"])
-    parser.add_argument("--port", type=int, default=5201)
+    parser.add_argument("--port", type=bounded(int, 1, 65535, "a port"), default=5201)
     parser.add_argument("--connect", help="server address (client)")
-    parser.add_argument("--connect-timeout", type=float, default=10.0, help="seconds")
-    parser.add_argument("--pings", type=int, default=200)
+    parser.add_argument("--connect-timeout", type=bounded(float, 1e-3, MAX_SECONDS, "seconds"),
+                        default=10.0, help="seconds")
+    parser.add_argument("--pings", type=bounded(int, 1, MAX_PINGS, "a count"), default=200)
     parser.add_argument("--sizes", type=byte_counts, default=[8_000_000],
                         help="comma-separated byte counts of bulk transfers")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--idle", type=float, default=0.05, help="seconds idle before each transfer")
+    parser.add_argument("--repeats", type=bounded(int, 1, 1000, "a count"), default=3)
+    parser.add_argument("--idle", type=bounded(float, 0, MAX_IDLE_S, "seconds"), default=0.05,
+                        help="seconds idle before each transfer")
     args = parser.parse_args(argv)
     if args.role == "server":
         serve(args.port, args.connect_timeout)
