@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_file, write_json_output)
 from dsgd_sim.units import format_bytes, format_time, parse_time  # noqa: E402
-from real.testbed.probe import byte_counts  # noqa: E402
+from real.testbed.probe import byte_counts, ends_in_one_line  # noqa: E402
 
 CHUNK = 1 << 20
 MAX_SIZE_BYTES = 256_000_000  # 16 times the experiments' largest; the payload is held in memory
@@ -156,11 +156,10 @@ def probe(args) -> list[dict]:
     """Connect both ways and time the exchanges; a silent or failing peer ends it on one line."""
     outgoing, incoming = connect_both(args)
     try:
-        return exchange(outgoing, incoming, args)
-    except TimeoutError:
-        raise SystemExit(f"duplex_probe: {args.peer} sent nothing for {format_time(args.timeout)}")
-    except OSError as error:
-        raise SystemExit(f"duplex_probe: the exchange with {args.peer} failed: {error}")
+        with ends_in_one_line(f"duplex_probe: {args.peer} sent nothing for "
+                              f"{format_time(args.timeout)}",
+                              f"duplex_probe: the exchange with {args.peer} failed"):
+            return exchange(outgoing, incoming, args)
     finally:
         outgoing.close()
         incoming.close()

@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        write_json_output)
 from dsgd_sim.units import format_bytes, format_time, parse_size, parse_time  # noqa: E402
+from real.testbed.probe import ends_in_one_line  # noqa: E402
 from experiments.duplex_probe import (add_timeout_and_json, connect, parse_checked,  # noqa: E402
                                       receive)
 
@@ -162,17 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"queue_probe: runs on the hosts 0, 1 and 2 of a test bed (HOST_RANK), "
                          f"got HOST_RANK={os.environ.get('HOST_RANK')!r}")
     record = {"host_rank": rank, "role": ROLES[rank]}
-    try:
+    with ends_in_one_line(f"queue_probe: a peer sent nothing for {format_time(args.timeout)}",
+                          "queue_probe: the exchange failed"):
         if rank == 0:
             record.update({"bytes": args.bytes, "repeats": sender(args)})
         elif rank == 1:
             echo(args)
         else:
             sink(args)
-    except TimeoutError:
-        raise SystemExit(f"queue_probe: a peer sent nothing for {format_time(args.timeout)}")
-    except OSError as error:
-        raise SystemExit(f"queue_probe: the exchange failed: {error}")
     return write_json_output("queue_probe", "--json", args.json, record)
 
 

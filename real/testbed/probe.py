@@ -22,6 +22,7 @@ import socket
 import struct
 import sys
 import time
+from contextlib import contextmanager
 
 HEADER = struct.Struct("!cQ")  # command (b"P" ping, b"B" bulk), count or size
 CHUNK_BYTES = 1 << 20
@@ -31,6 +32,18 @@ MAX_BULK_BYTES = 1 << 34  # 16 GiB in one transfer: a client asking for more is 
 MAX_SECONDS = 3600.0  # --connect-timeout
 MAX_IDLE_S = 60.0  # --idle: a shaper's bucket refills in milliseconds at the test bed's rates
 SILENT_CLIENT_S = 2 * MAX_IDLE_S  # a connected client that sends nothing this long is gone
+
+
+@contextmanager
+def ends_in_one_line(silent: str, failed: str):
+    """Within it, a socket that times out ends the program with the line ``silent``, and any
+    other socket error with ``failed``, then the error's own words (exit status 1)."""
+    try:
+        yield
+    except TimeoutError:
+        raise SystemExit(silent) from None
+    except OSError as error:
+        raise SystemExit(f"{failed}: {error.strerror or error}") from None
 
 
 def serve(port: int, connect_timeout_s: float) -> None:
@@ -51,11 +64,9 @@ def serve(port: int, connect_timeout_s: float) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn.settimeout(max(SILENT_CLIENT_S, connect_timeout_s))
     try:
-        _answer(conn)
-    except TimeoutError:
-        raise SystemExit(f"probe server: the client sent nothing for {conn.gettimeout():g} s")
-    except OSError as error:
-        raise SystemExit(f"probe server: the connection failed: {error.strerror or error}")
+        with ends_in_one_line(f"probe server: the client sent nothing for {conn.gettimeout():g} s",
+                              "probe server: the connection failed"):
+            _answer(conn)
     finally:
         conn.close()
 
@@ -149,17 +160,15 @@ def bulk(conn: socket.socket, n_bytes: int) -> float:
 def run_client(args: argparse.Namespace) -> dict:
     conn = connect(args.connect, args.port, args.connect_timeout)
     try:
-        result = {"ping_rtt_s": round_trips(conn, args.pings), "bulk": []}
-        for n_bytes in args.sizes:
-            times = []
-            for _ in range(args.repeats):
-                time.sleep(args.idle)
-                times.append(bulk(conn, n_bytes))
-            result["bulk"].append({"bytes": n_bytes, "seconds": times})
-    except TimeoutError:
-        raise SystemExit(f"probe client: the server sent nothing for {conn.gettimeout():g} s")
-    except OSError as error:
-        raise SystemExit(f"probe client: the connection failed: {error.strerror or error}")
+        with ends_in_one_line(f"probe client: the server sent nothing for {conn.gettimeout():g} s",
+                              "probe client: the connection failed"):
+            result = {"ping_rtt_s": round_trips(conn, args.pings), "bulk": []}
+            for n_bytes in args.sizes:
+                times = []
+                for _ in range(args.repeats):
+                    time.sleep(args.idle)
+                    times.append(bulk(conn, n_bytes))
+                result["bulk"].append({"bytes": n_bytes, "seconds": times})
     finally:
         conn.close()
     return result
