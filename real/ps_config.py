@@ -100,8 +100,6 @@ class AsyncConfig:
             raise ValueError(f"unknown --backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
         if self.backend == "mpi" and self.nproc_per_node:
             raise ValueError("--backend mpi is launched by mpiexec, not --nproc-per-node")
-        if self.trace is None and self.trace_updates != AsyncConfig.trace_updates:
-            raise ValueError("--trace-updates sets how much --trace draws; give --trace too")
         check_launch_settings(self.seed, self.master_port, self.nproc_per_node, self.threads,
                               self.timeout_s, self.master_addr)
 
@@ -136,8 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=d.model, help="lenet, mlp or mlp-large")
     p.add_argument("--dataset", default=d.dataset, help="synthetic or mnist:DIR")
     for name in ("num_samples", "batch_size", "updates", "threads", "seed", "nproc_per_node",
-                 "master_port", "trace_updates"):
+                 "master_port"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--trace-updates", type=int, default=None,  # None: not typed
+                   help=f"with --trace, the updates it draws (default {d.trace_updates})")
     for name in ("lr", "momentum"):
         p.add_argument("--" + name, type=float, default=getattr(d, name))
     p.add_argument("--time", default=None, help="stop after this long, e.g. 30s (then --updates "
@@ -195,6 +195,10 @@ def parse_args(argv: list[str] | None = None) -> AsyncConfig:
         if spec is not None:
             args["emulate_compute"] = parse_flag("--emulate-compute", parse_emulate, spec)
             args["emulate_spec"] = spec
+        if args["trace_updates"] is None:
+            args["trace_updates"] = AsyncConfig.trace_updates
+        elif args["trace"] is None:
+            raise ValueError("--trace-updates sets how much --trace draws; give --trace too")
         known = {f.name for f in fields(AsyncConfig)}
         config = AsyncConfig(**{k: v for k, v in args.items() if k in known})
         # The server writes the outputs (other nodes need not have its folders) and checks them

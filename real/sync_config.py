@@ -103,11 +103,6 @@ class SyncConfig:
         if self.real_gradients and not self.emulate_compute_s:
             raise ValueError("--real-gradients pads real compute to --emulate-compute; "
                              "give --emulate-compute too")
-        if self.checkpoint_dir is None and (
-                (self.checkpoint_every, self.keep_checkpoints)
-                != (SyncConfig.checkpoint_every, SyncConfig.keep_checkpoints)):
-            raise ValueError("--checkpoint-every and --keep-checkpoints set how --checkpoint-dir "
-                             "is written; give --checkpoint-dir too")
         if self.emulate_compute_s and self.profile_out:
             raise ValueError("--profile-out measures real compute; drop --emulate-compute")
         for flag, seconds in (("--emulate-compute", self.emulate_compute_s),
@@ -136,14 +131,20 @@ class SyncConfig:
         return DatasetSpec.parse(self.dataset)
 
 
+CHECKPOINT_FLAGS = ("checkpoint_every", "keep_checkpoints")  # meaningful with --checkpoint-dir
+
+
 def build_parser() -> argparse.ArgumentParser:
     defaults = SyncConfig()
     p = RankArgumentParser(prog="sync.py", description="Synchronous data-parallel SGD.")
     p.add_argument("--model", default=defaults.model, help="lenet, mlp or mlp-large")
     p.add_argument("--dataset", default=defaults.dataset, help="synthetic or mnist:DIR")
-    for name in ("num_samples", "batch_size", "steps", "warmup_steps", "checkpoint_every",
-                 "keep_checkpoints", "threads", "seed", "nproc_per_node", "master_port"):
+    for name in ("num_samples", "batch_size", "steps", "warmup_steps", "threads", "seed",
+                 "nproc_per_node", "master_port"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    for name in CHECKPOINT_FLAGS:  # None: not typed (refused without --checkpoint-dir if typed)
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                       help=f"with --checkpoint-dir (default {getattr(defaults, name)})")
     for name in ("lr", "momentum", "bucket_mb"):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     p.add_argument("--sync", default=defaults.sync, help="per-param, flat, bucketed or ddp")
@@ -191,6 +192,13 @@ def parse_args(argv: list[str] | None = None) -> SyncConfig:
         args["emulate_comm_s"] = parse_flag("--emulate-comm", parse_time,
                                             args.pop("emulate_comm"))
         args["timeout_s"] = parse_flag("--timeout", parse_time, args.pop("timeout"))
+        typed = [name for name in CHECKPOINT_FLAGS if args[name] is not None]
+        if typed and args["checkpoint_dir"] is None:
+            raise ValueError(f"--{typed[0].replace('_', '-')} sets how --checkpoint-dir is "
+                             f"written; give --checkpoint-dir too")
+        for name in CHECKPOINT_FLAGS:
+            if args[name] is None:
+                args[name] = getattr(SyncConfig, name)
         known = {f.name for f in fields(SyncConfig)}
         config = SyncConfig(**{k: v for k, v in args.items() if k in known})
         # Rank 0 writes the outputs (other nodes need not have its folders) and checks them once

@@ -114,18 +114,31 @@ def test_a_run_length_past_the_cap_is_one_line_and_status_2(parse_args, argv, pr
 @pytest.mark.parametrize("parse_args, argv, problem", [
     (sync_config.parse_args, ["--checkpoint-every", "10"], "give --checkpoint-dir too"),
     (sync_config.parse_args, ["--keep-checkpoints", "5"], "give --checkpoint-dir too"),
+    (sync_config.parse_args, ["--checkpoint-every", "50"], "give --checkpoint-dir too"),
     (sync_config.parse_args, ["--master-port", "29999"], "set the rendezvous of the ranks"),
     (ps_config.parse_args, ["--master-addr", "10.0.0.1"], "set the rendezvous of the ranks"),
     (ps_config.parse_args, ["--nproc-per-node", "2", "--trace-updates", "10"],
      "give --trace too"),
-], ids=["checkpoint-every", "keep-checkpoints", "sync-master-port", "ps-master-addr",
-        "trace-updates"])
+    (ps_config.parse_args, ["--nproc-per-node", "2", "--trace-updates", "500"],
+     "give --trace too"),
+], ids=["checkpoint-every", "keep-checkpoints", "checkpoint-every-as-default", "sync-master-port",
+        "ps-master-addr", "trace-updates", "trace-updates-as-default"])
 def test_a_flag_the_run_would_ignore_is_refused_in_one_line(parse_args, argv, problem, capsys):
     """A flag that only means something with another is refused without it, never ignored."""
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and problem in err
+
+
+def test_the_flags_that_need_another_keep_their_defaults_and_take_a_value_with_it(tmp_path):
+    assert (sync_config.parse_args([]).checkpoint_every, sync_config.parse_args([]).keep_checkpoints) \
+        == (50, 2)
+    config = sync_config.parse_args(["--checkpoint-dir", str(tmp_path), "--keep-checkpoints", "3"])
+    assert (config.checkpoint_every, config.keep_checkpoints) == (50, 3)
+    assert ps_config.parse_args(["--nproc-per-node", "2"]).trace_updates == 500
+    assert ps_config.parse_args(["--nproc-per-node", "2", "--trace", str(tmp_path / "t.json"),
+                                 "--trace-updates", "7"]).trace_updates == 7
 
 
 def test_the_largest_lr_allowed_is_one_sgd_can_step_with():
