@@ -82,11 +82,13 @@ def read_input_text(path: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
     return data.decode()
 
 
-def read_json(path) -> object:
-    """The JSON document in file ``path``: ``OSError`` where it cannot be read, ``ValueError``
-    where it is not UTF-8 (a ``UnicodeDecodeError``), not JSON or nested too deep for the parser
-    (a ``json.JSONDecodeError``; the parser itself would raise ``RecursionError``)."""
-    text = Path(path).read_text(encoding="utf-8")
+def read_json(path, max_bytes: int | None = None) -> object:
+    """The JSON document in file ``path``: ``OSError`` where it cannot be read (or, with
+    ``max_bytes``, holds more: ``read_input_text``), ``ValueError`` where it is not UTF-8 (a
+    ``UnicodeDecodeError``), not JSON or nested too deep for the parser (a
+    ``json.JSONDecodeError``; the parser itself would raise ``RecursionError``)."""
+    text = (Path(path).read_text(encoding="utf-8") if max_bytes is None
+            else read_input_text(path, max_bytes))
     try:
         return json.loads(text)
     except RecursionError:

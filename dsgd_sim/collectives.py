@@ -42,7 +42,7 @@ import bisect
 import math
 from dataclasses import dataclass, replace
 
-from .argparse_oneline import read_input_text
+from .argparse_oneline import MAX_INPUT_BYTES, read_json
 
 Rounds = list[tuple[int, float]]
 MAX_ROUND_S = 1e6  # a measured round longer than 11 days is a typo, not a measurement
@@ -189,12 +189,11 @@ MAX_ROUND_RANKS = 1 << 20  # a round-cost table's world_size beyond this is not 
 def load_round_costs(path: str) -> RoundCosts:
     """The table in ``path``: the JSON written by ``experiments/ring_probe.py`` (its ``results``)
     or a bare list of ``{"bytes", "first_s", "next_s"}`` rows; ValueError naming the file."""
-    import json
     try:
-        data = json.loads(read_input_text(path))
+        data = read_json(path, MAX_INPUT_BYTES)
     except OSError as error:
         raise ValueError(f"cannot read round costs {path!r}: {error.strerror}") from None
-    except (ValueError, RecursionError) as error:  # RecursionError: nested too deep to read
+    except ValueError as error:  # also: bad UTF-8, nesting too deep for the parser
         raise ValueError(f"round costs {path!r} is not JSON: {error}") from None
     rows = data.get("results") if isinstance(data, dict) else data
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):

@@ -16,11 +16,10 @@ of whole steps. ``layers`` may be omitted when ``grad_bytes`` is given; ``comput
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 
-from .argparse_oneline import read_input_text
+from .argparse_oneline import MAX_INPUT_BYTES, read_json
 from .compute import MAX_TIME_S, MIN_MEAN_S, ComputeModel, Constant, Empirical
 from .presets import BYTES_PER_PARAM, DEFAULT_PRESET, PRESETS
 
@@ -137,10 +136,10 @@ def _profile_layers(data: dict, path: str, mean_compute_s: float) -> tuple[Layer
 def load_profile(path: str) -> Workload:
     """Read a profile JSON file; ``ValueError`` with the path and the problem if it is bad."""
     try:
-        data = json.loads(read_input_text(path))
+        data = read_json(path, MAX_INPUT_BYTES)
     except OSError as error:
         raise ValueError(f"cannot read profile {path!r}: {error.strerror}") from None
-    except (ValueError, RecursionError) as error:  # also: bad UTF-8, numbers, nesting
+    except ValueError as error:  # also: bad UTF-8, numbers, nesting
         raise ValueError(f"profile {path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"profile {path}: expected a JSON object")

@@ -27,11 +27,10 @@ import torch.distributed as dist
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_atomically
 from real.local_launch import env_int
+from real.testbed.calibrate import MAX_PINGS, MAX_REPEATS, MAX_TRANSFER_BYTES
 from real.testbed.probe import MAX_IDLE_S, bounded, byte_counts
 
 WARMUP = 20
-MAX_PINGS = 100_000  # each is three timed exchanges (the calibration asks for hundreds)
-MAX_SIZE_BYTES = 1_000_000_000  # the payload is held in memory (as calibrate's MAX_TRANSFER_BYTES)
 
 
 def round_trips(rank: int, count: int) -> list[float]:
@@ -97,15 +96,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=byte_counts, default=[2_000_000, 16_000_000],
                         help="comma-separated byte counts of bulk transfers (fp32 elements: "
                              "multiples of 4)")
-    parser.add_argument("--repeats", type=bounded(int, 1, 1000, "a count"), default=3)
+    parser.add_argument("--repeats", type=bounded(int, 1, MAX_REPEATS, "a count"), default=3)
     parser.add_argument("--idle", type=bounded(float, 0, MAX_IDLE_S, "seconds"), default=0.05,
                         help="seconds idle before each transfer")
     parser.add_argument("--json", required=True, help="where rank 0 writes the times")
     args = parser.parse_args(argv)
-    odd = [n for n in args.sizes if n % 4 or n > MAX_SIZE_BYTES]
+    odd = [n for n in args.sizes if n % 4 or n > MAX_TRANSFER_BYTES]
     if odd:
         parser.error(f"--sizes must be multiples of 4 bytes (fp32 elements) of at most "
-                     f"{MAX_SIZE_BYTES}, got {odd[0]}")
+                     f"{MAX_TRANSFER_BYTES}, got {odd[0]}")
     try:
         check_output_file("--json", args.json)
     except ValueError as error:

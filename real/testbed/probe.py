@@ -29,6 +29,7 @@ CHUNK_BYTES = 1 << 20
 WARMUP_PINGS = 20
 MAX_PINGS = 1_000_000  # a session's round trips (the calibration asks for hundreds)
 MAX_BULK_BYTES = 1 << 34  # 16 GiB in one transfer: a client asking for more is refused
+MAX_REPEATS = 1000  # transfers of each size
 MAX_SECONDS = 3600.0  # --connect-timeout
 MAX_IDLE_S = 60.0  # --idle: a shaper's bucket refills in milliseconds at the test bed's rates
 SILENT_CLIENT_S = 2 * MAX_IDLE_S  # a connected client that sends nothing this long is gone
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pings", type=bounded(int, 1, MAX_PINGS, "a count"), default=200)
     parser.add_argument("--sizes", type=byte_counts, default=[8_000_000],
                         help="comma-separated byte counts of bulk transfers")
-    parser.add_argument("--repeats", type=bounded(int, 1, 1000, "a count"), default=3)
+    parser.add_argument("--repeats", type=bounded(int, 1, MAX_REPEATS, "a count"), default=3)
     parser.add_argument("--idle", type=bounded(float, 0, MAX_IDLE_S, "seconds"), default=0.05,
                         help="seconds idle before each transfer")
     args = parser.parse_args(argv)
