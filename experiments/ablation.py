@@ -1,7 +1,8 @@
-"""The all-reduce model fifteen ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model sixteen ways, on one run's own results: what each part of the model buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
+    python -m experiments.ablation --model "rounds, the wire's bytes" --wire wire.json
 
 All predictions come from the same run's calibration (network only); only the model differs:
 
@@ -49,7 +50,12 @@ All predictions come from the same run's calibration (network only); only the mo
   duplex rate (on 2 hosts the one-way goodput), each with the duplex start-up measured at its
   size, plus a call's fixed cost; each call in the stream of calls too
   (``measured_rounds=False``);
-* ``shaper, no start-up``: the same without the start-up table.
+* ``shaper, no start-up``: the same without the start-up table;
+* ``rounds, the wire's bytes`` (with ``--wire FILE``, ``experiments/wire_bytes.py``'s records):
+  the same as ``rounds``, each cycle of a stream also sending the wire's bytes beyond its
+  payload (``NetworkInputs.message_wire_bytes`` a message and ``cycle_wire_bytes`` a cycle):
+  a message's, the mean of the records' fits at the row's rate (else of them all); a cycle's,
+  the mean of their fits on the row's number of hosts (else none).
 
 Prints one line per row group: rows, then median and worst |error| of each model; with
 ``--model``, each row's prediction under that model, its measurement and the error.
@@ -95,6 +101,38 @@ MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain
           "rounds, one gap at every size", "rounds, calls counted at their length",
           "rounds, no tail after a call", "rounds, calls alone", "rounds, no additions",
           "rounds, the duplex probe's rate on 2 hosts", "shaper", "shaper, no start-up")
+WIRE_MODEL = "rounds, the wire's bytes"  # only with the wire's own counts (``--wire``)
+
+
+def wire_inputs(records: list[dict]) -> tuple[dict, dict]:
+    """(rate -> a message's bytes beyond its payload, hosts -> a cycle's beyond its messages)
+    from ``experiments/wire_bytes.py`` records: the means of their fits, by rate and by hosts
+    (rate ``None``: over them all, for a rate none was made at)."""
+    by_rate: dict = {}
+    by_hosts: dict = {}
+    for k, record in enumerate(records):
+        fit = record.get("fit") if isinstance(record, dict) else None
+        if not isinstance(fit, dict):
+            raise ValueError(f"wire record {k + 1} has no fit (it needs two sizes)")
+        message, cycle = fit.get("per_message_bytes"), fit.get("per_call_bytes")
+        rate, hosts = record.get("bandwidth_bps"), record.get("hosts")
+        if not (all(_is_number(x) and 0 <= x < math.inf for x in (message, cycle))
+                and _is_number(rate) and 0 < rate < math.inf and _is_whole(hosts, 2, MAX_HOSTS)):
+            raise ValueError(f"wire record {k + 1} is not as experiments/wire_bytes.py writes "
+                             f"it: a rate, 2 to {MAX_HOSTS} hosts and a fit of bytes at least 0")
+        by_rate.setdefault(float(rate), []).append(float(message))
+        by_hosts.setdefault(int(hosts), []).append(float(cycle))
+    if not records:
+        raise ValueError("no wire records")
+    message = {rate: statistics.mean(v) for rate, v in by_rate.items()}
+    message[None] = statistics.mean(x for v in by_rate.values() for x in v)
+    return message, {h: statistics.mean(v) for h, v in by_hosts.items()}
+
+
+def with_wire(net: NetworkInputs, wire: tuple[dict, dict]) -> NetworkInputs:
+    message, cycle = wire
+    return dataclasses.replace(net, message_wire_bytes=message.get(net.rate_bps, message[None]),
+                               cycle_wire_bytes=dict(cycle))
 
 
 def with_own_chain_ends(net: NetworkInputs, hosts: int, record: dict) -> NetworkInputs:
@@ -143,22 +181,27 @@ def turns_of(rows: list[dict]) -> dict[tuple, list[str]]:
 
 
 def errors(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
-           turns: dict | None = None) -> list[float]:
+           turns: dict | None = None, wire: tuple | None = None) -> list[float]:
     """|error| of each row under ``model`` (``predictions``, the same arguments)."""
     return [abs(p - r["measured_s"]) / r["measured_s"]
-            for p, r in zip(predictions(rows, nets, model, tables, turns), rows)]
+            for p, r in zip(predictions(rows, nets, model, tables, turns, wire), rows)]
 
 
 def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = None,
-                turns: dict | None = None) -> list[float]:
+                turns: dict | None = None, wire: tuple | None = None) -> list[float]:
     """Seconds each row is predicted under ``model``; ``tables``: point label -> its own
     ring-probe record. A row's call takes turns with the algorithms of its test bed and size in
     ``turns`` (``turns_of`` all the run's rows: a group that keeps only some algorithms must not
-    change the rotation the benchmark ran; by default, ``turns_of(rows)``)."""
+    change the rotation the benchmark ran; by default, ``turns_of(rows)``); ``wire``: the
+    wire's bytes (``wire_inputs``), which ``WIRE_MODEL`` needs."""
+    if model == WIRE_MODEL and wire is None:
+        raise ValueError(f"the model {WIRE_MODEL!r} needs the wire's counts (--wire FILE)")
     turns = turns_of(rows) if turns is None else turns
     out = []
     for r in rows:
         net = nets[r["bandwidth_bps"]]
+        if model == WIRE_MODEL:
+            net = with_wire(net, wire)
         label = bed_label(r["hosts"], r["bandwidth_bps"])
         if tables and label in tables:
             gap_s = net.stream_gap_s
@@ -233,16 +276,19 @@ def _is_whole(value, low: float, high: float) -> bool:
         and value == int(value)
 
 
-def ablation(calibration: list[dict], rows: list[dict], tables: dict | None = None) -> dict:
-    """Per group and model: (rows, median |error|, worst |error|); ``tables`` as ``errors``."""
+def ablation(calibration: list[dict], rows: list[dict], tables: dict | None = None,
+             wire: tuple | None = None) -> dict:
+    """Per group and model: (rows, median |error|, worst |error|); ``tables`` and ``wire`` as
+    ``errors`` (``WIRE_MODEL`` only with ``wire``)."""
     nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     table, turns = {}, turns_of(rows)
+    models = MODELS + ((WIRE_MODEL,) if wire is not None else ())
     for name, keep in GROUPS.items():
         chosen = [r for r in rows if keep(r)]
         if chosen:
             table[name] = {model: (len(e), statistics.median(e), max(e))
-                           for model, e in ((m, errors(chosen, nets, m, tables, turns))
-                                            for m in MODELS)}
+                           for model, e in ((m, errors(chosen, nets, m, tables, turns, wire))
+                                            for m in models)}
     return table
 
 
@@ -250,11 +296,23 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=str(RESULTS),
                         help="folder with calibration.json and allreduce.json")
-    parser.add_argument("--model", choices=MODELS, metavar="MODEL",
+    parser.add_argument("--model", choices=MODELS + (WIRE_MODEL,), metavar="MODEL",
                         help="instead of the table, every row under this model: predicted, "
-                             "measured, error (one of: " + "; ".join(MODELS) + ")")
+                             "measured, error (one of: " + "; ".join(MODELS + (WIRE_MODEL,))
+                             + ")")
+    parser.add_argument("--wire", action="append", metavar="FILE",
+                        help=f"an experiments/wire_bytes.py record (repeatable): adds the model "
+                             f"{WIRE_MODEL!r}")
     args = parser.parse_args(argv)
     folder = Path(args.results)
+    wire = None
+    if args.wire:
+        try:
+            wire = wire_inputs([read_json(path) for path in args.wire])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"cannot read the wire's counts: {error}")
+    elif args.model == WIRE_MODEL:
+        parser.error(f"the model {WIRE_MODEL!r} needs --wire FILE (experiments/wire_bytes.py)")
     try:
         calibration = read_json(folder / "calibration.json")
         allreduce = read_json(folder / "allreduce.json")
@@ -270,11 +328,12 @@ def main(argv=None) -> int:
     try:
         if args.model:
             nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
-            for r, p in zip(rows, predictions(rows, nets, args.model, allreduce.get("rounds"))):
+            for r, p in zip(rows, predictions(rows, nets, args.model, allreduce.get("rounds"),
+                                              wire=wire)):
                 print(f"{r['config']}: predicted {p * 1e3:.3f} ms, measured "
                       f"{r['measured_s'] * 1e3:.3f} ms, {p / r['measured_s'] - 1:+.1%}")
             return 0
-        table = ablation(calibration, rows, allreduce.get("rounds"))
+        table = ablation(calibration, rows, allreduce.get("rounds"), wire)
     except ValueError as error:
         parser.error(f"cannot read the results in {folder}: {error}")
     except (AttributeError, KeyError, TypeError, ZeroDivisionError) as error:

@@ -178,6 +178,13 @@ class NetworkInputs:
     # how long a small message waits behind a long one its sender is sending (queue_probe.py,
     # median); 0: not measured (calibrations before it), the simulator's notice then never waits
     notice_queue_s: float = 0.0
+    # the wire's bytes beyond the payload's (``experiments/wire_bytes.py``'s fit), charged to a
+    # stream of calls where given: what each message a rank sends costs beyond its payload (its
+    # header and last partial frame, the receive notice back), and, by hosts, what each cycle of
+    # the stream costs beyond its call's messages (the barrier's). The model's default charges
+    # neither (``experiments/LOG.md``: the ablation's "rounds, the wire's bytes")
+    message_wire_bytes: float = 0.0
+    cycle_wire_bytes: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -343,6 +350,14 @@ class NetworkInputs:
         at the duplex payload rate)."""
         return self.call_gap_s * self.duplex_payload_bps / 8.0
 
+    def wire_extra_bytes(self, algorithm: str, hosts: int, n_bytes: float) -> float:
+        """Payload bytes' worth of tokens a cycle of a stream of ``algorithm``'s calls takes
+        beyond its payload: ``cycle_wire_bytes`` and ``message_wire_bytes`` a message
+        (``wire_messages``), wire bytes at the duplex payload rate's share of the link's."""
+        wire = (self.cycle_wire_bytes.get(hosts, 0.0)
+                + self.message_wire_bytes * wire_messages(algorithm, hosts, n_bytes))
+        return wire * self.duplex_payload_bps / self.rate_bps
+
     @property
     def fixed_call_s(self) -> float:
         """What a call costs beyond its rounds: the 1-element all_reduce less its two rounds."""
@@ -457,6 +472,29 @@ def allreduce_messages(algorithm: str, hosts: int, n_bytes: float) -> list[float
     return [size for count, size in rounds for _ in range(count)]
 
 
+GLOO_MAX_SEGMENT_BYTES = 1 << 20  # Gloo's ring: segments of at most 1 MiB, two in flight
+
+
+def wire_messages(algorithm: str, hosts: int, n_bytes: float) -> int:
+    """Messages each rank sends in one call (each a send with a header of its own, a last
+    partial frame and a receive notice back): the naive ring one a round; the hand-written ring
+    one a round per segment of at most ``real.allreduce.DEFAULT_SEGMENT_BYTES``; Gloo's own
+    ring cuts the buffer into S segments, S the larger of ceil(n / 1 MiB) and 2 per rank,
+    rounded up to a multiple of the ranks, and sends S - S / p in each of its two phases."""
+    if algorithm not in SIM_ALGORITHM:
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
+    if hosts < 2:
+        return 0
+    if algorithm == "naive":
+        return hosts - 1
+    if algorithm == "ring":
+        from real.allreduce import DEFAULT_SEGMENT_BYTES  # the benchmark imports torch
+        return 2 * (hosts - 1) * max(1, -(-int(n_bytes / hosts) // DEFAULT_SEGMENT_BYTES))
+    segments = max(-(-int(n_bytes) // GLOO_MAX_SEGMENT_BYTES), 2 * hosts)
+    segments = -(-segments // hosts) * hosts
+    return 2 * (segments - segments // hosts)
+
+
 def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs,
                         measured_rounds: bool = True) -> float:
     """Seconds for one all-reduce of ``n_bytes`` over ``hosts`` hosts (one rank each), started
@@ -518,13 +556,16 @@ def stream_call_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
 def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: float,
                       payload_bps: float, bucket_bytes: float,
                       left_after: list | None = None,
-                      tail_s: list[float] | None = None) -> list[list[float]]:
+                      tail_s: list[float] | None = None,
+                      extra_bytes: list[float] | None = None) -> list[list[float]]:
     """Seconds of each algorithm's calls in one rotation of the benchmark's steady stream, in
     the order it makes them: algorithm ``a`` takes ``alone_s[a]`` when its host's bucket holds
     the tokens for the ``sent_bytes[a]`` it sends, else until the missing tokens have refilled
     at ``payload_bps`` and then its ``tail_s[a]`` (the work after its last bytes arrived:
     ``call_tail_s``; none where not given). The bucket (``bucket_bytes``) refills during the
-    ``gap_s`` before every call (the barrier) and starts full. What a call leaves in it:
+    ``gap_s`` before every call (the barrier) and starts full; ``extra_bytes[a]``, where given,
+    is what a's cycle sends beyond its payload (``NetworkInputs.wire_extra_bytes``), taken from
+    the bucket before the call's payload (the bucket may so owe tokens). What a call leaves in it:
     ``left_after[a](tokens)`` where given (``bucket_walk``'s end, from the tokens the call
     started on) and what its tail refills, else the tokens it started on plus the call's length
     at the rate less its bytes (an approximation: a call that waited for tokens in a round leaves
@@ -544,14 +585,17 @@ def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: floa
     tail_s = [0.0] * n if tail_s is None else tail_s
     if len(tail_s) != n or not all(t >= 0 for t in tail_s):
         raise ValueError(f"need one tail of at least 0 s per algorithm, got {tail_s}")
+    extra_bytes = [0.0] * n if extra_bytes is None else extra_bytes
+    if len(extra_bytes) != n or not all(e >= 0 for e in extra_bytes):
+        raise ValueError(f"need one extra of at least 0 bytes per algorithm, got {extra_bytes}")
     order = call_order(n, n)  # one rotation: n iterations, each algorithm first once
 
     def rotation(tokens: float) -> tuple[float, list[list[float]]]:
         seconds: list[list[float]] = [[] for _ in range(n)]
         for _, a in order:
-            tokens = min(bucket_bytes, tokens + gap_s * rate_Bps)
+            tokens = min(bucket_bytes, tokens + gap_s * rate_Bps) - extra_bytes[a]
             call_s = max(alone_s[a], (sent_bytes[a] - tokens) / rate_Bps + tail_s[a])
-            tokens = (min(bucket_bytes, left_after[a](tokens) + tail_s[a] * rate_Bps)
+            tokens = (min(bucket_bytes, left_after[a](max(0.0, tokens)) + tail_s[a] * rate_Bps)
                       if left_after[a] is not None else
                       min(bucket_bytes, max(0.0, tokens + call_s * rate_Bps - sent_bytes[a])))
             seconds[a].append(call_s)
@@ -587,8 +631,10 @@ def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
     ``NetworkInputs.call_gap_at``), and a call leaves the bucket as ``bucket_walk`` walks its
     rounds from the tokens it started on (``bucket_left_after``; without ``walk_calls``, as
     the call's length at the rate counts it, the ablation's older model) and as its tail
-    refills it (``call_tail_s``; none without ``call_tails``, the ablation's older model). On
-    2 hosts the rate is the one-way goodput (``NetworkInputs.for_ring_of``)."""
+    refills it (``call_tail_s``; none without ``call_tails``, the ablation's older model). Each
+    cycle also sends the wire's bytes beyond its payload where the inputs have them
+    (``NetworkInputs.wire_extra_bytes``; none by default). On 2 hosts the rate is the one-way
+    goodput (``NetworkInputs.for_ring_of``)."""
     net = net.for_ring_of(hosts)
     alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
@@ -597,8 +643,9 @@ def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
                               net) for a, t in zip(algorithms, tables)]
     tails = [call_tail_s(a, hosts, n_bytes, t) if call_tails else 0.0
              for a, t in zip(algorithms, tables)]
+    extra = [net.wire_extra_bytes(a, hosts, n_bytes) for a in algorithms]
     return stream_rotation_s(alone, sent, net.call_gap_at(n_bytes), net.duplex_payload_bps,
-                             net.bucket_payload_bytes, left, tails)
+                             net.bucket_payload_bytes, left, tails, extra)
 
 
 def bucket_left_after(table: RoundCosts | None, messages_bytes: list[float], net: NetworkInputs):
