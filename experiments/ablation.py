@@ -2,7 +2,7 @@
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
-    python -m experiments.ablation --model "rounds, the wire's bytes" --wire wire.json
+    python -m experiments.ablation --model "rounds, the wire's bytes" --wire experiments/results/wire/*.json
 
 All predictions come from the same run's calibration (network only); only the model differs:
 
@@ -51,7 +51,7 @@ All predictions come from the same run's calibration (network only); only the mo
   size, plus a call's fixed cost; each call in the stream of calls too
   (``measured_rounds=False``);
 * ``shaper, no start-up``: the same without the start-up table;
-* ``rounds, the wire's bytes`` (with ``--wire FILE``, ``experiments/wire_bytes.py``'s records):
+* ``rounds, the wire's bytes`` (with ``--wire FILE …``, ``experiments/wire_bytes.py``'s records):
   the same as ``rounds``, each cycle of a stream also sending the wire's bytes beyond its
   payload (``NetworkInputs.message_wire_bytes`` a message and ``cycle_wire_bytes`` a cycle):
   a message's, the mean of the records' fits at the row's rate (else of them all); a cycle's,
@@ -300,9 +300,9 @@ def main(argv=None) -> int:
                         help="instead of the table, every row under this model: predicted, "
                              "measured, error (one of: " + "; ".join(MODELS + (WIRE_MODEL,))
                              + ")")
-    parser.add_argument("--wire", action="append", metavar="FILE",
-                        help=f"an experiments/wire_bytes.py record (repeatable): adds the model "
-                             f"{WIRE_MODEL!r}")
+    parser.add_argument("--wire", action="extend", nargs="+", metavar="FILE",
+                        help=f"experiments/wire_bytes.py records (experiments/results/wire/*.json"
+                             f"): add the model {WIRE_MODEL!r}")
     args = parser.parse_args(argv)
     folder = Path(args.results)
     wire = None

@@ -115,8 +115,10 @@ NOTES: dict[str, list[str]] = {
         "k-th round; Gloo's rounds from its all-gather; C++-driven rounds at every size in a "
         "sliding window; probes idling before every chain (`--probe-idle`, kept as "
         "`experiments/results/full-idle/`); the probe run in the benchmark's own launch; FIFO "
-        "scheduling; the barrier's rounds in the gap; charging the bytes the wire carries beyond "
-        "the payload (measured by the shapers' counters on 2 hosts: 304–1,514 B a call); "
+        "scheduling; the barrier's rounds in the gap; charging every byte the wire carries beyond "
+        "the payload (`experiments.wire_bytes`: about 320–380 B a message and 460–1,200 a "
+        "barrier; it removes Gloo's 64 kB lean on 2 and 4 hosts and puts the ring's over, 185 → "
+        "182 rows over 8% in the stored grids); "
         "probes and benchmark launches pooled over one bed.",
     ],
     "sync": [
