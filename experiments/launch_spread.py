@@ -114,10 +114,8 @@ def run_launches(args) -> list[dict]:
             for what, command in launch_commands(args, folder, launch):
                 result = bed.run(command, timeout_s=LAUNCH_TIMEOUT_S, echo=False)
                 if not result.ok:
-                    failed = next((h for h in result.hosts if h.returncode and not h.stopped),
-                                  result.hosts[0])
-                    lines = failed.stderr().strip().splitlines() or ["(no output)"]
-                    raise TestbedError(f"launch {launch}: the {what} failed: {lines[-1]}")
+                    raise TestbedError(f"launch {launch}: the {what} failed: "
+                                       f"{result.failure_line()}")
             figures = probe_figures(json.loads((folder / f"probe{launch}.json").read_text()))
             if args.benchmark:
                 trace = json.loads((folder / f"trace{launch}.json").read_text())

@@ -439,10 +439,7 @@ def run_collect(bed_config: TestbedConfig, command: str, json_name: str | tuple[
     with scratch_testbed(bed_config) as bed:
         result = bed.run(command, timeout_s=timeout_s, echo=False)
         if not result.ok:
-            failed = next((h for h in result.hosts if h.returncode and not h.stopped),
-                          result.hosts[0])
-            tail = (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
-            raise TestbedError(f"{label}: exit {result.exit_status()}: {tail}")
+            raise TestbedError(f"{label}: exit {result.exit_status()}: {result.failure_line()}")
     names = json_name if isinstance(json_name, tuple) else (json_name,)
     written = [h.json for h in result.hosts if all(n in h.json for n in names)]
     broken = [(h.rank, n, h.json_errors[n]) for h in result.hosts for n in names

@@ -96,9 +96,8 @@ def launch(bed, folder: Path, algorithm: str, size: int, iters: int, seed: int) 
     first = counters(bed)
     result = bed.run(command, timeout_s=LAUNCH_TIMEOUT_S, echo=False)
     if not result.ok:
-        failed = next((h for h in result.hosts if h.returncode and not h.stopped), result.hosts[0])
-        lines = failed.stderr().strip().splitlines() or ["(no output)"]
-        raise TestbedError(f"the benchmark ({algorithm}, {format_bytes(size)}) failed: {lines[-1]}")
+        raise TestbedError(f"the benchmark ({algorithm}, {format_bytes(size)}) failed: "
+                           f"{result.failure_line()}")
     sent = [{k: b[k] - a[k] for k in ("sent_bytes", "sent_packets")}
             for a, b in zip(first, counters(bed))]
     record = result.hosts[0].json[f"{name}.json"]

@@ -211,3 +211,21 @@ def test_the_ablations_wire_model_needs_the_wires_counts_and_prices_every_row_wi
     # the table gains the wire's model only with its counts
     assert ablation(["--wire", str(wire)]) == 0
     assert "rounds, the wire's bytes median" in capsys.readouterr().out
+
+
+def test_a_failed_runs_line_is_the_last_of_the_first_host_that_failed_on_its_own(tmp_path):
+    from real.testbed.launch import HostResult, RunResult
+    logs = []
+    for rank, text in enumerate(["stopped\n", "Traceback\nRuntimeError: no route to host\n", ""]):
+        logs.append(tmp_path / f"err{rank}")
+        logs[-1].write_text(text)
+
+    def host(rank, code, stopped=False):
+        return HostResult(rank, f"10.0.0.{rank + 1}", code, 0.1, str(logs[rank]), str(logs[rank]),
+                          stopped=stopped)
+    stopped_first = RunResult("cmd", [host(0, -15, stopped=True), host(1, 1), host(2, 0)], 1.0)
+    assert stopped_first.failure_line() == "RuntimeError: no route to host"
+    # none failed on its own (a timeout stopped them all): host 0's, or a placeholder if silent
+    assert RunResult("cmd", [host(0, -9, True), host(1, -9, True)], 1.0, timed_out=True) \
+        .failure_line() == "stopped"
+    assert RunResult("cmd", [host(2, -9, True)], 1.0, timed_out=True).failure_line() == "(no output)"

@@ -81,6 +81,12 @@ class RunResult:
                 return host.returncode if host.returncode > 0 else 128 - host.returncode
         return 0 if self.ok else 1
 
+    def failure_line(self) -> str:
+        """The last line of stderr of the first host that failed on its own (not one stopped
+        after it), else of host 0's: why the command failed, for a one-line error."""
+        failed = next((h for h in self.hosts if h.returncode and not h.stopped), self.hosts[0])
+        return (failed.stderr().strip().splitlines() or ["(no output)"])[-1]
+
     def as_dict(self) -> dict:
         return {"command": self.command, "ok": self.ok, "exit_status": self.exit_status(),
                 "wall_s": self.wall_s, "timed_out": self.timed_out, "interrupted": self.interrupted,
