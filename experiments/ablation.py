@@ -1,4 +1,4 @@
-"""The all-reduce model sixteen ways, on one run's own results: what each part of the model buys.
+"""The all-reduce model fifteen ways (sixteen with --wire) on one run's results: what each part buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
@@ -104,24 +104,26 @@ MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain
 WIRE_MODEL = "rounds, the wire's bytes"  # only with the wire's own counts (``--wire``)
 
 
-def wire_inputs(records: list[dict]) -> tuple[dict, dict]:
+def wire_inputs(records: list[dict], names: list[str] | None = None) -> tuple[dict, dict]:
     """(rate -> a message's bytes beyond its payload, hosts -> a cycle's beyond its messages)
-    from ``experiments/wire_bytes.py`` records: the means of their fits, by rate and by hosts
-    (rate ``None``: over them all, for a rate none was made at)."""
+    from ``experiments/wire_bytes.py`` records (``names``: how errors call them): the means of
+    their fits, by rate and by hosts (rate ``None``: over them all, for a rate none was made at).
+    A fit below 0 (least squares over noisy counts) charges nothing."""
+    names = names or [f"wire record {k + 1}" for k in range(len(records))]
     by_rate: dict = {}
     by_hosts: dict = {}
-    for k, record in enumerate(records):
+    for name, record in zip(names, records):
         fit = record.get("fit") if isinstance(record, dict) else None
         if not isinstance(fit, dict):
-            raise ValueError(f"wire record {k + 1} has no fit (it needs two sizes)")
+            raise ValueError(f"{name} has no fit (it needs two sizes)")
         message, cycle = fit.get("per_message_bytes"), fit.get("per_call_bytes")
         rate, hosts = record.get("bandwidth_bps"), record.get("hosts")
-        if not (all(_is_number(x) and 0 <= x < math.inf for x in (message, cycle))
+        if not (all(_is_number(x) and math.isfinite(x) for x in (message, cycle))
                 and _is_number(rate) and 0 < rate < math.inf and _is_whole(hosts, 2, MAX_HOSTS)):
-            raise ValueError(f"wire record {k + 1} is not as experiments/wire_bytes.py writes "
-                             f"it: a rate, 2 to {MAX_HOSTS} hosts and a fit of bytes at least 0")
-        by_rate.setdefault(float(rate), []).append(float(message))
-        by_hosts.setdefault(int(hosts), []).append(float(cycle))
+            raise ValueError(f"{name} is not as experiments/wire_bytes.py writes it: a rate, "
+                             f"2 to {MAX_HOSTS} hosts and a fit of finite bytes")
+        by_rate.setdefault(float(rate), []).append(max(0.0, float(message)))
+        by_hosts.setdefault(int(hosts), []).append(max(0.0, float(cycle)))
     if not records:
         raise ValueError("no wire records")
     message = {rate: statistics.mean(v) for rate, v in by_rate.items()}
@@ -307,9 +309,15 @@ def main(argv=None) -> int:
     folder = Path(args.results)
     wire = None
     if args.wire:
+        records = []
+        for path in args.wire:
+            try:
+                records.append(read_json(path))
+            except (OSError, ValueError) as error:
+                parser.error(f"cannot read the wire's counts in {path}: {error}")
         try:
-            wire = wire_inputs([read_json(path) for path in args.wire])
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            wire = wire_inputs(records, args.wire)
+        except ValueError as error:
             parser.error(f"cannot read the wire's counts: {error}")
     elif args.model == WIRE_MODEL:
         parser.error(f"the model {WIRE_MODEL!r} needs --wire FILE (experiments/wire_bytes.py)")

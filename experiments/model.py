@@ -350,13 +350,15 @@ class NetworkInputs:
         at the duplex payload rate)."""
         return self.call_gap_s * self.duplex_payload_bps / 8.0
 
-    def wire_extra_bytes(self, algorithm: str, hosts: int, n_bytes: float) -> float:
+    def wire_extra_bytes(self, algorithm: str, hosts: int, n_bytes: float) -> tuple[float, float]:
         """Payload bytes' worth of tokens a cycle of a stream of ``algorithm``'s calls takes
-        beyond its payload: ``cycle_wire_bytes`` and ``message_wire_bytes`` a message
-        (``wire_messages``), wire bytes at the duplex payload rate's share of the link's."""
-        wire = (self.cycle_wire_bytes.get(hosts, 0.0)
-                + self.message_wire_bytes * wire_messages(algorithm, hosts, n_bytes))
-        return wire * self.duplex_payload_bps / self.rate_bps
+        beyond its payload, as (the barrier's, in the gap: ``cycle_wire_bytes``; the call's:
+        ``message_wire_bytes`` a message, ``wire_messages``), wire bytes at the duplex payload
+        rate's share of the link's."""
+        share = self.duplex_payload_bps / self.rate_bps
+        call = (self.message_wire_bytes * wire_messages(algorithm, hosts, n_bytes)
+                if self.message_wire_bytes else 0.0)
+        return self.cycle_wire_bytes.get(hosts, 0.0) * share, call * share
 
     @property
     def fixed_call_s(self) -> float:
@@ -473,26 +475,36 @@ def allreduce_messages(algorithm: str, hosts: int, n_bytes: float) -> list[float
 
 
 GLOO_MAX_SEGMENT_BYTES = 1 << 20  # Gloo's ring: segments of at most 1 MiB, two in flight
+ELEMENT_BYTES = 4  # the benchmark's buffers are float32
 
 
-def wire_messages(algorithm: str, hosts: int, n_bytes: float) -> int:
-    """Messages each rank sends in one call (each a send with a header of its own, a last
-    partial frame and a receive notice back): the naive ring one a round; the hand-written ring
-    one a round per segment of at most ``real.allreduce.DEFAULT_SEGMENT_BYTES``; Gloo's own
-    ring cuts the buffer into S segments, S the larger of ceil(n / 1 MiB) and 2 per rank,
-    rounded up to a multiple of the ranks, and sends S - S / p in each of its two phases."""
+def wire_messages(algorithm: str, hosts: int, n_bytes: float) -> float:
+    """Messages a rank sends in one call, the mean over the ranks (each a send with a header of
+    its own, a last partial frame and a receive notice back). The naive ring: one a round. The
+    hand-written ring (``real/allreduce.py``): each of its 2(p - 1) steps sends one chunk in
+    pieces of at most ``DEFAULT_SEGMENT_BYTES``, so each chunk's pieces travel 2(p - 1) hops
+    in all, shared by p ranks. Gloo's own ring cuts the buffer into S segments (S the larger of
+    ceil(n / 1 MiB) and 2p, rounded up to a multiple of p) and sends each segment that holds
+    data p - 1 hops in each of its two phases."""
     if algorithm not in SIM_ALGORITHM:
-        raise ValueError(f"unknown all-reduce algorithm {algorithm!r} (known: {', '.join(SIM_ALGORITHM)})")
-    if hosts < 2:
-        return 0
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r} "
+                         f"(known: {', '.join(SIM_ALGORITHM)})")
+    elements = int(n_bytes) // ELEMENT_BYTES
+    if hosts < 2 or elements == 0:
+        return 0.0
     if algorithm == "naive":
-        return hosts - 1
+        return float(hosts - 1)
     if algorithm == "ring":
-        from real.allreduce import DEFAULT_SEGMENT_BYTES  # the benchmark imports torch
-        return 2 * (hosts - 1) * max(1, -(-int(n_bytes / hosts) // DEFAULT_SEGMENT_BYTES))
-    segments = max(-(-int(n_bytes) // GLOO_MAX_SEGMENT_BYTES), 2 * hosts)
+        from real.allreduce import DEFAULT_SEGMENT_BYTES, chunk_bounds, segment_bounds
+        segment = DEFAULT_SEGMENT_BYTES // ELEMENT_BYTES
+        pieces = sum(len(segment_bounds(a, b, segment)) for a, b in chunk_bounds(elements, hosts))
+        return 2 * (hosts - 1) * pieces / hosts
+    segments = max(-(-elements * ELEMENT_BYTES // GLOO_MAX_SEGMENT_BYTES), 2 * hosts)
     segments = -(-segments // hosts) * hosts
-    return 2 * (segments - segments // hosts)
+    segment_bytes = -(-elements * ELEMENT_BYTES // segments)
+    segment_bytes = -(-segment_bytes // ELEMENT_BYTES) * ELEMENT_BYTES
+    holding_data = -(-elements * ELEMENT_BYTES // segment_bytes)
+    return 2 * (hosts - 1) * holding_data / hosts
 
 
 def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs,
@@ -557,15 +569,17 @@ def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: floa
                       payload_bps: float, bucket_bytes: float,
                       left_after: list | None = None,
                       tail_s: list[float] | None = None,
-                      extra_bytes: list[float] | None = None) -> list[list[float]]:
+                      extra_bytes: list[tuple[float, float]] | None = None) -> list[list[float]]:
     """Seconds of each algorithm's calls in one rotation of the benchmark's steady stream, in
     the order it makes them: algorithm ``a`` takes ``alone_s[a]`` when its host's bucket holds
     the tokens for the ``sent_bytes[a]`` it sends, else until the missing tokens have refilled
     at ``payload_bps`` and then its ``tail_s[a]`` (the work after its last bytes arrived:
     ``call_tail_s``; none where not given). The bucket (``bucket_bytes``) refills during the
     ``gap_s`` before every call (the barrier) and starts full; ``extra_bytes[a]``, where given,
-    is what a's cycle sends beyond its payload (``NetworkInputs.wire_extra_bytes``), taken from
-    the bucket before the call's payload (the bucket may so owe tokens). What a call leaves in it:
+    is what a's cycle sends beyond its payload (``NetworkInputs.wire_extra_bytes``): the
+    barrier's part leaves the bucket during the gap (a full bucket refills it), the call's with
+    the call's payload (the bucket may so owe tokens, which the call pays at the rate and the
+    next one finds missing). What a call leaves in it:
     ``left_after[a](tokens)`` where given (``bucket_walk``'s end, from the tokens the call
     started on) and what its tail refills, else the tokens it started on plus the call's length
     at the rate less its bytes (an approximation: a call that waited for tokens in a round leaves
@@ -585,17 +599,21 @@ def stream_rotation_s(alone_s: list[float], sent_bytes: list[float], gap_s: floa
     tail_s = [0.0] * n if tail_s is None else tail_s
     if len(tail_s) != n or not all(t >= 0 for t in tail_s):
         raise ValueError(f"need one tail of at least 0 s per algorithm, got {tail_s}")
-    extra_bytes = [0.0] * n if extra_bytes is None else extra_bytes
-    if len(extra_bytes) != n or not all(e >= 0 for e in extra_bytes):
-        raise ValueError(f"need one extra of at least 0 bytes per algorithm, got {extra_bytes}")
+    extra_bytes = [(0.0, 0.0)] * n if extra_bytes is None else extra_bytes
+    if len(extra_bytes) != n or not all(len(e) == 2 and min(e) >= 0 for e in extra_bytes):
+        raise ValueError(f"need one (barrier, call) pair of at least 0 bytes per algorithm, "
+                         f"got {extra_bytes}")
     order = call_order(n, n)  # one rotation: n iterations, each algorithm first once
 
     def rotation(tokens: float) -> tuple[float, list[list[float]]]:
         seconds: list[list[float]] = [[] for _ in range(n)]
         for _, a in order:
-            tokens = min(bucket_bytes, tokens + gap_s * rate_Bps) - extra_bytes[a]
+            barrier, extra = extra_bytes[a]
+            tokens = min(bucket_bytes, tokens + gap_s * rate_Bps - barrier) - extra
             call_s = max(alone_s[a], (sent_bytes[a] - tokens) / rate_Bps + tail_s[a])
-            tokens = (min(bucket_bytes, left_after[a](max(0.0, tokens)) + tail_s[a] * rate_Bps)
+            owed = min(0.0, tokens)
+            tokens = (min(bucket_bytes, max(0.0, left_after[a](tokens - owed) + owed)
+                          + tail_s[a] * rate_Bps)
                       if left_after[a] is not None else
                       min(bucket_bytes, max(0.0, tokens + call_s * rate_Bps - sent_bytes[a])))
             seconds[a].append(call_s)

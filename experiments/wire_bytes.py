@@ -7,13 +7,15 @@ The model prices a stream of calls that the link paces from the calls' payload a
 calibration's duplex payload rate (``experiments.model.stream_rotation_s``). The shapers count
 more than that: every message's own header and last, partial frame, the notice a Gloo receiver
 sends back for each message, ACKs that find no data to ride in, and the barrier before each
-call. This runs the benchmark (``real/allreduce.py``, traced) on one test bed, one algorithm
-and one size a launch, twice: ``--iters`` calls and three times as many. Each host's uplink
-shaper counts its bytes and packets before and after each launch; the difference between the
-two launches, per call, is what one cycle of the stream (barrier and call) sends, the launches'
-start-up and ending cancelling. From the longer launch's trace: the stream's period (rank 0's
-start to start), the call and the gap before it (``launch_spread.trace_gaps``). A stream paced
-by its link has a period of its cycle's bytes at the link's rate.
+call. This runs the benchmark (``real/allreduce.py``) on one test bed, one algorithm and one
+size a launch: ``--iters`` calls, three times as many, and ``--iters`` again with a trace. Each
+host's uplink shaper counts its bytes and packets before and after each of the first two; the
+difference between them, per call, is what one cycle of the stream (barrier and call) sends,
+the launches' start-up and ending cancelling (but for the benchmark's closing all-reduce of its
+timings, 8 B a call, counted with the payload; the third launch, traced, is not counted, as the
+trace's gathering grows with the calls too). From the trace: the stream's period (rank 0's start
+to start) and the gap before a call (``launch_spread.trace_gaps``); the call is the record's. A
+stream paced by its link has a period of its cycle's bytes at the link's rate.
 
 Last, a least-squares fit over every algorithm and size of the cycle's bytes as
 ``per_call + per_payload_byte × payload + per_message × messages``, the payload and messages
@@ -30,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy
+import numpy as np
 
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from dsgd_sim.units import format_bytes, parse_size
@@ -53,8 +55,9 @@ def per_call(before: list[dict], after: list[dict], calls: int) -> tuple[float, 
     second launch making ``calls`` calls more than the first."""
     if len(before) != len(after) or not before or calls <= 0:
         raise ValueError("need both launches' counts on every host and more calls in the second")
-    return (statistics.mean(b["sent_bytes"] - a["sent_bytes"] for a, b in zip(before, after)) / calls,
-            statistics.mean(b["sent_packets"] - a["sent_packets"] for a, b in zip(before, after)) / calls)
+    def mean_added(key: str) -> float:
+        return statistics.mean(b[key] - a[key] for a, b in zip(before, after)) / calls
+    return mean_added("sent_bytes"), mean_added("sent_packets")
 
 
 def trace_period_s(events: list[dict]) -> float:
@@ -71,38 +74,66 @@ def fit_overheads(rows: list[dict]) -> dict:
     residual. Needs three rows whose payloads and message counts are not in proportion."""
     if len(rows) < 3:
         raise ValueError(f"the fit needs at least 3 rows, got {len(rows)}")
-    a = numpy.array([[1.0, r["payload_bytes"], r["messages"]] for r in rows])
-    y = numpy.array([r["cycle_bytes"] for r in rows])
-    if numpy.linalg.matrix_rank(a) < 3:
+    a = np.array([[1.0, r["payload_bytes"], r["messages"]] for r in rows])
+    y = np.array([r["cycle_bytes"] for r in rows])
+    if np.linalg.matrix_rank(a) < 3:
         raise ValueError("the rows do not tell a message from a payload byte apart: give two "
                          "sizes at least, or algorithms that send different messages")
-    (c, per_byte, per_message), *_ = numpy.linalg.lstsq(a, y, rcond=None)
+    (c, per_byte, per_message), *_ = np.linalg.lstsq(a, y, rcond=None)
     return {"per_call_bytes": float(c), "per_payload_byte": float(per_byte),
             "per_message_bytes": float(per_message),
-            "largest_residual_bytes": float(numpy.max(numpy.abs(a @ [c, per_byte, per_message] - y)))}
+            "largest_residual_bytes": float(np.max(np.abs(a @ [c, per_byte, per_message] - y)))}
 
 
 def counters(bed) -> list[dict]:
     return [bed.link_counters(rank)["up"] for rank in range(bed.config.hosts)]
 
 
-def launch(bed, folder: Path, algorithm: str, size: int, iters: int, seed: int) -> tuple[list[dict], dict, list]:
-    """One benchmark launch: each host's counter differences, its record and its trace."""
-    name = f"{algorithm}-{size}-{iters}"
+TIMINGS_BYTES = 8  # the benchmark all-reduces each call's time (float64) once at its end
+
+
+def launch(bed, folder: Path, algorithm: str, size: int, iters: int, seed: int,
+           traced: bool = False) -> tuple[list[dict], dict, list | None]:
+    """One benchmark launch: each host's counter differences, the record of the host that wrote
+    one and, ``traced``, its trace's events."""
+    name = f"{algorithm}-{size}-{iters}{'-traced' if traced else ''}"
+    trace_path = folder / f"{name}.trace.json"
     command = rank_command("real/allreduce.py", [
         "--sizes", f"{size}B", "--algorithms", algorithm, "--iters", str(iters), "--warmup", "1",
-        "--seed", str(seed), *BENCHMARK_FLAGS, "--trace", str(folder / f"{name}.trace.json")],
+        "--seed", str(seed), *BENCHMARK_FLAGS, *(["--trace", str(trace_path)] if traced else [])],
         f"{name}.json")
     first = counters(bed)
     result = bed.run(command, timeout_s=LAUNCH_TIMEOUT_S, echo=False)
+    what = f"the benchmark ({algorithm}, {format_bytes(size)})"
     if not result.ok:
-        raise TestbedError(f"the benchmark ({algorithm}, {format_bytes(size)}) failed: "
-                           f"{result.failure_line()}")
+        raise TestbedError(f"{what} failed: {result.failure_line()}")
     sent = [{k: b[k] - a[k] for k in ("sent_bytes", "sent_packets")}
             for a, b in zip(first, counters(bed))]
-    record = result.hosts[0].json[f"{name}.json"]
-    trace = json.loads((folder / f"{name}.trace.json").read_text())["traceEvents"]
-    return sent, record, trace
+    records = [h.json[f"{name}.json"] for h in result.hosts if f"{name}.json" in h.json]
+    try:
+        call_s = float(records[0]["results"][0]["time_s"])
+        events = json.loads(trace_path.read_text())["traceEvents"] if traced else None
+    except (IndexError, KeyError, TypeError, ValueError, OSError) as error:
+        raise TestbedError(f"{what} wrote no record or trace to read: {error!r}") from None
+    return sent, {"call_s": call_s}, events
+
+
+def cycle_row(bed, args, algorithm: str, size: int, folder: Path) -> dict:
+    """What one cycle of ``algorithm``'s stream at ``size`` sends on ``bed``, and its times."""
+    short, _, _ = launch(bed, folder, algorithm, size, args.iters, args.seed)
+    long, _, _ = launch(bed, folder, algorithm, size, LONGER * args.iters, args.seed)
+    _, record, trace = launch(bed, folder, algorithm, size, args.iters, args.seed, traced=True)
+    cycle_bytes, cycle_packets = per_call(short, long, (LONGER - 1) * args.iters)
+    hosts = args.hosts
+    return {"algorithm": algorithm, "bytes": size,
+            "payload_bytes": sum(allreduce_messages(algorithm, hosts, size))
+            + TIMINGS_BYTES * 2 * (hosts - 1) / hosts,
+            "messages": wire_messages(algorithm, hosts, size),
+            "cycle_bytes": cycle_bytes, "cycle_packets": cycle_packets,
+            "period_s": trace_period_s(trace),
+            "bytes_at_rate_s": cycle_bytes * 8 / args.bandwidth,
+            "call_s": record["call_s"],
+            "gap_s": statistics.median(trace_gaps(trace).get(size) or [float("nan")])}
 
 
 def measure_rows(args) -> list[dict]:
@@ -111,25 +142,13 @@ def measure_rows(args) -> list[dict]:
             scratch_testbed(testbed_config(args.hosts, args.bandwidth)) as bed:
         for size in args.sizes:
             for algorithm in args.algorithms:
-                short, _, _ = launch(bed, Path(tmp), algorithm, size, args.iters, args.seed)
-                long, record, trace = launch(bed, Path(tmp), algorithm, size,
-                                             LONGER * args.iters, args.seed)
-                cycle_bytes, cycle_packets = per_call(short, long, (LONGER - 1) * args.iters)
-                gaps = trace_gaps(trace).get(size) or [float("nan")]
-                row = {"algorithm": algorithm, "bytes": size,
-                       "payload_bytes": sum(allreduce_messages(algorithm, args.hosts, size)),
-                       "messages": wire_messages(algorithm, args.hosts, size),
-                       "cycle_bytes": cycle_bytes, "cycle_packets": cycle_packets,
-                       "period_s": trace_period_s(trace),
-                       "bytes_at_rate_s": cycle_bytes * 8 / args.bandwidth,
-                       "call_s": float(record["results"][0]["time_s"]),
-                       "gap_s": statistics.median(gaps)}
-                print(f"{algorithm} {format_bytes(size)}: {cycle_bytes:,.0f} B and "
-                      f"{cycle_packets:.1f} packets a cycle (payload {row['payload_bytes']:,.0f} B in "
-                      f"{row['messages']} sends); period "
+                row = cycle_row(bed, args, algorithm, size, Path(tmp))
+                print(f"{algorithm} {format_bytes(size)}: {row['cycle_bytes']:,.0f} B and "
+                      f"{row['cycle_packets']:.1f} packets a cycle (payload "
+                      f"{row['payload_bytes']:,.0f} B in {row['messages']:g} sends); period "
                       f"{row['period_s'] * 1e3:.3f} ms, its bytes at the rate "
-                      f"{row['bytes_at_rate_s'] * 1e3:.3f} ms; call {row['call_s'] * 1e3:.3f} ms, "
-                      f"gap {row['gap_s'] * 1e3:.3f} ms", flush=True)
+                      f"{row['bytes_at_rate_s'] * 1e3:.3f} ms; call {row['call_s'] * 1e3:.3f} "
+                      f"ms, gap {row['gap_s'] * 1e3:.3f} ms", flush=True)
                 rows.append(row)
     return rows
 

@@ -19,7 +19,10 @@ from tests.cli_helpers import usage_error
     ("backend", 8, 64_000, 28),    # 16 segments, 14 a phase
     ("backend", 2, 16_000_000, 16),  # 16 segments of at most 1 MiB: 8 a phase
     ("backend", 4, 16_000_000, 24),  # 16 segments, 12 a phase
-    ("ring", 1, 64_000, 0),
+    ("ring", 2, 8 * 2**20 + 4, 3),  # chunks of 4 MiB + 4 B and 4 MiB: 2 pieces and 1, 3 hops each
+    ("ring", 4, 8, 3),             # 2 elements: two chunks of one, two empty; 6 hops of 2 over 4
+    ("backend", 2, 8, 2),          # 4 segments of 4 B, 2 holding data, each 1 hop a phase
+    ("ring", 1, 64_000, 0), ("naive", 2, 0, 0),
 ])
 def test_wire_messages_counts_each_algorithms_sends_a_call(algorithm, hosts, n_bytes, messages):
     assert wire_messages(algorithm, hosts, n_bytes) == messages
@@ -33,7 +36,8 @@ def test_wire_messages_refuses_an_unknown_algorithm():
 def test_per_call_is_the_second_launchs_extra_counts_per_call_averaged_over_the_hosts():
     short = [{"sent_bytes": 1_000, "sent_packets": 10}, {"sent_bytes": 2_000, "sent_packets": 20}]
     long = [{"sent_bytes": 21_000, "sent_packets": 30}, {"sent_bytes": 26_000, "sent_packets": 60}]
-    assert per_call(short, long, 10) == pytest.approx((2_200.0, 3.0))  # (2000 + 2400) / 2, (2 + 4) / 2
+    # (2000 + 2400) / 2 bytes and (2 + 4) / 2 packets a call
+    assert per_call(short, long, 10) == pytest.approx((2_200.0, 3.0))
     with pytest.raises(ValueError):
         per_call(short, long[:1], 10)
     with pytest.raises(ValueError):
@@ -115,7 +119,7 @@ def test_on_a_bed_each_cycle_sends_more_than_its_payload_and_gloos_calls_the_mos
 
 # -- the model's optional charge for them, and the ablation's model with it --------------------
 
-def test_a_paced_streams_cycle_pays_its_extra_bytes_before_its_payload():
+def test_a_paced_streams_cycle_pays_its_extra_bytes_the_barriers_in_the_gap():
     from experiments.model import stream_rotation_s
     rate_Bps, bucket, gap = 25e6, 24_000, 0.2e-3
     alone, sent = [1e-3], [64_000]  # 2.56 ms of payload at the rate: paced
@@ -123,16 +127,35 @@ def test_a_paced_streams_cycle_pays_its_extra_bytes_before_its_payload():
     plain, = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained)
     # the gap refills 5 kB; the call pays the rest of its payload at the rate
     assert plain == pytest.approx([(64_000 - 5_000) / rate_Bps], rel=1e-12)
+    assert stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained,
+                             extra_bytes=[(0.0, 0.0)]) == [plain]
     charged, = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained,
-                                 extra_bytes=[1_500])
-    # 1.5 kB more a cycle: 60 us more a call, whether the bucket held them or not
+                                 extra_bytes=[(500, 1_000)])
+    # 1.5 kB more a cycle: 60 us more a call
     assert charged == pytest.approx([(64_000 + 1_500 - 5_000) / rate_Bps], rel=1e-12)
     owing, = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained,
-                               extra_bytes=[8_000])  # more than the gap refilled
+                               extra_bytes=[(0, 8_000)])  # more than the gap refilled
     assert owing == pytest.approx([(64_000 + 8_000 - 5_000) / rate_Bps], rel=1e-12)
-    for bad in ([-1.0], [1.0, 2.0]):
-        with pytest.raises(ValueError, match="one extra of at least 0 bytes per algorithm"):
+    for bad in ([(-1.0, 0.0)], [(1.0, 2.0), (1.0, 2.0)], [(1.0,)]):
+        with pytest.raises(ValueError, match="one \\(barrier, call\\) pair of at least 0 bytes"):
             stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, drained, extra_bytes=bad)
+
+
+def test_a_full_bucket_refills_the_barriers_bytes_but_not_the_calls():
+    from experiments.model import stream_rotation_s
+    rate_Bps, bucket, gap = 125e6, 125_000, 0.2e-3
+    alone, sent = [1e-3], [50_000]  # a light call: 0.4 ms of bytes, the bucket holds them
+    # the bucket is full after every gap: the barrier's 2 kB come back before the call starts;
+    # the call's 1 kB do not, but 74 kB are left, so no call waits
+    barrier, = stream_rotation_s(alone, sent, gap, rate_Bps * 8, bucket, extra_bytes=[(2_000, 0)])
+    assert barrier == pytest.approx([1e-3])
+    # a call that owes tokens pays them at the rate, and what its rounds refill goes first to
+    # the debt: from a full 10 kB bucket the call owes 5 kB, waits for 6 kB, and its rounds'
+    # 3 kB leave nothing (not 3 kB); the next starts 15 kB short and waits for 16 kB
+    refills = [lambda tokens: tokens + 3_000]
+    owed = stream_rotation_s([1e-5], [1_000], 0.0, rate_Bps * 8, 10_000, refills,
+                             extra_bytes=[(0, 15_000)])
+    assert owed == [pytest.approx([16_000 / rate_Bps])]
 
 
 def _stored_net():
@@ -149,23 +172,28 @@ def test_the_models_stream_charges_the_wires_bytes_only_where_its_inputs_have_th
     from experiments.model import predict_allreduce_stream_s, predict_stream_rotation_s
     net = _stored_net()
     algorithms = ["ring", "naive", "backend"]
-    assert net.wire_extra_bytes("backend", 2, 64_000) == 0.0  # the default: not charged
-    plain = predict_allreduce_stream_s(algorithms, 2, 64_000, net)
+    assert net.wire_extra_bytes("backend", 2, 64_000) == (0.0, 0.0)  # the default: not charged
     wired = dataclasses.replace(net, message_wire_bytes=315.0, cycle_wire_bytes={2: 460.0})
     share = net.duplex_payload_bps / net.rate_bps
-    assert wired.wire_extra_bytes("backend", 2, 64_000) == pytest.approx((460 + 4 * 315) * share)
-    assert wired.wire_extra_bytes("naive", 2, 64_000) == pytest.approx((460 + 315) * share)
-    assert wired.wire_extra_bytes("naive", 4, 64_000) == pytest.approx(3 * 315 * share)  # no fit on 4
+    assert wired.wire_extra_bytes("backend", 2, 64_000) == \
+        pytest.approx((460 * share, 4 * 315 * share))
+    assert wired.wire_extra_bytes("naive", 2, 64_000) == pytest.approx((460 * share, 315 * share))
+    assert wired.wire_extra_bytes("naive", 4, 64_000) == \
+        pytest.approx((0.0, 3 * 315 * share))  # no cycle's fit on 4 hosts
     # every call of the rotation costs more; the rotation at most the extras' time at the rate
     # (a call the bucket's tokens or its own rounds bound pays less of them)
     plain_turns = predict_stream_rotation_s(algorithms, 2, 64_000, net)
     charged_turns = predict_stream_rotation_s(algorithms, 2, 64_000, wired)
     rate_Bps = net.for_ring_of(2).duplex_payload_bps / 8
-    extras_s = sum(wired.for_ring_of(2).wire_extra_bytes(a, 2, 64_000) for a in algorithms) / rate_Bps
+    extras_s = sum(sum(wired.for_ring_of(2).wire_extra_bytes(a, 2, 64_000))
+                   for a in algorithms) / rate_Bps
     added = [c - p for cs, ps in zip(charged_turns, plain_turns) for c, p in zip(cs, ps)]
     assert all(a > 0 for a in added)
     assert 0 < sum(added) <= len(algorithms) * extras_s * (1 + 1e-9)
-    assert predict_allreduce_stream_s(algorithms, 2, 64_000, net) == plain
+    # with the wire's inputs at zero, the model's own prices to the bit
+    zeroed = dataclasses.replace(wired, message_wire_bytes=0.0, cycle_wire_bytes={2: 0.0})
+    assert predict_allreduce_stream_s(algorithms, 2, 64_000, zeroed) == \
+        predict_allreduce_stream_s(algorithms, 2, 64_000, net)
 
 
 def _record(hosts, rate, message, cycle):
@@ -183,9 +211,11 @@ def test_wire_inputs_are_the_fits_means_by_rate_and_by_hosts_and_refuse_a_record
         with pytest.raises(ValueError):
             wire_inputs(bad)
     for record in (_record(1, 200e6, 300, 460), _record(2, 0, 300, 460),
-                   _record(2, 200e6, float("nan"), 460), _record(2, 200e6, 300, -5)):
-        with pytest.raises(ValueError, match="not as experiments/wire_bytes.py writes it"):
-            wire_inputs([record])
+                   _record(2, 200e6, float("nan"), 460), _record(2, 200e6, 300, "x")):
+        with pytest.raises(ValueError, match="bed.json is not as experiments/wire_bytes.py"):
+            wire_inputs([record], ["bed.json"])
+    # a fit below zero (least squares over noisy counts) charges nothing
+    assert wire_inputs([_record(2, 200e6, -3, -5)]) == ({200e6: 0.0, None: 0.0}, {2: 0.0})
 
 
 def test_the_ablations_wire_model_needs_the_wires_counts_and_prices_every_row_with_them(
@@ -196,6 +226,10 @@ def test_the_ablations_wire_model_needs_the_wires_counts_and_prices_every_row_wi
     bad = tmp_path / "bad.json"
     bad.write_text('{"hosts": 2, "bandwidth_bps": 2e8, "fit": null}')
     assert "cannot read the wire's counts" in usage_error(ablation, ["--wire", str(bad)], capsys)
+    for unreadable in (tmp_path / "missing.json", tmp_path / "bad"):
+        if unreadable.name == "bad":
+            unreadable.write_text("{not json")
+        assert str(unreadable) in usage_error(ablation, ["--wire", str(unreadable)], capsys)
     wire = tmp_path / "wire.json"
     wire.write_text(json.dumps(_record(2, 200e6, 315, 460)))
     assert ablation(["--model", "rounds", "--wire", str(wire)]) == 0
@@ -228,4 +262,5 @@ def test_a_failed_runs_line_is_the_last_of_the_first_host_that_failed_on_its_own
     # none failed on its own (a timeout stopped them all): host 0's, or a placeholder if silent
     assert RunResult("cmd", [host(0, -9, True), host(1, -9, True)], 1.0, timed_out=True) \
         .failure_line() == "stopped"
-    assert RunResult("cmd", [host(2, -9, True)], 1.0, timed_out=True).failure_line() == "(no output)"
+    silent = RunResult("cmd", [host(2, -9, True)], 1.0, timed_out=True)
+    assert silent.failure_line() == "(no output)"
