@@ -116,7 +116,7 @@ NOTES: dict[str, list[str]] = {
         "sliding window; probes idling before every chain (`--probe-idle`, kept as "
         "`experiments/results/full-idle/`); the probe run in the benchmark's own launch; FIFO "
         "scheduling; the barrier's rounds in the gap; charging every byte the wire carries beyond "
-        "the payload (`experiments.wire_bytes`: about 320–380 B a message and 460–1,200 a "
+        "the payload (`experiments.wire_bytes`: about 300–390 B a message and 360–1,250 a "
         "barrier; it removes Gloo's 64 kB lean on 2 and 4 hosts and puts the ring's over, 185 → "
         "182 rows over 8% in the stored grids); "
         "probes and benchmark launches pooled over one bed.",
