@@ -499,12 +499,12 @@ def wire_messages(algorithm: str, hosts: int, n_bytes: float) -> float:
         segment = DEFAULT_SEGMENT_BYTES // ELEMENT_BYTES
         pieces = sum(len(segment_bounds(a, b, segment)) for a, b in chunk_bounds(elements, hosts))
         return 2 * (hosts - 1) * pieces / hosts
-    segments = max(-(-elements * ELEMENT_BYTES // GLOO_MAX_SEGMENT_BYTES), 2 * hosts)
-    segments = -(-segments // hosts) * hosts
-    segment_bytes = -(-elements * ELEMENT_BYTES // segments)
-    segment_bytes = -(-segment_bytes // ELEMENT_BYTES) * ELEMENT_BYTES
-    holding_data = -(-elements * ELEMENT_BYTES // segment_bytes)
-    return 2 * (hosts - 1) * holding_data / hosts
+    def ceil_div(a: int, b: int) -> int:
+        return -(-a // b)
+    whole = elements * ELEMENT_BYTES
+    segments = ceil_div(max(ceil_div(whole, GLOO_MAX_SEGMENT_BYTES), 2 * hosts), hosts) * hosts
+    segment_bytes = ceil_div(ceil_div(whole, segments), ELEMENT_BYTES) * ELEMENT_BYTES
+    return 2 * (hosts - 1) * ceil_div(whole, segment_bytes) / hosts
 
 
 def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkInputs,
