@@ -1,11 +1,12 @@
 """Run the all-reduce benchmark for 2 and 4 ranks on both engines and print one Markdown table.
 
     python benchmarks/allreduce_sweep.py                      # sizes 64KB,1MB,16MB, both engines
-    python benchmarks/allreduce_sweep.py --engines torch --ranks 2 --out-dir results/
+    python benchmarks/allreduce_sweep.py --engines torch --ranks 2 --out-dir results/ --json all.json
 
 Each configuration is one run of ``real/allreduce.py`` (torchrun for torch/Gloo, mpiexec for MPI)
 that writes ``allreduce_<backend>_p<N>.json`` into ``--out-dir``; the table shows each row's busbw
-and its ratio to the backend's own all-reduce measured in the same run.
+and its ratio to the backend's own all-reduce measured in the same run. ``--json FILE`` writes
+every run's record in one file (``{"runs": [...]}``); ``--seed`` seeds every run's buffers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_dir  # noqa: E402
+from dsgd_sim.argparse_oneline import (  # noqa: E402
+    OneLineArgumentParser, check_output_dir, check_output_file, write_json_output)
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time  # noqa: E402
 from real.allreduce import parse_args as check_benchmark_flags  # noqa: E402  (one line, exit 2)
 
@@ -28,7 +30,7 @@ MAX_RANKS = 1024  # local processes per run
 
 def command(engine: str, ranks: int, args, out: str) -> list[str]:
     bench = [os.path.join(REPO, "real", "allreduce.py"), "--sizes", args.sizes, "--iters",
-             str(args.iters), "--json", out]
+             str(args.iters), "--seed", str(args.seed), "--json", out]
     if engine == "mpi":
         return ["mpiexec", "-n", str(ranks), sys.executable, *bench, "--backend", "mpi"]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -56,7 +58,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", default="2,4", help="comma-separated numbers of ranks")
     parser.add_argument("--sizes", default="64KB,1MB,16MB")
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--out-dir", default=".", help="where the JSON files go")
+    parser.add_argument("--out-dir", default=".", help="where each run's JSON file goes")
+    parser.add_argument("--json", default=None, metavar="FILE", help="every run's record in one file")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the buffers' contents")
     args = parser.parse_args(argv)
     engines = args.engines.split(",")
     if any(e not in ("torch", "mpi") for e in engines):
@@ -69,9 +73,11 @@ def main(argv=None) -> int:
         parser.error(f"--ranks: each must be from 1 to {MAX_RANKS}, got {args.ranks!r}")
     try:
         check_output_dir("--out-dir", args.out_dir)
+        check_output_file("--json", args.json)
     except ValueError as error:
         parser.error(str(error))
-    check_benchmark_flags(["--sizes", args.sizes, "--iters", str(args.iters)])
+    check_benchmark_flags(["--sizes", args.sizes, "--iters", str(args.iters), "--seed",
+                          str(args.seed)])
     if "mpi" in engines and shutil.which("mpiexec") is None:
         parser.error("--engines mpi: mpiexec not found (./install.sh mpi installs mpich)")
     os.makedirs(args.out_dir, exist_ok=True)
@@ -88,7 +94,7 @@ def main(argv=None) -> int:
             with open(out) as f:
                 runs.append(json.load(f))
     print(table(runs))
-    return 0
+    return write_json_output(parser.prog, "--json", args.json, {"runs": runs})
 
 
 if __name__ == "__main__":

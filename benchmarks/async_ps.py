@@ -8,7 +8,7 @@
    (0.94 MB) and ``mlp-large`` (25 MB), with 3 workers.
 
     python benchmarks/async_ps.py                       # about 4 minutes
-    python benchmarks/async_ps.py --procs 2 4 --seconds 5 --json bench.json
+    python benchmarks/async_ps.py --procs 2 4 --time 5s --seed 1 --json bench.json
 
 Medians are not needed here: each figure is a rate over a whole timed window (async: updates
 after the first round of pushes; sync: iterations between two barriers after a warm-up).
@@ -52,14 +52,15 @@ class BenchmarkError(RuntimeError):
     """A run that failed or timed nothing: reported in one line, exit status 1."""
 
 
-def async_rate(procs: int, compute: str, seconds: float, model: str) -> dict:
+def async_rate(procs: int, compute: str, seconds: float, model: str, seed: int) -> dict:
     """``real/async_ps.py`` self-launched on ``procs`` processes; its summary.
     :class:`BenchmarkError` when the run fails or its timed window holds no update."""
     with tempfile.TemporaryDirectory() as workdir:
         path = os.path.join(workdir, "summary.json")
         done = subprocess.run([sys.executable, "real/async_ps.py", "--nproc-per-node", str(procs),
                                "--emulate-compute", compute, "--time", f"{seconds}s", "--model",
-                               model, "--no-progress", "--json", path], cwd=REPO,
+                               model, "--seed", str(seed), "--no-progress", "--json", path],
+                              cwd=REPO,
                               stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if done.returncode != 0:
             raise BenchmarkError(f"real/async_ps.py on {procs} processes failed with status "
@@ -68,19 +69,19 @@ def async_rate(procs: int, compute: str, seconds: float, model: str) -> dict:
             summary = json.load(handle)
     if summary["updates_per_s"] is None:  # the window closed before the first timed update
         raise BenchmarkError(f"the async run on {procs} processes timed no update in "
-                             f"{seconds:g} s: give a longer --seconds")
+                             f"{seconds:g} s: give a longer --time")
     return summary
 
 
-def _sync_rank(rank, procs, port, compute, iterations, model, results):
+def _sync_rank(rank, procs, port, compute, iterations, model, seed, results):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(procs), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     comm = init("torch", "gloo", timeout_s=60, check_sizes=False)
     try:
-        _, grads = flatten_parameters(build_model(model, 0))
+        _, grads = flatten_parameters(build_model(model, seed))
         draw = parse_compute(compute)
-        rng = np.random.default_rng([0, rank])
+        rng = np.random.default_rng([seed, rank])
         for i in range(SYNC_WARMUP_ITERATIONS + iterations):
             if i == SYNC_WARMUP_ITERATIONS:
                 comm.barrier()
@@ -94,13 +95,13 @@ def _sync_rank(rank, procs, port, compute, iterations, model, results):
         comm.close()
 
 
-def sync_rate(procs: int, compute: str, iterations: int, model: str) -> float:
+def sync_rate(procs: int, compute: str, iterations: int, model: str, seed: int) -> float:
     """Iterations/s of barrier-synchronous SGD on ``procs`` ranks with the same emulated compute."""
     context = mp.get_context("spawn")
     results = context.Queue()
     port = free_port("127.0.0.1")
     ranks = [context.Process(target=_sync_rank, args=(r, procs, port, compute, iterations, model,
-                                                      results)) for r in range(procs)]
+                                                      seed, results)) for r in range(procs)]
     for p in ranks:
         p.start()
     try:
@@ -131,7 +132,7 @@ MAX_WINDOW_S = 3600.0  # one run's timed window; a longer one is a typo
 
 
 def window_s(text: str) -> float:
-    """``--seconds``: a time with its unit, or a bare number of seconds, from 0 to an hour."""
+    """``--time``: a time with its unit, or a bare number of seconds, from 0 to an hour."""
     try:
         seconds = float(text)
     except ValueError:
@@ -145,8 +146,10 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--compute-mean", default="50ms", help="mean of the exponential compute")
-    parser.add_argument("--seconds", default="10s",
+    parser.add_argument("--time", default="10s",
                         help="async timed window per run: a time (10s, 2min) or bare seconds")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the models, the data and the compute draws (default 0)")
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -160,9 +163,11 @@ def main(argv=None) -> int:
         parser.error(f"--procs: each must be from 2 (a server and a worker) to "
                      f"{MAX_LOCAL_PROCESSES}, got {args.procs}")
     try:
-        args.seconds = window_s(args.seconds)
+        args.time = window_s(args.time)
     except ValueError as error:
-        parser.error(f"--seconds: {error}")
+        parser.error(f"--time: {error}")
+    if not 0 <= args.seed < 2**63:
+        parser.error(f"--seed must be a whole number from 0 to 2**63-1, got {args.seed}")
     if args.model not in MODELS:
         parser.error(f"unknown --model {args.model!r} (choose from {', '.join(MODELS)})")
     try:
@@ -183,9 +188,9 @@ def measure(args, compute: str, mean_s: float) -> tuple[list[dict], list[dict]]:
     print(f"{'P':>3} {'async upd/s':>12} {'theory':>8} {'stale mean':>10} {'sync it/s':>10} "
           f"{'x P':>8} {'theory':>8} {'async/sync':>10}")
     for procs in args.procs:
-        summary = async_rate(procs, compute, args.seconds, args.model)
-        iterations = max(10, int(args.seconds / (mean_s * harmonic(procs))))
-        sync = sync_rate(procs, compute, iterations, args.model)
+        summary = async_rate(procs, compute, args.time, args.model, args.seed)
+        iterations = max(10, int(args.time / (mean_s * harmonic(procs))))
+        sync = sync_rate(procs, compute, iterations, args.model, args.seed)
         row = {"procs": procs, "async_updates_per_s": summary["updates_per_s"],
                "async_theory": (procs - 1) / mean_s, "staleness_mean": summary["staleness_mean"],
                "sync_iterations_per_s": sync, "sync_samples_rate": sync * procs,
@@ -197,7 +202,7 @@ def measure(args, compute: str, mean_s: float) -> tuple[list[dict], list[dict]]:
               f"{row['sync_theory']:>8.1f} {row['ratio']:>10.2f}", flush=True)
     ceiling = []
     for model in ("mlp", "mlp-large"):
-        summary = async_rate(4, "0", args.seconds, model)
+        summary = async_rate(4, "0", args.time, model, args.seed)
         ceiling.append({"model": model, "grad_bytes": summary["grad_bytes"], "workers": 3,
                         "updates_per_s": summary["updates_per_s"]})
         print(f"server ceiling, {model} ({summary['grad_bytes'] / 1e6:.2f} MB), 3 workers, no "

@@ -1,6 +1,6 @@
 """Simulator speed: simulated updates per second of asynchronous SGD with a parameter server.
 
-    python benchmarks/sim_async.py [--repeats 3] [--json FILE]
+    python benchmarks/sim_async.py [--repeats 3] [--seed 0] [--json FILE]
 
 Measures, pinned to one CPU core, medians of ``--repeats`` runs, in CPU seconds (the fairer
 figure on a shared machine) and wall seconds:
@@ -35,9 +35,9 @@ CASES = {
 }
 
 
-def time_run(cluster: ClusterConfig, workload) -> tuple[float, float, float]:
+def time_run(cluster: ClusterConfig, workload, seed: int) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, simulated updates per second) of one run."""
-    config = AsyncConfig(cluster, workload, UPDATES)
+    config = AsyncConfig(cluster, workload, UPDATES, seed=seed)
     start, start_cpu = time.perf_counter(), time.process_time()
     result = AsyncSimulation(config).run()
     return time.perf_counter() - start, time.process_time() - start_cpu, result.updates_per_s
@@ -49,13 +49,13 @@ def main() -> None:
     result = {"machine": f"{platform.processor() or platform.machine()}, "
                          f"Python {platform.python_version()}"}
     for name, (cluster, workload) in CASES.items():
-        runs = [time_run(cluster, workload) for _ in range(args.repeats)]
+        runs = [time_run(cluster, workload, args.seed) for _ in range(args.repeats)]
         wall = statistics.median(r[0] for r in runs)
         cpu = statistics.median(r[1] for r in runs)
         result[f"{name}_s"], result[f"{name}_cpu_s"] = wall, cpu
         print(f"{WORKERS} workers x {UPDATES:,} updates, {name}: {wall:.2f} s wall, {cpu:.2f} s "
               f"CPU, median ({UPDATES / cpu:,.0f} simulated updates per CPU-second; target <= 30 s)")
-    default = [time_default_command() for _ in range(max(args.repeats, 5))]
+    default = [time_default_command(args.seed) for _ in range(max(args.repeats, 5))]
     result["default_command_s"] = statistics.median(w for w, _ in default)
     result["default_command_cpu_s"] = statistics.median(c for _, c in default)
     print(f"default command (sync + async), start-up included: {result['default_command_s']:.2f} s "

@@ -1,6 +1,6 @@
 """Simulator speed: simulated iterations per second of synchronous SGD.
 
-    python benchmarks/sim_sync.py [--json FILE]
+    python benchmarks/sim_sync.py [--repeats 3] [--seed 0] [--json FILE]
 
 Measures (pinned to one CPU core, medians of several runs):
   * 1024 replicas x 1000 iterations of ring sync SGD (target: at most 10 s), in closed form
@@ -29,11 +29,15 @@ MAX_REPEATS = 1000  # each repeat runs the whole benchmark: more is a typo
 
 
 def parse_args(description: str, argv=None):
-    """``--repeats`` and ``--json`` of the simulator benchmarks; a bad one is one line, exit 2."""
+    """``--repeats``, ``--seed`` and ``--json`` of the simulator benchmarks; a bad one is one
+    line, exit 2."""
     parser = OneLineArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="the simulations' seed (default 0)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
+    if not 0 <= args.seed < 2**63:
+        parser.error(f"--seed must be a whole number from 0 to 2**63-1, got {args.seed}")
     if not 1 <= args.repeats <= MAX_REPEATS:
         parser.error(f"--repeats must be from 1 to {MAX_REPEATS}, got {args.repeats}")
     try:
@@ -56,12 +60,12 @@ def pin_to_one_core() -> None:
 
 
 def time_large_run(replicas: int, iterations: int, processes: bool = False,
-                   cores: int | None = None) -> tuple[float, float]:
+                   cores: int | None = None, seed: int = 0) -> tuple[float, float]:
     """(wall seconds, CPU seconds): on a busy machine the CPU time is the fairer figure.
     ``processes``: run the plain case with its SimPy processes, not in closed form; ``cores``:
     the replicas share that many cores."""
     config = SyncConfig(ClusterConfig(replicas, cores=cores), from_preset("resnet50"), "ring",
-                        iterations)
+                        iterations, seed)
     simulation = SyncSimulation(config)
     if processes:
         simulation.plain = False
@@ -70,11 +74,12 @@ def time_large_run(replicas: int, iterations: int, processes: bool = False,
     return time.perf_counter() - start, time.process_time() - start_cpu
 
 
-def time_default_command() -> tuple[float, float]:
+def time_default_command(seed: int = 0) -> tuple[float, float]:
     """(wall, CPU of the child) seconds of the default command, start-up included."""
     before = os.times()
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dsgd_sim", "--replicas", "16", "--bandwidth", "10Gbps"],
+    subprocess.run([sys.executable, "-m", "dsgd_sim", "--replicas", "16", "--bandwidth", "10Gbps",
+                    "--seed", str(seed)],
                    check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     after = os.times()
@@ -85,10 +90,10 @@ def time_default_command() -> tuple[float, float]:
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     pin_to_one_core()
-    large = [time_large_run(1024, 1000) for _ in range(args.repeats)]
-    slow = [time_large_run(1024, 1000, processes=True) for _ in range(args.repeats)]
-    shared = [time_large_run(8192, 10, cores=16) for _ in range(args.repeats)]
-    default = [time_default_command() for _ in range(max(args.repeats, 5))]
+    large = [time_large_run(1024, 1000, seed=args.seed) for _ in range(args.repeats)]
+    slow = [time_large_run(1024, 1000, processes=True, seed=args.seed) for _ in range(args.repeats)]
+    shared = [time_large_run(8192, 10, cores=16, seed=args.seed) for _ in range(args.repeats)]
+    default = [time_default_command(args.seed) for _ in range(max(args.repeats, 5))]
     wall, cpu = statistics.median(w for w, _ in large), statistics.median(c for _, c in large)
     p_wall, p_cpu = statistics.median(w for w, _ in slow), statistics.median(c for _, c in slow)
     result = {

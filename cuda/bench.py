@@ -40,6 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -122,6 +123,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=_one(_int_list("warmup", lambda v: None if v >= 0 else
                                                    "must not be negative")), default=5,
                    help="untimed runs first (compilation, cuDNN autotuning; default 5)")
+    p.add_argument("--seed", type=_one(_int_list("seed", lambda v: None if 0 <= v < 2**31 else
+                                                 "must be from 0 to 2**31-1")), default=0,
+                   help="seed of the images and masks (default 0)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--profile", metavar="FILE", help="write a simulator profile (compute_s)")
     p.add_argument("--profile-variant", type=_one(_variants), default=None,
@@ -219,9 +223,13 @@ def conv2d_reference(image: torch.Tensor, masks: torch.Tensor, tf32: bool):
     return run
 
 
-def make_problem(size: int, mask: int, channels: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A random image (H, W) or (1, C, H, W) in [0, 1) and masks with sums near 1."""
-    gen = torch.Generator(device=device).manual_seed(size * 100 + mask)
+def make_problem(size: int, mask: int, channels: int, device,
+                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random image (H, W) or (1, C, H, W) in [0, 1) and masks with sums near 1, drawn from
+    ``seed``, the size and the mask side (each problem of one run its own draw)."""
+    # one 32-bit draw of the three numbers: torch's CPU generator keeps only a seed's low 32 bits
+    gen = torch.Generator(device=device).manual_seed(
+        int(np.random.SeedSequence([seed, size, mask]).generate_state(1)[0]))
     shape = (size, size) if channels == 1 else (1, channels, size, size)
     image = torch.rand(shape, generator=gen, device=device)
     masks = torch.randn((channels, mask, mask), generator=gen, device=device) / mask
@@ -239,7 +247,7 @@ def measure(args, timer: Timer, device) -> tuple[float, list[dict], dict]:
     rows, samples = [], {}
     for size in args.sizes:
         for mask in args.masks:
-            image, masks = make_problem(size, mask, args.channels, device)
+            image, masks = make_problem(size, mask, args.channels, device, args.seed)
             reference = conv2d_reference(image, masks, tf32=False)
             expected = reference().reshape(image.shape)
             candidates = {CONV2D: reference,

@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sync iterations; in --mode async, the server's updates summed over workers "
              "(default 100)")
     p.add_argument("--seed", type=_typed(lambda t: _whole_number(t, "seed", 0, 2**63 - 1), "seed"),
-                   default=0)
+                   default=0, help="seed of every random draw (compute times, stragglers, --replay; default 0)")
     p.add_argument("--k-sync", type=_typed(lambda t: _positive_int(t, "K", MAX_REPLICAS), "K"),
                    help="sync: update with the first K of R gradients (backup workers)")
     p.add_argument("--round-costs", metavar="FILE",

@@ -31,8 +31,9 @@ def load(name: str):
     ("allreduce_sweep", ["--engines", "torch", "--out-dir", __file__], "is not a folder"),
     ("async_ps", ["--compute-mean", "fast"], "'fast'"),
     ("async_ps", ["--procs", "1"], "--procs"),
-    ("async_ps", ["--seconds", "nan"], "--seconds"),
-    ("async_ps", ["--seconds", "99999999"], "at most 3600 s"),
+    ("async_ps", ["--time", "nan"], "--time"),
+    ("async_ps", ["--time", "99999999"], "at most 3600 s"),
+    ("async_ps", ["--seed", "-1"], "--seed must be"),
     ("async_ps", ["--model", "resnet"], "'resnet'"),
     ("async_ps", ["--json", str(BENCHMARKS)], "is not a file name"),
     ("sync_throughput", ["--ranks", "0"], "--ranks"),
@@ -56,6 +57,7 @@ def test_bad_flag_is_one_line_and_status_2_before_any_run(name, argv, named, cap
     (["--repeats", "99999999999"], "from 1 to 1000"),
     (["--json", str(BENCHMARKS)], "is not a file name"),
     (["--json", "/no/such/dir/out.json"], "/no/such/dir"),
+    (["--seed", "-1"], "--seed must be"),
 ])
 def test_simulator_benchmarks_check_their_flags_in_one_line(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -63,6 +65,38 @@ def test_simulator_benchmarks_check_their_flags_in_one_line(argv, named, capsys)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and ": error: " in err[0] and named in err[0]
+
+
+def test_sweep_passes_its_seed_to_every_run_and_writes_all_runs_in_one_json(monkeypatch, tmp_path):
+    sweep = load("allreduce_sweep")
+    commands = []
+
+    def run(cmd, **kwargs):  # what real/allreduce.py writes, for the command it was given
+        commands.append(cmd)
+        with open(cmd[cmd.index("--json") + 1], "w") as handle:
+            json.dump({"backend": "gloo", "results": []}, handle)
+        return subprocess.CompletedProcess(cmd, 0)
+    monkeypatch.setattr(sweep.subprocess, "run", run)
+    out = tmp_path / "all.json"
+    assert sweep.main(["--engines", "torch", "--ranks", "2,4", "--seed", "7", "--out-dir",
+                       str(tmp_path), "--json", str(out)]) == 0
+    assert [cmd[cmd.index("--seed") + 1] for cmd in commands] == ["7", "7"]
+    assert json.loads(out.read_text()) == {"runs": [{"backend": "gloo", "results": []}] * 2}
+
+
+def test_async_benchmark_passes_its_seed_and_window_to_the_trainer(monkeypatch):
+    bench, commands = load("async_ps"), []
+
+    def run(cmd, **kwargs):
+        commands.append(cmd)
+        with open(cmd[cmd.index("--json") + 1], "w") as handle:
+            json.dump({"updates_per_s": 5.0, "staleness_mean": 1.0, "grad_bytes": 940584}, handle)
+        return subprocess.CompletedProcess(cmd, 0)
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    monkeypatch.setattr(bench, "sync_rate", lambda *args: 10.0)
+    assert bench.main(["--procs", "2", "--time", "2s", "--seed", "9"]) == 0
+    assert all(cmd[cmd.index("--seed") + 1] == "9" and cmd[cmd.index("--time") + 1] == "2.0s"
+               for cmd in commands) and len(commands) == 3
 
 
 def test_sweep_table_of_one_rank_has_no_ratio_to_divide_by():
@@ -103,15 +137,15 @@ def test_async_ps_run_that_times_no_update_is_one_line_and_status_1(monkeypatch,
         return subprocess.CompletedProcess(cmd, 0)
     monkeypatch.setattr(bench.subprocess, "run", finished_before_any_update)
     monkeypatch.setattr(bench, "sync_rate", lambda *args: 10.0)
-    assert bench.main(["--procs", "2", "--seconds", "0.001"]) == 1
+    assert bench.main(["--procs", "2", "--time", "0.001"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].endswith(": error: the async run on 2 processes timed no "
-                                             "update in 0.001 s: give a longer --seconds")
+                                             "update in 0.001 s: give a longer --time")
 
 
 def test_async_ps_sync_run_whose_rank_fails_ends_at_once_not_after_600_s():
     code = ("import sys; sys.path.append('benchmarks'); import async_ps\n"
-            "try:\n    async_ps.sync_rate(2, 'exp:bogus', 10, 'mlp')\n"
+            "try:\n    async_ps.sync_rate(2, 'exp:bogus', 10, 'mlp', 0)\n"
             "except async_ps.BenchmarkError as error:\n    print('BenchmarkError:', error)\n")
     run = subprocess.run([sys.executable, "-c", code], cwd=BENCHMARKS.parent, capture_output=True,
                          text=True, timeout=300)

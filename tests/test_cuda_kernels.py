@@ -356,6 +356,19 @@ def test_bench_without_a_gpu_says_so_and_exits_1():
     assert out.stderr.strip() == "bench.py: no CUDA device is visible; this benchmark needs an NVIDIA GPU"
 
 
+def test_bench_seed_draws_another_problem_and_its_range_is_checked(capsys):
+    assert bench.parse_args([]).seed == 0 and bench.parse_args(["--seed", "7"]).seed == 7
+    image, masks = bench.make_problem(16, 3, 1, "cpu")
+    again, _ = bench.make_problem(16, 3, 1, "cpu", seed=0)
+    other, _ = bench.make_problem(16, 3, 1, "cpu", seed=7)
+    assert torch.equal(image, again) and not torch.equal(image, other)
+    with pytest.raises(SystemExit) as caught:
+        bench.parse_args(["--seed", "-1"])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.strip() == ("bench.py: error: argument --seed: seed '-1' "
+                                               "must be from 0 to 2**31-1")
+
+
 def test_bench_rejects_a_profile_mask_it_does_not_measure():
     with pytest.raises(SystemExit) as caught:
         bench.parse_args(["--masks", "3,5", "--profile", "p.json", "--profile-mask", "7"])
