@@ -47,7 +47,7 @@ def parse_pauses(text: str) -> list[float]:
 
 
 def measure(pauses: list[float], repeats: int, model: str = "mlp", batch_size: int = 32,
-            steps: int = 40, warmup_steps: int = 5, run=None) -> list[dict]:
+            steps: int = 40, warmup_steps: int = 5, run=None, seed: int = 0) -> list[dict]:
     """Per pause, each run's ``compute_time_s`` and ``idle_time_s`` (``run``: one process of
     ``real/sync.py`` alone with ``--emulate-comm`` at that pause), the pauses taken in turn."""
     run = run or run_alone
@@ -56,7 +56,8 @@ def measure(pauses: list[float], repeats: int, model: str = "mlp", batch_size: i
     runs: dict[float, list[dict]] = {p: [] for p in pauses}
     for _ in range(repeats):
         for pause in pauses:
-            summary = run(config, steps, warmup_steps, "--emulate-comm", f"{pause}s")[0]
+            summary = run(config, steps, warmup_steps, "--emulate-comm", f"{pause}s", "--seed",
+                          str(seed))[0]
             runs[pause].append({"compute_s": summary["compute_time_s"],
                                 "rest_s": summary["idle_time_s"]})
     return [{"pause_s": p, "runs": runs[p],
@@ -83,8 +84,11 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="runs per pause (default 2)")
     parser.add_argument("--steps", type=int, default=40, help="steps a run (default 40)")
     parser.add_argument("--warmup-steps", type=int, default=5, help="not timed (default 5)")
+    parser.add_argument("--seed", type=int, default=0, help="real/sync.py's seed (default 0)")
     parser.add_argument("--json", help="write every run's figures here")
     args = parser.parse_args(argv)
+    if not 0 <= args.seed < 2**63:
+        parser.error(f"--seed must be a whole number from 0 to 2**63-1, got {args.seed}")
     if not 1 <= args.repeats <= MAX_REPEATS:
         parser.error(f"--repeats must be 1 to {MAX_REPEATS}, got {args.repeats}")
     if not 0 <= args.warmup_steps < args.steps <= MAX_STEPS:
@@ -104,7 +108,7 @@ def main(argv=None) -> int:
         parser.error(str(error))
     try:
         rows = measure(args.pauses, args.repeats, args.model, args.batch_size, args.steps,
-                       args.warmup_steps)
+                       args.warmup_steps, seed=args.seed)
     except (subprocess.SubprocessError, OSError, ValueError, KeyError) as error:
         # a run of real/sync.py that failed or wrote no summary: its own last line, if any
         stderr = getattr(error, "stderr", b"") or b""
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
     return write_json_output("experiments.after_pause", "--json", args.json,
                              {"model": args.model, "batch_size": args.batch_size,
                               "steps": args.steps, "warmup_steps": args.warmup_steps,
-                              "repeats": args.repeats, "pauses": rows})
+                              "repeats": args.repeats, "seed": args.seed, "pauses": rows})
 
 
 if __name__ == "__main__":

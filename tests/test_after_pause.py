@@ -36,8 +36,9 @@ def test_the_pauses_are_taken_in_turn_and_each_priced_by_the_median_of_its_runs(
         compute, rest = next(figures)
         return {"compute_time_s": compute, "idle_time_s": rest}, None
 
-    rows = after_pause.measure([0.0, 0.04], 3, "lenet", 16, 20, 2, run=fake_run)
-    assert [c[4] for c in calls] == [("--emulate-comm", "0.0s"), ("--emulate-comm", "0.04s")] * 3
+    rows = after_pause.measure([0.0, 0.04], 3, "lenet", 16, 20, 2, run=fake_run, seed=5)
+    assert [c[4] for c in calls] == [("--emulate-comm", "0.0s", "--seed", "5"),
+                                     ("--emulate-comm", "0.04s", "--seed", "5")] * 3
     assert all(c[:4] == ("lenet", 16, 20, 2) for c in calls)
     assert [(r["pause_s"], r["compute_s"], r["rest_s"]) for r in rows] == [
         (0.0, 1.0, 0.6), (0.04, 2.2, 1.3)]
@@ -62,6 +63,7 @@ def test_pauses_parse_with_units(text, want):
     (["--steps", "5", "--warmup-steps", "5"], "--warmup-steps < --steps"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--json", "/no/such/folder/x.json"], "--json"),
+    (["--seed", "-2"], "--seed must be a whole number"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(argv, message, capsys):
     assert message in usage_error(after_pause.main, argv, capsys)
