@@ -82,17 +82,36 @@ def read_input_text(path: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
     return data.decode()
 
 
+class _IntegerTooLarge(ValueError):
+    def __init__(self, digits: str):
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _float_sized_int(digits: str) -> int:
+    """A JSON integer, refused where no float holds it: every figure this project reads is used
+    as a float somewhere, and ``float()`` of such an integer raises ``OverflowError``."""
+    value = int(digits)
+    if abs(value) > sys.float_info.max:
+        raise _IntegerTooLarge(digits)
+    return value
+
+
 def read_json(path, max_bytes: int | None = None) -> object:
     """The JSON document in file ``path``: ``OSError`` where it cannot be read (or, with
     ``max_bytes``, holds more: ``read_input_text``), ``ValueError`` where it is not UTF-8 (a
-    ``UnicodeDecodeError``), not JSON or nested too deep for the parser (a
-    ``json.JSONDecodeError``; the parser itself would raise ``RecursionError``)."""
+    ``UnicodeDecodeError``), not JSON, nested too deep for the parser (the parser itself would
+    raise ``RecursionError``) or holds an integer too large for a float (a
+    ``json.JSONDecodeError`` for these three)."""
     text = (Path(path).read_text(encoding="utf-8") if max_bytes is None
             else read_input_text(path, max_bytes))
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_float_sized_int)
     except RecursionError:
         raise json.JSONDecodeError("nested too deep to read", text, 0) from None
+    except _IntegerTooLarge as error:
+        raise json.JSONDecodeError(f"an integer of {len(error.digits.lstrip('-'))} digits, too "
+                                   f"large for a float", text, max(text.find(error.digits), 0)) from None
 
 
 def check_output_file(flag: str, path: str | None) -> None:

@@ -117,7 +117,7 @@ def grid_side_prices(folder: Path) -> dict[str, dict[str, float]]:
     except FileNotFoundError as error:
         raise GridError(f"{folder}: no {Path(error.filename).name} (the halves are priced "
                         "from the grid's own calibration)")
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (AttributeError, OSError, ValueError, KeyError, TypeError) as error:
         raise GridError(f"{folder}: cannot price its all-reduce rows from one probe half "
                         f"({error})")
 

@@ -168,7 +168,8 @@ def test_read_json_says_value_error_for_every_file_that_is_not_json(tmp_path):
     file is OSError; a document comes back whole."""
     path = tmp_path / "f.json"
     for data, words in [(b"{not json", "Expecting property name"), (b"\xff\xfe[", "codec"),
-                        (b"[" * 200_000 + b"]" * 200_000, "nested too deep to read")]:
+                        (b"[" * 200_000 + b"]" * 200_000, "nested too deep to read"),
+                        (b'{"bytes": -1' + b"0" * 400 + b"}", "integer of 401 digits, too large")]:
         path.write_bytes(data)
         with pytest.raises(ValueError, match=words):
             read_json(path)
@@ -176,3 +177,5 @@ def test_read_json_says_value_error_for_every_file_that_is_not_json(tmp_path):
         read_json(tmp_path / "missing.json")
     path.write_text('{"rows": [[1, 2.5, null]]}')
     assert read_json(str(path)) == {"rows": [[1, 2.5, None]]}
+    path.write_text("[1" + "0" * 300 + "]")  # large, but a float holds it
+    assert read_json(path) == [10 ** 300]

@@ -208,6 +208,16 @@ def test_cli_refuses_a_grid_without_its_calibration_on_one_line(tmp_path, capsys
     assert err.count("\n") == 1 and "cannot price its all-reduce rows" in err
 
 
+def test_cli_refuses_probe_tables_of_the_wrong_shape_on_one_line(tmp_path, capsys):
+    folder = copy_grid("full-2b6e8f2", tmp_path)
+    stored = json.loads((folder / "allreduce.json").read_text())
+    stored["rounds"] = []  # a list where the points' tables are kept by name
+    (folder / "allreduce.json").write_text(json.dumps(stored))
+    assert main([str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot price its all-reduce rows" in err
+
+
 def test_cli_refuses_a_folder_named_twice_and_an_output_over_an_input(tmp_path, capsys):
     grid = write_grid(tmp_path / "g", [], [("sync", 1.0, 1.0)])
     assert "named twice" in usage_error(main, [str(grid), str(grid)], capsys)
