@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+import os
 import sys
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
                                        write_json_output)

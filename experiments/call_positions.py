@@ -27,6 +27,9 @@ import statistics
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_files,
                                        read_json, write_json_output)
 from dsgd_sim.units import format_bytes, parse_size

@@ -27,6 +27,9 @@ import statistics
 import sys
 import time
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_files,
                                        write_json_output)
 from dsgd_sim.trace import Trace

@@ -26,6 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from dsgd_sim.units import format_bytes, parse_size
 from experiments import measure

@@ -34,6 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
 from dsgd_sim.units import format_bytes, parse_size
 from experiments import measure
