@@ -93,11 +93,20 @@ def parse_bed_hosts(text: str) -> int:
     return hosts
 
 
+def parse_bed_rate(text: str) -> float:
+    """A test bed link's rate in bit/s: a rate with its unit that ``tc`` can shape, at least 1
+    bit/s (``ValueError`` naming the text else)."""
+    rate = parse_bandwidth(text)
+    if not 1 <= rate < math.inf:
+        raise ValueError(f"a test bed's link runs at 1 bit/s or more, got {text!r}")
+    return rate
+
+
 def add_bed_arguments(parser, hosts: int) -> None:
     """``--hosts`` (default ``hosts``, at least 2) and ``--bandwidth`` (default 1000 Mbit/s) of
     a tool that builds its own test bed."""
     parser.add_argument("--hosts", type=argparse_type(parse_bed_hosts, "hosts"), default=hosts)
-    parser.add_argument("--bandwidth", type=argparse_type(parse_bandwidth, "bandwidth"),
+    parser.add_argument("--bandwidth", type=argparse_type(parse_bed_rate, "bandwidth"),
                         default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")
 
 

@@ -340,10 +340,10 @@ def parse_args(argv=None):
     if bad:
         parser.error(f"--gap-sizes: {bad[0]} bytes is not a positive multiple of 4 up to "
                      f"{format_bytes(MAX_BUFFER_BYTES)}")
-    if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS) \
-            or not 1 <= args.repeats <= MAX_REPEATS:
-        parser.error(f"--rounds must be from 2 to {MAX_ROUNDS} and --repeats from 1 to "
-                     f"{MAX_REPEATS} (got {args.rounds}, {args.repeats})")
+    if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS):
+        parser.error(f"--rounds must be from 2 to {MAX_ROUNDS}, got {args.rounds}")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        parser.error(f"--repeats must be from 1 to {MAX_REPEATS}, got {args.repeats}")
     return parser, args
 
 

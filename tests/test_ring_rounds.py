@@ -523,7 +523,7 @@ def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     (["--sizes", "6B"], "6 bytes"),
     (["--rounds", "1"], "--rounds"),
     (["--rounds", "1000000000000"], "1000000000000"),
-    (["--repeats", "5000"], "5000"),
+    (["--repeats", "5000"], "--repeats must be from 1 to 1000, got 5000"),
     (["--sizes", "1e15B"], "1000000000000000 bytes"),
     (["--timeout", "1e300s"], "'1e300s'"),
     (["--ring-rounds", "--engine-max", "0B"], "'0B'"),

@@ -706,3 +706,22 @@ def test_calibrate_whose_json_cannot_be_written_after_all_says_so_in_one_line(
     assert cli.main(["calibrate", "--no-gloo", "--json", str(folder / "cal.json")]) == 1
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("testbed: error: --json: ") and "No such file or directory" in last
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--pings", "0"], "1 to 100,000 pings"),
+    (["--repeats", "-1"], "1 to 1,000 repeats"),
+    (["--sizes", "4MB,1MB"], "increasing positive transfer sizes"),
+    (["--sizes", "1MB,2GB"], "at most 1 GB"),
+])
+def test_calibrate_says_a_bad_value_before_it_looks_for_root_or_makes_anything(
+        argv, said, monkeypatch, capsys):
+    import real.testbed.__main__ as cli
+    looked = []
+    monkeypatch.setattr(cli, "unavailable", lambda: looked.append(1) or False)
+    monkeypatch.setattr(cli, "calibrate", lambda *a, **k: pytest.fail("calibrated a bad value"))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["calibrate", *argv])
+    assert exit_info.value.code == 2 and looked == []
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and said in err[0]

@@ -13,7 +13,7 @@ from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
-from real.testbed.calibrate import calibrate
+from real.testbed.calibrate import calibrate, check_calibration
 from real.testbed.config import (ADDRESS_LAYOUTS, DEFAULT_HOST_CORES, HOST_CORES_HELP,
                                  HOST_CORES_POLICIES, SCHEDULING_POLICIES, TestbedConfig,
                                  parse_congestion_control)
@@ -169,6 +169,7 @@ def cmd_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     config = config_from(args, parser)
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",")]
+        check_calibration(config, sizes, args.pings, args.repeats, not args.no_gloo)
     except ValueError as exc:
         parser.error(str(exc))
     if unavailable():

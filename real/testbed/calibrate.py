@@ -169,9 +169,10 @@ MAX_PINGS, MAX_REPEATS = 100_000, 1_000  # beyond these a calibration runs for h
 MAX_TRANSFER_BYTES = 1_000_000_000       # ... and a 1 GB transfer is minutes at 50 Mbit/s
 
 
-def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats: int = 3,
-              gloo: bool = True, timeout_s: float = 300.0) -> dict:
-    """Make a 2-host test bed of ``config``, measure it (TCP, then Gloo), unmake it; the record."""
+def check_calibration(config: TestbedConfig, sizes: list[int], pings: int, repeats: int,
+                      gloo: bool) -> None:
+    """``ValueError`` where ``calibrate`` could not run these settings: checked before anything
+    is made (or root is asked for)."""
     if config.hosts != 2:
         raise ValueError(f"calibration runs on 2 hosts, got {config.hosts}")
     if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes) or sizes[0] < 1:
@@ -191,6 +192,13 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
         raise ValueError(f"the smallest transfer ({sizes[0]} B) must be larger than the shaper's "
                          f"bucket ({bucket_bytes} B): what fits in it passes at once, and the "
                          f"rate is read between transfers the shaper paces")
+
+
+def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats: int = 3,
+              gloo: bool = True, timeout_s: float = 300.0) -> dict:
+    """Make a 2-host test bed of ``config``, measure it (TCP, then Gloo), unmake it; the record.
+    ``ValueError`` for settings ``check_calibration`` refuses."""
+    check_calibration(config, sizes, pings, repeats, gloo)
     with scratch_testbed(config) as bed:
         raw = measure(bed, sizes, pings, repeats, timeout_s)
         raw_gloo = measure_gloo(bed, sizes, pings, repeats, timeout_s) if gloo else None
