@@ -289,8 +289,6 @@ def build_configs(args) -> list[SyncConfig]:
                                 fraction, factor, args.cores, round_costs)
         configs.append(SyncConfig(cluster, workload, args.algorithm, args.iterations, args.seed,
                                   args.k_sync, args.bucket_size, args.overlap))
-        if args.mode != "async":
-            check_event_work(configs[-1])
         if round_costs is not None:  # a steep last slope can price a large round past any time
             for bucket in make_buckets(workload, args.bucket_size):
                 seconds = allreduce_time_s(args.algorithm, replicas, bucket.grad_bytes, 0.0, 1.0,
@@ -300,6 +298,8 @@ def build_configs(args) -> list[SyncConfig]:
                                      f"{bucket.grad_bytes:,} B on {replicas:,} replicas at "
                                      f"{seconds:g} s (its last two sizes, extended), over "
                                      f"{MAX_SECONDS:g} s")
+    if args.mode != "async":
+        check_event_work(configs)
     return configs
 
 
@@ -312,20 +312,30 @@ MAX_BUCKET_EVENTS = 200_000_000
 MAX_SHARED_CORE_ITERATIONS = 5_000_000
 
 
-def check_event_work(config: SyncConfig) -> None:
-    """``ValueError`` where ``config``'s sync run would simulate too many events to finish."""
-    c = config.cluster
-    replica_iterations = config.iterations * c.replicas
-    buckets = len(make_buckets(config.workload, config.bucket_bytes))
-    if (buckets > 1 or config.overlap) and replica_iterations * buckets > MAX_BUCKET_EVENTS:
-        raise ValueError(f"{config.iterations:,} iterations of {c.replicas:,} replicas with "
-                         f"{buckets:,} buckets each simulate {replica_iterations * buckets:,} "
-                         f"bucket transfers, at most {MAX_BUCKET_EVENTS:,} (fewer iterations, "
-                         f"replicas or buckets)")
-    if c.cores and c.cores < c.replicas and replica_iterations > MAX_SHARED_CORE_ITERATIONS:
-        raise ValueError(f"{config.iterations:,} iterations of {c.replicas:,} replicas sharing "
-                         f"{c.cores:,} cores are {replica_iterations:,} replica-iterations, at "
-                         f"most {MAX_SHARED_CORE_ITERATIONS:,} with --cores (fewer iterations or "
+def check_event_work(configs: list[SyncConfig]) -> None:
+    """``ValueError`` where the sync runs of ``configs`` (one per replica count of a command)
+    would simulate too many events to finish, summed over the runs."""
+    bucket_events = shared_core_iterations = 0
+    for config in configs:
+        c = config.cluster
+        buckets = len(make_buckets(config.workload, config.bucket_bytes))
+        if buckets > 1 or config.overlap:
+            bucket_events += config.iterations * c.replicas * buckets
+        if c.cores and c.cores < c.replicas:
+            shared_core_iterations += config.iterations * c.replicas
+    largest = max(configs, key=lambda config: config.cluster.replicas)
+    runs = "" if len(configs) == 1 else f", summed over {len(configs):,} runs"
+    if bucket_events > MAX_BUCKET_EVENTS:
+        buckets = len(make_buckets(largest.workload, largest.bucket_bytes))
+        raise ValueError(f"{largest.iterations:,} iterations of {largest.cluster.replicas:,} "
+                         f"replicas with {buckets:,} buckets each simulate {bucket_events:,} "
+                         f"bucket transfers{runs}, at most {MAX_BUCKET_EVENTS:,} (fewer "
+                         f"iterations, replicas or buckets)")
+    if shared_core_iterations > MAX_SHARED_CORE_ITERATIONS:
+        raise ValueError(f"{largest.iterations:,} iterations of {largest.cluster.replicas:,} "
+                         f"replicas sharing {largest.cluster.cores:,} cores are "
+                         f"{shared_core_iterations:,} replica-iterations{runs}, at most "
+                         f"{MAX_SHARED_CORE_ITERATIONS:,} with --cores (fewer iterations or "
                          f"replicas)")
 
 
@@ -340,11 +350,12 @@ def input_notes(args, configs: list[SyncConfig]) -> list[str]:
 
 
 def gradient_events(config: AsyncConfig) -> float:
-    """About how many gradients ``config``'s run computes and serves: one an update, and with a
-    staleness bound s each of W workers' gradients is dropped and computed again until it is
-    at most s updates stale, so up to W / (s + 1) an update."""
+    """About how many gradients ``config``'s run computes and serves: every worker's first (a
+    run of 65,536 workers starts them all, however few updates it serves), one an update, and
+    with a staleness bound s each of W workers' gradients is dropped and computed again until it
+    is at most s updates stale, so up to W / (s + 1) an update."""
     workers, bound = config.cluster.replicas, config.max_staleness
-    return config.updates * (1.0 if bound is None else max(1.0, workers / (bound + 1)))
+    return workers + config.updates * (1.0 if bound is None else max(1.0, workers / (bound + 1)))
 
 
 def check_async_work(args, configs: list[SyncConfig], async_configs: list[AsyncConfig]) -> None:

@@ -387,16 +387,22 @@ def test_a_sync_run_too_long_to_simulate_is_refused_at_once(argv, said):
 
 @pytest.mark.parametrize("argv, said", [
     # both modes: the async run serves as many gradients as the sync run uses, 1024 x 10,000
-    (["--replicas", "1024", "--iterations", "10000"], "about 10,240,000 gradients"),
+    (["--replicas", "1024", "--iterations", "10000"], "about 10,241,024 gradients"),
     # 10,000 updates, each with the other 1023 workers' gradients dropped as too stale
     (["--mode", "async", "--replicas", "1024", "--max-staleness", "0", "--iterations", "10000"],
-     "about 10,240,000 gradients"),
+     "about 10,241,024 gradients"),
     # sync mode's replay simulates the async run (16M updates) and replays its 16M steps
     (["--mode", "sync", "--replay", "--replicas", "16", "--iterations", "1000000"],
-     "about 32,000,000 gradients"),
+     "about 32,000,016 gradients"),
     # every run of a sweep is small; together they are not
     (["--mode", "sync", "--replicas", "1,3,...,65535", "--iterations", "1"],
      "1,073,741,824 replica-iterations summed over 32,768 runs"),
+    # each run starts its 65,536 workers, however few updates it serves: ~3.5 s a run
+    (["--mode", "async", "--replicas", ",".join(["65536"] * 31), "--iterations", "1"],
+     "about 2,031,647 gradients"),
+    # with --cores each run is within its bound, the sweep's three together are not
+    (["--mode", "sync", "--replicas", "65536,65536,65536", "--iterations", "30", "--cores", "16"],
+     "5,898,240 replica-iterations, summed over 3 runs, at most 5,000,000 with --cores"),
 ])
 def test_a_command_whose_runs_together_are_too_long_to_simulate_is_refused_at_once(argv, said):
     done = run_cli(*argv)  # each ran past two minutes, and to gigabytes, before the check
@@ -409,4 +415,4 @@ def test_an_async_runs_gradients_count_those_dropped_as_too_stale():
     cluster = ClusterConfig(replicas=64)
     events = [gradient_events(AsyncConfig(cluster, workload, updates=100, max_staleness=s))
               for s in (None, 0, 7, 63, 100)]
-    assert events == [100, 6400, 800, 100, 100]
+    assert events == [64 + 100, 64 + 6400, 64 + 800, 64 + 100, 64 + 100]  # each worker's first
