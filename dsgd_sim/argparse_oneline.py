@@ -10,7 +10,6 @@ import os
 import stat
 import sys
 import tempfile
-from pathlib import Path
 from typing import Callable
 
 
@@ -97,14 +96,13 @@ def _float_sized_int(digits: str) -> int:
     return value
 
 
-def read_json(path, max_bytes: int | None = None) -> object:
-    """The JSON document in file ``path``: ``OSError`` where it cannot be read (or, with
-    ``max_bytes``, holds more: ``read_input_text``), ``ValueError`` where it is not UTF-8 (a
-    ``UnicodeDecodeError``), not JSON, nested too deep for the parser (the parser itself would
-    raise ``RecursionError``) or holds an integer too large for a float (a
-    ``json.JSONDecodeError`` for these three)."""
-    text = (Path(path).read_text(encoding="utf-8") if max_bytes is None
-            else read_input_text(path, max_bytes))
+def read_json(path, max_bytes: int = MAX_INPUT_BYTES) -> object:
+    """The JSON document in file ``path``: ``OSError`` where it cannot be read or holds more
+    than ``max_bytes`` (``read_input_text``: ``/dev/zero`` would never end), ``ValueError``
+    where it is not UTF-8 (a ``UnicodeDecodeError``), not JSON, nested too deep for the parser
+    (the parser itself would raise ``RecursionError``) or holds an integer too large for a
+    float (a ``json.JSONDecodeError`` for these three)."""
+    text = read_input_text(os.fspath(path), max_bytes)
     try:
         return json.loads(text, parse_int=_float_sized_int)
     except RecursionError:

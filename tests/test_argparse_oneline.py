@@ -175,6 +175,10 @@ def test_read_json_says_value_error_for_every_file_that_is_not_json(tmp_path):
             read_json(path)
     with pytest.raises(OSError):
         read_json(tmp_path / "missing.json")
+    with pytest.raises(OSError, match="larger than 64 MiB"):
+        read_json("/dev/zero")  # would never end
+    with pytest.raises(OSError, match="larger than 0 MiB"):
+        read_json(path, max_bytes=4)
     path.write_text('{"rows": [[1, 2.5, null]]}')
     assert read_json(str(path)) == {"rows": [[1, 2.5, None]]}
     path.write_text("[1" + "0" * 300 + "]")  # large, but a float holds it
