@@ -138,6 +138,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--profile-variant {args.profile_variant} is not among --variants")
     if args.profile and args.profile_mask not in args.masks:
         p.error(f"--profile-mask {args.profile_mask} is not among --masks {args.masks}")
+    largest = max(args.sizes)
+    if largest * largest > tiledconv.MAX_PLANE_PIXELS:  # said here, not after finding a GPU
+        p.error(f"--sizes {largest}: a {largest}x{largest} plane is more than the "
+                f"{tiledconv.MAX_PLANE_PIXELS:,} pixels the kernels index")
     for flag in ("json", "profile"):
         path = getattr(args, flag)
         if path is None:

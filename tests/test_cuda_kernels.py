@@ -369,6 +369,15 @@ def test_bench_seed_draws_another_problem_and_its_range_is_checked(capsys):
                                                "must be from 0 to 2**31-1")
 
 
+def test_bench_rejects_a_plane_the_kernels_cannot_index_before_looking_for_a_gpu(capsys):
+    with pytest.raises(SystemExit) as caught:
+        bench.parse_args(["--sizes", "4096,46341"])  # 46341**2 > 2**31 - 1
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--sizes 46341: a 46341x46341 plane is more than" in err[0]
+    assert bench.parse_args(["--sizes", "46340"]).sizes == [46340]
+
+
 def test_bench_rejects_a_profile_mask_it_does_not_measure():
     with pytest.raises(SystemExit) as caught:
         bench.parse_args(["--masks", "3,5", "--profile", "p.json", "--profile-mask", "7"])
