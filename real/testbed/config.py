@@ -194,7 +194,7 @@ class TestbedConfig:
                                  f"per second), got {rate_bps:g} bit/s")
             if self.limit_for(rate_bps) > TC_MAX_BYTES:
                 raise ValueError(f"at {rate_bps:g} bit/s the shaper's bucket and queue "
-                                 f"({self.limit_for(rate_bps)} B) exceed what tc takes "
+                                 f"({self.limit_for(rate_bps):.4g} B) exceed what tc takes "
                                  f"({TC_MAX_BYTES} B): lower the rate, --burst or --queue")
 
     @property
