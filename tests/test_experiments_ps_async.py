@@ -490,7 +490,7 @@ def test_run_repredict_on_bad_files_says_so_in_one_line(tmp_path, net, damage, m
     (lambda d: (d / "sync.json").write_text("{"), "sync.json"),
     (lambda d: (d / "sync.json").write_text('{"rows": []}'), "missing key 'name'"),
     (lambda d: (d / "ps_vs_ring.json").unlink() or (d / "ps_vs_ring.json").mkdir(),
-     "Is a directory"),
+     "is a folder"),
     # outputs it could not write: found before any is written
     (lambda d: (d / "ps_vs_ring.png").mkdir(), "ps_vs_ring.png' is not a file name"),
     (lambda d: (d / "RESULTS.md").mkdir(), "RESULTS.md' is not a file name"),
