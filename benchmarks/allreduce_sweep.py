@@ -21,11 +21,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from dsgd_sim.argparse_oneline import (  # noqa: E402
-    OneLineArgumentParser, check_output_dir, check_output_file, write_json_output)
+    OneLineArgumentParser, check_output_dir, check_output_files, write_json_output)
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time  # noqa: E402
 from real.allreduce import parse_args as check_benchmark_flags  # noqa: E402  (one line, exit 2)
 
 MAX_RANKS = 1024  # local processes per run
+
+
+def run_file_name(engine: str, ranks: int) -> str:
+    """The JSON file one run writes into ``--out-dir``."""
+    return f"allreduce_{'mpi' if engine == 'mpi' else 'gloo'}_p{ranks}.json"
 
 
 def command(engine: str, ranks: int, args, out: str) -> list[str]:
@@ -73,18 +78,25 @@ def main(argv=None) -> int:
         parser.error(f"--ranks: each must be from 1 to {MAX_RANKS}, got {args.ranks!r}")
     try:
         check_output_dir("--out-dir", args.out_dir)
-        check_output_file("--json", args.json)
     except ValueError as error:
         parser.error(str(error))
     check_benchmark_flags(["--sizes", args.sizes, "--iters", str(args.iters), "--seed",
                           str(args.seed)])
     if "mpi" in engines and shutil.which("mpiexec") is None:
         parser.error("--engines mpi: mpiexec not found (./install.sh mpi installs mpich)")
-    os.makedirs(args.out_dir, exist_ok=True)
+    outputs = {(engine, n): os.path.join(args.out_dir, run_file_name(engine, n))
+               for engine in engines for n in ranks}
+    os.makedirs(args.out_dir, exist_ok=True)  # --json may go into it
+    try:  # --json on a run's own file would replace what the table is made from
+        check_output_files({"--json": args.json},
+                           {f"the {engine} run on {n} ranks' file": path
+                            for (engine, n), path in outputs.items()})
+    except ValueError as error:
+        parser.error(str(error))
     runs = []
     for engine in engines:
         for n in ranks:
-            out = os.path.join(args.out_dir, f"allreduce_{'mpi' if engine == 'mpi' else 'gloo'}_p{n}.json")
+            out = outputs[engine, n]
             cmd = command(engine, n, args, out)
             print("$", " ".join(cmd), flush=True)
             if subprocess.run(cmd, stdout=sys.stderr).returncode != 0:

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
+                                       parse_seed, write_json_output)
 from dsgd_sim.compute import parse_compute
 from dsgd_sim.units import parse_time
 from real.comm import init
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
     parser.add_argument("--compute-mean", default="50ms", help="mean of the exponential compute")
     parser.add_argument("--time", default="10s",
                         help="async timed window per run: a time (10s, 2min) or bare seconds")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=argparse_type(parse_seed, "seed"), default=0,
                         help="seed of the models, the data and the compute draws (default 0)")
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--json", default=None)
@@ -166,8 +167,6 @@ def main(argv=None) -> int:
         args.time = window_s(args.time)
     except ValueError as error:
         parser.error(f"--time: {error}")
-    if not 0 <= args.seed < 2**63:
-        parser.error(f"--seed must be a whole number from 0 to 2**63-1, got {args.seed}")
     if args.model not in MODELS:
         parser.error(f"unknown --model {args.model!r} (choose from {', '.join(MODELS)})")
     try:
@@ -176,8 +175,8 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
     return write_json_output(parser.prog, "--json", args.json,
-                             {"compute": compute, "model": args.model, "rows": rows,
-                              "ceiling": ceiling})
+                             {"compute": compute, "model": args.model, "seed": args.seed,
+                              "rows": rows, "ceiling": ceiling})
 
 
 def measure(args, compute: str, mean_s: float) -> tuple[list[dict], list[dict]]:

@@ -47,7 +47,7 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     pin_to_one_core()
     result = {"machine": f"{platform.processor() or platform.machine()}, "
-                         f"Python {platform.python_version()}"}
+                         f"Python {platform.python_version()}", "seed": args.seed}
     for name, (cluster, workload) in CASES.items():
         runs = [time_run(cluster, workload, args.seed) for _ in range(args.repeats)]
         wall = statistics.median(r[0] for r in runs)

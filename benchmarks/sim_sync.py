@@ -22,7 +22,8 @@ import sys
 import time
 
 from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
+                                       parse_seed, write_json_output)
 
 
 MAX_REPEATS = 1000  # each repeat runs the whole benchmark: more is a typo
@@ -33,11 +34,10 @@ def parse_args(description: str, argv=None):
     line, exit 2."""
     parser = OneLineArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0, help="the simulations' seed (default 0)")
+    parser.add_argument("--seed", type=argparse_type(parse_seed, "seed"), default=0,
+                        help="the simulations' seed (default 0)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    if not 0 <= args.seed < 2**63:
-        parser.error(f"--seed must be a whole number from 0 to 2**63-1, got {args.seed}")
     if not 1 <= args.repeats <= MAX_REPEATS:
         parser.error(f"--repeats must be from 1 to {MAX_REPEATS}, got {args.repeats}")
     try:
@@ -98,6 +98,7 @@ def main() -> None:
     p_wall, p_cpu = statistics.median(w for w, _ in slow), statistics.median(c for _, c in slow)
     result = {
         "machine": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}",
+        "seed": args.seed,
         "ring_1024x1000_s": wall,
         "ring_1024x1000_cpu_s": cpu,
         "ring_1024x1000_iterations_per_s": 1000 / wall,

@@ -123,8 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=_one(_int_list("warmup", lambda v: None if v >= 0 else
                                                    "must not be negative")), default=5,
                    help="untimed runs first (compilation, cuDNN autotuning; default 5)")
-    p.add_argument("--seed", type=_one(_int_list("seed", lambda v: None if 0 <= v < 2**31 else
-                                                 "must be from 0 to 2**31-1")), default=0,
+    p.add_argument("--seed", type=_one(_int_list("seed", lambda v: None if 0 <= v < 2**63 else
+                                                 "must be from 0 to 2**63-1")), default=0,
                    help="seed of the images and masks (default 0)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--profile", metavar="FILE", help="write a simulator profile (compute_s)")
@@ -329,7 +329,7 @@ def report(gpu: str, copy_GBps: float, rows: list[dict], args, command: str) -> 
             "cudnn_benchmark": True,
             "timing": f"median of {args.repeats} CUDA-event times after {args.warmup} warm-up "
                       f"runs, {FLUSH_BYTES // 2**20} MiB zeroed before each run (L2 flush)",
-            "bytes_per_pixel": BYTES_PER_PIXEL, "command": command,
+            "bytes_per_pixel": BYTES_PER_PIXEL, "seed": args.seed, "command": command,
             "torch": torch.__version__, "cuda": torch.version.cuda, "cupy": cupy.__version__,
             "results": rows}
 

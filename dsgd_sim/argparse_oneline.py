@@ -56,6 +56,21 @@ def argparse_type(parse, what: str):
     return convert
 
 
+MAX_SEED = 2**63 - 1  # numpy's and torch's generators take 64-bit seeds
+
+
+def parse_seed(text: str) -> int:
+    """A ``--seed``: a whole number from 0 to ``MAX_SEED`` (``ValueError`` naming the text
+    else); with ``argparse_type(parse_seed, "seed")`` a bad one is argparse's one line."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise ValueError(f"seed {text!r} is not a whole number") from None
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed {text!r} must be from 0 to 2**63-1")
+    return seed
+
+
 def parse_flag(flag: str, parse, text):
     """``parse(text)``, its ``ValueError`` naming the flag (``--timeout: not a time: 'abc'``)."""
     try:
@@ -77,7 +92,9 @@ def read_input_text(path: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
     with open(path, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise OSError(errno.EFBIG, f"larger than {max_bytes >> 20} MiB", path)
+        limit = (f"{max_bytes >> 20} MiB" if max_bytes and max_bytes % (1 << 20) == 0
+                 else f"{max_bytes:,} bytes")
+        raise OSError(errno.EFBIG, f"larger than {limit}", path)
     return data.decode()
 
 
@@ -87,9 +104,16 @@ class _IntegerTooLarge(ValueError):
         self.digits = digits
 
 
+FLOAT_MAX_DIGITS = len(str(int(sys.float_info.max)))  # 309
+
+
 def _float_sized_int(digits: str) -> int:
     """A JSON integer, refused where no float holds it: every figure this project reads is used
-    as a float somewhere, and ``float()`` of such an integer raises ``OverflowError``."""
+    as a float somewhere, and ``float()`` of such an integer raises ``OverflowError``. Its
+    length is looked at first: ``int()`` of more than 4,300 digits raises a ``ValueError`` of
+    its own."""
+    if len(digits.lstrip("-")) > FLOAT_MAX_DIGITS:
+        raise _IntegerTooLarge(digits)
     value = int(digits)
     if abs(value) > sys.float_info.max:
         raise _IntegerTooLarge(digits)

@@ -369,9 +369,10 @@ def check_async_work(args, configs: list[SyncConfig], async_configs: list[AsyncC
         events += updates + (gradient_events(replace(last, updates=updates))
                              if args.mode == "sync" else 0)
     if events > MAX_GRADIENT_EVENTS:
-        raise ValueError(f"these runs would serve about {events:,.0f} gradients (async updates, "
-                         f"the gradients dropped as too stale, and the replay's steps), at most "
-                         f"{MAX_GRADIENT_EVENTS:,}: fewer --iterations or replicas")
+        raise ValueError(f"these runs would compute about {events:,.0f} gradients (each "
+                         f"worker's first, the async updates, those dropped as too stale, and "
+                         f"the replay's steps), at most {MAX_GRADIENT_EVENTS:,}: fewer "
+                         f"--iterations or replicas")
 
 
 def build_async_configs(args, configs: list[SyncConfig]) -> list[AsyncConfig]:

@@ -16,16 +16,16 @@ run's median over its steps after the warm-up) and their ratio to the shortest w
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
-import os
 import sys
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
-                                       write_json_output)
+                                       parse_seed, write_json_output)
 from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import format_time, parse_time
 from experiments.configs import SyncRunConfig
@@ -88,11 +88,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="runs per pause (default 2)")
     parser.add_argument("--steps", type=int, default=40, help="steps a run (default 40)")
     parser.add_argument("--warmup-steps", type=int, default=5, help="not timed (default 5)")
-    parser.add_argument("--seed", type=int, default=0, help="real/sync.py's seed (default 0)")
+    parser.add_argument("--seed", type=argparse_type(parse_seed, "seed"), default=0,
+                        help="real/sync.py's seed (default 0)")
     parser.add_argument("--json", help="write every run's figures here")
     args = parser.parse_args(argv)
-    if not 0 <= args.seed < 2**63:
-        parser.error(f"--seed must be a whole number from 0 to 2**63-1, got {args.seed}")
     if not 1 <= args.repeats <= MAX_REPEATS:
         parser.error(f"--repeats must be 1 to {MAX_REPEATS}, got {args.repeats}")
     if not 0 <= args.warmup_steps < args.steps <= MAX_STEPS:

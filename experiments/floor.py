@@ -97,6 +97,8 @@ def _half(gaps: list[float], side: str) -> list[float]:
 def side_prices(result: dict, net_by_rate: dict) -> dict[str, dict[str, float]]:
     """A stored ``allreduce.json``'s rows priced from each probe half alone: config -> {side:
     predicted seconds}."""
+    if not isinstance(result.get("rounds"), dict):
+        raise ValueError("its rounds are not a table per test bed")
     out: dict[str, dict[str, float]] = {}
     for side in SIDES:
         halved = {**result, "rounds": {label: one_side(table, side)
@@ -120,7 +122,7 @@ def grid_side_prices(folder: Path) -> dict[str, dict[str, float]]:
     except FileNotFoundError as error:
         raise GridError(f"{folder}: no {Path(error.filename).name} (the halves are priced "
                         "from the grid's own calibration)")
-    except (AttributeError, OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError) as error:
         raise GridError(f"{folder}: cannot price its all-reduce rows from one probe half "
                         f"({error})")
 

@@ -94,11 +94,13 @@ def parse_bed_hosts(text: str) -> int:
 
 
 def parse_bed_rate(text: str) -> float:
-    """A test bed link's rate in bit/s: a rate with its unit that ``tc`` can shape, at least 1
-    bit/s (``ValueError`` naming the text else)."""
+    """A test bed link's rate in bit/s: a rate with its unit that the test bed's shaper takes
+    (``ValueError`` naming the text else, with the test bed's reason)."""
     rate = parse_bandwidth(text)
-    if not 1 <= rate < math.inf:
-        raise ValueError(f"a test bed's link runs at 1 bit/s or more, got {text!r}")
+    try:
+        testbed_config(2, rate)  # its own checks: a rate tc can shape, a bucket that fits
+    except ValueError as error:
+        raise ValueError(f"{text!r}: {error}") from None
     return rate
 
 

@@ -63,7 +63,7 @@ def test_pauses_parse_with_units(text, want):
     (["--steps", "5", "--warmup-steps", "5"], "--warmup-steps < --steps"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--json", "/no/such/folder/x.json"], "--json"),
-    (["--seed", "-2"], "--seed must be a whole number"),
+    (["--seed", "-2"], "seed '-2' must be from 0 to 2**63-1"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(argv, message, capsys):
     assert message in usage_error(after_pause.main, argv, capsys)

@@ -33,7 +33,7 @@ def load(name: str):
     ("async_ps", ["--procs", "1"], "--procs"),
     ("async_ps", ["--time", "nan"], "--time"),
     ("async_ps", ["--time", "99999999"], "at most 3600 s"),
-    ("async_ps", ["--seed", "-1"], "--seed must be"),
+    ("async_ps", ["--seed", "-1"], "seed '-1' must be from 0 to 2**63-1"),
     ("async_ps", ["--model", "resnet"], "'resnet'"),
     ("async_ps", ["--json", str(BENCHMARKS)], "is not a file name"),
     ("sync_throughput", ["--ranks", "0"], "--ranks"),
@@ -57,7 +57,7 @@ def test_bad_flag_is_one_line_and_status_2_before_any_run(name, argv, named, cap
     (["--repeats", "99999999999"], "from 1 to 1000"),
     (["--json", str(BENCHMARKS)], "is not a file name"),
     (["--json", "/no/such/dir/out.json"], "/no/such/dir"),
-    (["--seed", "-1"], "--seed must be"),
+    (["--seed", "-1"], "seed '-1' must be from 0 to 2**63-1"),
 ])
 def test_simulator_benchmarks_check_their_flags_in_one_line(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -77,11 +77,22 @@ def test_sweep_passes_its_seed_to_every_run_and_writes_all_runs_in_one_json(monk
             json.dump({"backend": "gloo", "results": []}, handle)
         return subprocess.CompletedProcess(cmd, 0)
     monkeypatch.setattr(sweep.subprocess, "run", run)
-    out = tmp_path / "all.json"
+    folder = tmp_path / "not-yet"  # made by the sweep, --json inside it
+    out = folder / "all.json"
     assert sweep.main(["--engines", "torch", "--ranks", "2,4", "--seed", "7", "--out-dir",
-                       str(tmp_path), "--json", str(out)]) == 0
+                       str(folder), "--json", str(out)]) == 0
     assert [cmd[cmd.index("--seed") + 1] for cmd in commands] == ["7", "7"]
     assert json.loads(out.read_text()) == {"runs": [{"backend": "gloo", "results": []}] * 2}
+
+
+def test_sweep_refuses_a_json_on_a_file_its_runs_write(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load("allreduce_sweep").main(["--engines", "torch", "--ranks", "2", "--out-dir",
+                                      str(tmp_path), "--json",
+                                      str(tmp_path / "allreduce_gloo_p2.json")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is the torch run on 2 ranks' file, which this run reads" in err[0]
 
 
 def test_async_benchmark_passes_its_seed_and_window_to_the_trainer(monkeypatch):
@@ -93,10 +104,12 @@ def test_async_benchmark_passes_its_seed_and_window_to_the_trainer(monkeypatch):
             json.dump({"updates_per_s": 5.0, "staleness_mean": 1.0, "grad_bytes": 940584}, handle)
         return subprocess.CompletedProcess(cmd, 0)
     monkeypatch.setattr(bench.subprocess, "run", run)
-    monkeypatch.setattr(bench, "sync_rate", lambda *args: 10.0)
+    synced = []
+    monkeypatch.setattr(bench, "sync_rate", lambda *args: synced.append(args) or 10.0)
     assert bench.main(["--procs", "2", "--time", "2s", "--seed", "9"]) == 0
     assert all(cmd[cmd.index("--seed") + 1] == "9" and cmd[cmd.index("--time") + 1] == "2.0s"
                for cmd in commands) and len(commands) == 3
+    assert [args[-1] for args in synced] == [9]  # sync_rate(procs, compute, iterations, model, seed)
 
 
 def test_sweep_table_of_one_rank_has_no_ratio_to_divide_by():

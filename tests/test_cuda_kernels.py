@@ -366,7 +366,7 @@ def test_bench_seed_draws_another_problem_and_its_range_is_checked(capsys):
         bench.parse_args(["--seed", "-1"])
     assert caught.value.code == 2
     assert capsys.readouterr().err.strip() == ("bench.py: error: argument --seed: seed '-1' "
-                                               "must be from 0 to 2**31-1")
+                                               "must be from 0 to 2**63-1")
 
 
 def test_bench_rejects_a_plane_the_kernels_cannot_index_before_looking_for_a_gpu(capsys):

@@ -215,7 +215,7 @@ def test_cli_refuses_probe_tables_of_the_wrong_shape_on_one_line(tmp_path, capsy
     (folder / "allreduce.json").write_text(json.dumps(stored))
     assert main([str(folder)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cannot price its all-reduce rows" in err
+    assert err.count("\n") == 1 and "its rounds are not a table per test bed" in err
 
 
 def test_cli_refuses_a_folder_named_twice_and_an_output_over_an_input(tmp_path, capsys):

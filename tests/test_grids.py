@@ -109,6 +109,7 @@ def test_cli_refuses_rows_missing_from_allreduce_json(tmp_path, capsys):
     ("[" * 200_000, "not JSON (nested too deep to read"),
     ('[{"experiment": "sync", "config": "x", "error": 0.1, "predicted_s": 1' + "0" * 400 + "}]",
      "not JSON (an integer of 401 digits, too large for a float"),
+    ("[1" + "0" * 5000 + "]", "not JSON (an integer of 5001 digits, too large for a float"),
     (json.dumps([{"experiment": "sync"}]), "expected a list of rows"),
     (json.dumps([{"experiment": ["sync"], "config": "x", "error": 0.1}]), "expected a list of rows"),
     (json.dumps([{"experiment": "sync", "config": {"x": 1}, "error": 0.1}]), "expected a list of rows"),

@@ -229,8 +229,11 @@ def test_probe_server_without_a_client_says_so_in_one_line():
 
 
 def test_calibration_refuses_no_pings_or_repeats_before_making_a_test_bed():
-    for pings, repeats in [(0, 3), (200, 0), (999_999_999_999, 3), (200, 999_999_999_999)]:
-        with pytest.raises(ValueError, match="takes 1 to 100,000 pings and 1 to 1,000 repeats"):
+    for pings, repeats, said in [(0, 3, "1 to 100,000 pings, got 0"),
+                                 (200, 0, "1 to 1,000 repeats, got 0"),
+                                 (999_999_999_999, 3, "pings, got 999,999,999,999"),
+                                 (200, 999_999_999_999, "repeats, got 999,999,999,999")]:
+        with pytest.raises(ValueError, match=said):
             calibrate(TestbedConfig(), [2_000_000, 16_000_000], pings, repeats)
     with pytest.raises(ValueError, match="at most 1 GB, got 2,000,000,000,000 B"):
         calibrate(TestbedConfig(), [2_000_000, 2_000_000_000_000])

@@ -72,7 +72,8 @@ def test_fit_recovers_what_a_message_and_a_cycle_cost_and_refuses_what_cannot_te
 @pytest.mark.parametrize("argv, named", [
     (["--hosts", "1"], "--hosts"),
     (["--bandwidth", "fast"], "bandwidth"),
-    (["--bandwidth", "0bps"], "1 bit/s or more, got '0bps'"),
+    (["--bandwidth", "0bps"], "'0bps': bandwidth must be a finite rate of at least 1 bit/s"),
+    (["--bandwidth", "4bps"], "'4bps': a link rate must be at least 8 bit/s"),
     (["--sizes", "6B"], "multiples of 4"),
     (["--sizes", "1e15B"], "multiples of 4"),
     (["--sizes", "64KB,x"], "x"),

@@ -178,9 +178,10 @@ def check_calibration(config: TestbedConfig, sizes: list[int], pings: int, repea
     if len(sizes) < 2 or sorted(sizes) != sizes or len(set(sizes)) != len(sizes) or sizes[0] < 1:
         raise ValueError(f"calibration needs two or more increasing positive transfer sizes, "
                          f"got {sizes}")
-    if not (1 <= pings <= MAX_PINGS and 1 <= repeats <= MAX_REPEATS):
-        raise ValueError(f"calibration takes 1 to {MAX_PINGS:,} pings and 1 to {MAX_REPEATS:,} "
-                         f"repeats, got {pings:,} and {repeats:,}")
+    if not 1 <= pings <= MAX_PINGS:
+        raise ValueError(f"calibration takes 1 to {MAX_PINGS:,} pings, got {pings:,}")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise ValueError(f"calibration takes 1 to {MAX_REPEATS:,} repeats, got {repeats:,}")
     if sizes[-1] > MAX_TRANSFER_BYTES:
         raise ValueError(f"calibration transfers at most {MAX_TRANSFER_BYTES / 1e9:g} GB, got "
                          f"{sizes[-1]:,} B")
