@@ -104,20 +104,14 @@ class _IntegerTooLarge(ValueError):
         self.digits = digits
 
 
-FLOAT_MAX_DIGITS = len(str(int(sys.float_info.max)))  # 309
-
-
 def _float_sized_int(digits: str) -> int:
     """A JSON integer, refused where no float holds it: every figure this project reads is used
-    as a float somewhere, and ``float()`` of such an integer raises ``OverflowError``. Its
-    length is looked at first: ``int()`` of more than 4,300 digits raises a ``ValueError`` of
-    its own."""
-    if len(digits.lstrip("-")) > FLOAT_MAX_DIGITS:
+    as a float somewhere, and ``float()`` of such an integer raises ``OverflowError``. The text
+    is read as a float first, which is infinite exactly there, and has no digit limit, where
+    ``int()`` of more than 4,300 digits raises a ``ValueError`` of its own."""
+    if math.isinf(float(digits)):
         raise _IntegerTooLarge(digits)
-    value = int(digits)
-    if abs(value) > sys.float_info.max:
-        raise _IntegerTooLarge(digits)
-    return value
+    return int(digits)
 
 
 def read_json(path, max_bytes: int = MAX_INPUT_BYTES) -> object:

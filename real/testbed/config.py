@@ -192,10 +192,12 @@ class TestbedConfig:
             if rate_bps < 8:
                 raise ValueError(f"a link rate must be at least 8 bit/s (tc counts whole bytes "
                                  f"per second), got {rate_bps:g} bit/s")
-            if self.limit_for(rate_bps) > TC_MAX_BYTES:
+            limit = self.limit_for(rate_bps)
+            if limit > TC_MAX_BYTES:  # exact where it can be read, else four digits, not 300
+                shown = f"{limit:,}" if limit < 10**15 else f"{limit:.4g}"
                 raise ValueError(f"at {rate_bps:g} bit/s the shaper's bucket and queue "
-                                 f"({self.limit_for(rate_bps):.4g} B) exceed what tc takes "
-                                 f"({TC_MAX_BYTES} B): lower the rate, --burst or --queue")
+                                 f"({shown} B) exceed what tc takes ({TC_MAX_BYTES:,} B): "
+                                 f"lower the rate, --burst or --queue")
 
     @property
     def frame_bytes(self) -> int:
