@@ -63,6 +63,23 @@ def measured_positions(events: list[dict]) -> dict[int, dict[str, float]]:
     """Bytes -> position -> the median seconds of the slowest rank's calls there, from a
     benchmark trace (``real/allreduce.py --trace``: one track per rank, a span per timed call,
     matched across ranks by their order). A size's first two calls have no position."""
+    return _by_position(events, lambda spans, before: max(s["dur"] for s in spans) / 1e6)
+
+
+def measured_gaps(events: list[dict]) -> dict[int, dict[str, float]]:
+    """Bytes -> position -> the median gap before the calls there: per call, the median over
+    the ranks of the time from the rank's call before it ending to this one starting (the
+    barrier and the loop's own work, when the links idle and the shaper's bucket refills; the
+    model takes it from the probes: ``NetworkInputs.call_gap_at``). Same trace as
+    ``measured_positions``."""
+    return _by_position(events, lambda spans, before: statistics.median(
+        (s["ts"] - (b["ts"] + b["dur"])) / 1e6 for s, b in zip(spans, before)))
+
+
+def _by_position(events: list[dict], value) -> dict[int, dict[str, float]]:
+    """Bytes -> position -> the median of ``value(spans, spans_before)`` over the calls there,
+    where ``spans`` are every rank's span of one call and ``spans_before`` of the call before
+    it (``measured_positions``)."""
     tracks: dict[int, list[dict]] = {}
     for span in sorted((e for e in events if e.get("ph") == "X"), key=lambda e: e["ts"]):
         tracks.setdefault(int(span["tid"]), []).append(span)
@@ -70,12 +87,15 @@ def measured_positions(events: list[dict]) -> dict[int, dict[str, float]]:
         raise ValueError("the trace needs as many calls on every rank's track")
     calls = list(zip(*tracks.values()))  # per call, every rank's span
     by_size: dict[int, list[tuple[str, float]]] = {}
-    for spans in calls:
+    for spans, before in zip(calls, [None, *calls]):
         names = {s["name"] for s in spans}
         if len(names) != 1 or len({int(s["args"]["bytes"]) for s in spans}) != 1:
             raise ValueError("the ranks' tracks disagree on the order of the calls")
-        by_size.setdefault(int(spans[0]["args"]["bytes"]), []).append(
-            (names.pop(), max(s["dur"] for s in spans) / 1e6))
+        size = int(spans[0]["args"]["bytes"])
+        # a size's first call follows another size's (or none): it has no position anyway
+        same = before is not None and int(before[0]["args"]["bytes"]) == size
+        by_size.setdefault(size, []).append(
+            (names.pop(), value(spans, before) if same else math.nan))
     out: dict[int, dict[str, float]] = {}
     for size, seq in by_size.items():
         names = sorted({name for name, _ in seq})
@@ -110,21 +130,24 @@ def bed_command(args) -> str:
         "--seed", str(args.seed), *BENCHMARK_FLAGS], "bench.json") + " --trace {out}/trace.json"
 
 
-def run_bed(args, net: NetworkInputs, bed: int) -> tuple[dict, dict]:
-    """One bed's figures (per size and position, measured and predicted seconds) and the round
-    table its probes gave (``run_bracketed``), from which they were predicted."""
+def run_bed(args, net: NetworkInputs, bed: int) -> tuple[dict, dict, dict]:
+    """One bed's figures (per size and position, measured and predicted seconds, and the gap
+    before the calls there, measured and as the model takes it), the round table its probes
+    gave (``run_bracketed``), from which they were predicted, and its benchmark's trace."""
     files, rounds = run_bracketed(
         testbed_config(args.hosts, args.bandwidth), [bed_command(args)],
         ("bench.json", "trace.json"), f"bed {bed} ({bed_label(args.hosts, args.bandwidth)})",
         BED_TIMEOUT_S, round_sizes_up_to(args.probe_up_to, quick=False), ring=True,
         stream_gaps=BRACKET_STREAM_CALLS, gap_sizes=tuple(args.sizes))
-    measured = measured_positions(files["trace.json"]["traceEvents"])
+    events = files["trace.json"]["traceEvents"]
+    measured, gaps = measured_positions(events), measured_gaps(events)
     net = net.with_rounds(args.hosts, rounds)
     figures = {}
     for size in args.sizes:
         predicted = predicted_positions(list(ALLREDUCE_ALGORITHMS), args.hosts, size, net)
         figures[format_bytes(size)] = {
-            p: {"measured_s": measured[size][p], "predicted_s": predicted[p]}
+            p: {"measured_s": measured[size][p], "predicted_s": predicted[p],
+                "gap_s": gaps[size][p], "gap_predicted_s": net.call_gap_at(size)}
             for p in sorted(predicted) if p in measured.get(size, {})}
         medians = {r["algorithm"]: r["time_s"] for r in files["bench.json"]["results"]
                    if r["bytes"] == size}
@@ -136,22 +159,29 @@ def run_bed(args, net: NetworkInputs, bed: int) -> tuple[dict, dict]:
     for size, rows in figures.items():
         print(f"bed {bed}, {size}: " + ", ".join(
             f"{p} {r['measured_s'] * 1e3:.3f} ms ({r['predicted_s'] * 1e3:.3f})"
+            + (f" after a gap of {r['gap_s'] * 1e3:.3f} ms ({r['gap_predicted_s'] * 1e3:.3f})"
+               if "gap_s" in r else "")
             for p, r in rows.items()), flush=True)
-    return figures, rounds
+    return figures, rounds, files["trace.json"]
 
 
 def print_summary(beds: list[dict]) -> None:
     """Per size and position: the measured and predicted range over the beds, median error."""
     for size in beds[0]:
-        print(f"{size}: position: measured (predicted) range over {len(beds)} beds; median error")
+        print(f"{size}: position: measured (predicted) range over {len(beds)} beds; median "
+              f"error; the gap before the calls, measured (as the model takes it)")
         for p in beds[0][size]:
             rows = [b[size][p] for b in beds if p in b[size]]
             measured = [r["measured_s"] * 1e3 for r in rows]
             predicted = [r["predicted_s"] * 1e3 for r in rows]
             error = statistics.median((r["predicted_s"] - r["measured_s"]) / r["measured_s"]
                                       for r in rows)
+            gaps = [(r["gap_s"] * 1e3, r["gap_predicted_s"] * 1e3) for r in rows if "gap_s" in r]
             print(f"  {p}: {min(measured):.3f}-{max(measured):.3f} ms "
-                  f"({min(predicted):.3f}-{max(predicted):.3f}); {error:+.1%}")
+                  f"({min(predicted):.3f}-{max(predicted):.3f}); {error:+.1%}" + (
+                      f"; gap {min(g for g, _ in gaps):.3f}-{max(g for g, _ in gaps):.3f} ms "
+                      f"({min(m for _, m in gaps):.3f}-{max(m for _, m in gaps):.3f})"
+                      if gaps else ""))
 
 
 def check_calibration(path: str, record: dict) -> None:
@@ -205,12 +235,14 @@ def parse_args(argv=None):
                              "10 s; needed on any other machine)")
     parser.add_argument("--seed", type=int, default=0, help="the benchmark's buffers' seed")
     parser.add_argument("--json", help="write every bed's figures and probes here")
+    parser.add_argument("--trace", help="write every bed's benchmark trace here (Chrome trace "
+                                        "format: a process per bed, a track per rank)")
     add_host_cores_argument(parser)
     add_probe_order_argument(parser)
     args = parser.parse_args(argv)
     measure.HOST_CORES, measure.PROBE_ORDER = args.host_cores, args.probe_order
     try:
-        check_output_files({"--json": args.json},
+        check_output_files({"--json": args.json, "--trace": args.trace},
                            {"the --calibration file": None if args.calibration == MEASURE
                             else args.calibration})
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -254,11 +286,27 @@ def main(argv=None) -> int:
     status, beds = run_reporting("call_positions", work)
     if status:
         return status
-    print_summary([figures for figures, _ in beds])
+    print_summary([figures for figures, _, _ in beds])
+    status = write_json_output("call_positions", "--trace", args.trace, beds_trace(
+        [trace for _, _, trace in beds], bed_label(args.hosts, args.bandwidth)), indent=None)
     # each bed's probes too, so that its calls can be priced again by a later model
     return write_json_output("call_positions", "--json", args.json, {
         "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "calibration": calibration,
-        "beds": [figures for figures, _ in beds], "probes": [rounds for _, rounds in beds]})
+        "beds": [figures for figures, _, _ in beds],
+        "probes": [rounds for _, rounds, _ in beds]}) or status
+
+
+def beds_trace(traces: list[dict], label: str) -> dict:
+    """The beds' benchmark traces as one Chrome trace: bed ``b``'s events as process ``b``,
+    named ``bed b (label)``."""
+    events = []
+    for bed, trace in enumerate(traces):
+        for event in trace["traceEvents"]:
+            event = {**event, "pid": bed}
+            if event.get("name") == "process_name":
+                event["args"] = {"name": f"bed {bed} ({label})"}
+            events.append(event)
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ import statistics
 
 import pytest
 
-from experiments.call_positions import (load_calibration, main, measured_positions,
-                                        parse_args, position, predicted_positions)
+from experiments.call_positions import (beds_trace, load_calibration, main, measured_gaps,
+                                        measured_positions, parse_args, position,
+                                        predicted_positions)
 from experiments.model import NetworkInputs, predict_allreduce_stream_s
 from tests.bed_helpers import needs_namespaces
 from tests.cli_helpers import usage_error
@@ -41,6 +42,34 @@ def test_measured_positions_are_medians_of_the_slowest_ranks_calls_after_each_pa
     # 7), a after a, b (4), b after a, a (5)
     assert got == pytest.approx({"b<b<a": 104e-6, "a<b<b": 105e-6, "a<a<b": 104e-6,
                                  "b<a<a": 105e-6})
+
+
+def test_measured_gaps_are_medians_over_ranks_of_each_ranks_idle_time_before_the_call():
+    names = ["a", "b", "b", "a", "a", "b"]
+    events = []
+    for k, name in enumerate(names):
+        events += [span(0, 1000 * k, 100 + k, name), span(1, 1000 * k + 100, 100, name),
+                   span(2, 1000 * k + 150, 150, name)]
+    got = measured_gaps(events)[64000]
+    # before call k >= 1 rank 0 idled 1000 - (100 + k - 1) = 901 - k us, ranks 1 and 2 900 and
+    # 850: the median is rank 0's
+    assert got == pytest.approx({"b<b<a": 899e-6, "a<b<b": 898e-6, "a<a<b": 897e-6,
+                                 "b<a<a": 896e-6})
+    # a size's calls are gapped among themselves only: the first after another size has none
+    events += [span(r, 10_000 + 1000 * k, 10, n, 8000) for k, n in enumerate("abab")
+               for r in range(3)]
+    assert measured_gaps(events)[8000] == pytest.approx({"a<b<a": 990e-6, "b<a<b": 990e-6})
+
+
+def test_the_beds_traces_are_one_trace_a_process_per_bed():
+    trace = {"traceEvents": [{"name": "process_name", "ph": "M", "pid": 0,
+                              "args": {"name": "all_reduce benchmark (gloo)"}},
+                             span(0, 0, 10, "ring"), span(1, 0, 12, "ring")]}
+    merged = beds_trace([trace, trace], "H=2 1000Mbps")["traceEvents"]
+    assert [e["pid"] for e in merged] == [0, 0, 0, 1, 1, 1]
+    assert [e["args"]["name"] for e in merged if e["ph"] == "M"] == \
+        ["bed 0 (H=2 1000Mbps)", "bed 1 (H=2 1000Mbps)"]
+    assert trace["traceEvents"][0]["args"]["name"] == "all_reduce benchmark (gloo)"  # not changed
 
 
 def test_measured_positions_refuse_ranks_that_disagree():
@@ -114,7 +143,8 @@ def test_measure_calibrates_this_machine_first_and_keeps_the_record(tmp_path, mo
 
     def bed(args, net, index):
         assert net.rate_bps == 1e9  # priced from the record just measured
-        return {"64 KB": {"ring<naive<backend": {"measured_s": 1e-3, "predicted_s": 1e-3}}}, {}
+        return ({"64 KB": {"ring<naive<backend": {"measured_s": 1e-3, "predicted_s": 1e-3}}},
+                {}, {"traceEvents": []})
 
     monkeypatch.setattr(call_positions, "run_bed", bed)
     out = tmp_path / "positions.json"
@@ -128,9 +158,12 @@ def test_measure_calibrates_this_machine_first_and_keeps_the_record(tmp_path, mo
 def test_one_bed_reports_every_position_measured_and_predicted(tmp_path, capsys):
     path, out = tmp_path / "calibration.json", tmp_path / "positions.json"
     path.write_text(json.dumps([CALIBRATION]))
+    trace = tmp_path / "trace.json"
     assert main(["--hosts", "2", "--beds", "1", "--iters", "6", "--probe-up-to", "64KB",
-                 "--calibration", str(path), "--json", str(out)]) == 0
+                 "--calibration", str(path), "--json", str(out), "--trace", str(trace)]) == 0
     record = json.loads(out.read_text())
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 2 * 3 * 6  # 2 ranks, 3 algorithms, 6 timed calls each
     rows = record["beds"][0]["64 KB"]
     assert len(record["probes"]) == 1 and record["probes"][0]["results"]
     assert {"ring (median)", "naive (median)", "backend (median)"} <= set(rows)
@@ -138,6 +171,9 @@ def test_one_bed_reports_every_position_measured_and_predicted(tmp_path, capsys)
     for row in rows.values():
         # a 64 kB call at 1000 Mbit/s takes well under 50 ms
         assert 0.0 < row["measured_s"] < 0.05 and 0.0 < row["predicted_s"] < 0.05
+    for p, row in rows.items():  # the barrier and the loop's work: well under 50 ms
+        assert ("<" in p) == ("gap_s" in row)
+        assert "<" not in p or 0.0 < row["gap_s"] < 0.05 and 0.0 < row["gap_predicted_s"] < 0.05
     printed = capsys.readouterr().out
     assert "bed 0, 64 KB: " in printed and "naive<ring<backend: " in printed
 
