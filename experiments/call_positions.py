@@ -277,15 +277,21 @@ def main(argv=None) -> int:
         except ValueError as error:
             parser.error(str(error))
 
+    beds: list[tuple[dict, dict, dict]] = []  # the beds finished, kept if a later one fails
+
     def work():
         nonlocal net, calibration
         if args.calibration == MEASURE:
             net, calibration = measured_calibration(args.bandwidth)
-        return [run_bed(args, net, bed) for bed in range(args.beds)]
+        for bed in range(args.beds):
+            beds.append(run_bed(args, net, bed))
 
-    status, beds = run_reporting("call_positions", work)
-    if status:
-        return status
+    stopped, _ = run_reporting("call_positions", work)
+    if not beds:
+        return stopped
+    if stopped:
+        print(f"call_positions: {len(beds)} of {args.beds} beds finished; their figures follow"
+              f"{' and are written' if args.json or args.trace else ''}", file=sys.stderr)
     print_summary([figures for figures, _, _ in beds])
     status = write_json_output("call_positions", "--trace", args.trace, beds_trace(
         [trace for _, _, trace in beds], bed_label(args.hosts, args.bandwidth)), indent=None)
@@ -293,7 +299,7 @@ def main(argv=None) -> int:
     return write_json_output("call_positions", "--json", args.json, {
         "hosts": args.hosts, "bandwidth_bps": args.bandwidth, "calibration": calibration,
         "beds": [figures for figures, _, _ in beds],
-        "probes": [rounds for _, rounds, _ in beds]}) or status
+        "probes": [rounds for _, rounds, _ in beds]}) or status or stopped
 
 
 def beds_trace(traces: list[dict], label: str) -> dict:

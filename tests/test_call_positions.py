@@ -134,6 +134,30 @@ def test_a_failing_bed_is_one_line_and_status_1(tmp_path, monkeypatch, capsys):
         "call_positions: bed 0 (H=2 1000Mbps): exit 1: no route to host\n"
 
 
+def test_the_beds_finished_before_one_fails_are_kept(tmp_path, monkeypatch, capsys):
+    from experiments import call_positions
+    from real.testbed import TestbedError
+
+    def bed(args, net, index):
+        if index == 1:
+            raise TestbedError("bed 1 (H=2 1000Mbps): exit 1: no route to host")
+        return ({"64 KB": {"ring<naive<backend": {"measured_s": 2e-3, "predicted_s": 1e-3}}},
+                {"results": []}, {"traceEvents": [span(0, 0, 10, "ring")]})
+
+    path, out, trace = (tmp_path / name for name in ("c.json", "p.json", "t.json"))
+    path.write_text(json.dumps([CALIBRATION]))
+    monkeypatch.setattr(call_positions, "run_bed", bed)
+    assert main(["--hosts", "2", "--beds", "3", "--calibration", str(path), "--json", str(out),
+                 "--trace", str(trace)]) == 1
+    err = capsys.readouterr()
+    assert err.err.splitlines() == ["call_positions: bed 1 (H=2 1000Mbps): exit 1: no route to "
+                                    "host", "call_positions: 1 of 3 beds finished; their figures "
+                                    "follow and are written"]
+    assert "ring<naive<backend: 2.000-2.000 ms (1.000-1.000); -50.0%" in err.out
+    assert len(json.loads(out.read_text())["beds"]) == 1
+    assert [e["pid"] for e in json.loads(trace.read_text())["traceEvents"]] == [0]
+
+
 def test_measure_calibrates_this_machine_first_and_keeps_the_record(tmp_path, monkeypatch,
                                                                    capsys):
     from experiments import call_positions
