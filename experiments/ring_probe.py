@@ -39,6 +39,15 @@ of the benchmark's at 1 MB and about 0.5 ms at 4 MB, the whole calls' within 0.0
 stored runs before a66db0b reduced one element (``--gap-calls element``), and their 2-host
 calls of 256 kB and 1 MB at 1000 Mbit/s came out 2-3% over at the mean.
 
+With ``--calls`` it also times, at its sizes up to ``--engine-max`` and in turns within this one
+launch, what the ring's table is meant to price against what it prices (``call_turns``, as
+``calls_results``): a ring-driven chain of the 2(W - 1) rounds a ring call of a chunk of that
+size a rank makes, the same chain timed to its sends' completion, the same chain with the
+ring's own set-up inside its timed span
+(``real.allreduce.ring_schedule``: its chunks, segments and scratch buffers), the hand-written
+ring's call and the engine's. Launches of one bed differ by more than the ring's calls miss
+their price at 64 kB (``experiments/LOG.md``); in one launch they do not.
+
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on
 sizes of its own grid, and the gaps the benchmark's loop leaves between calls; the calls of its
@@ -63,7 +72,9 @@ from dsgd_sim.argparse_oneline import check_output_file, write_text_atomically  
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from experiments.configs import PROBE_ORDER_HELP, PROBE_ORDERS  # noqa: E402
-from real.allreduce import MAX_BUFFER_BYTES, stream_gaps, whole_call_s  # noqa: E402
+from real.allreduce import (DEFAULT_SEGMENT_BYTES, MAX_BUFFER_BYTES,  # noqa: E402
+                            backend_all_reduce, ring_all_reduce, ring_schedule, stream_gaps,
+                            whole_call_s)
 from real.comm import launched_by_mpi  # noqa: E402
 from real.comm_cli import add_comm_arguments, check_outputs_together, open_comm  # noqa: E402
 from real.local_launch import RankArgumentParser, own_error, report_error  # noqa: E402
@@ -143,7 +154,7 @@ def chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
 
 
 def ring_chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
-                     rounds: int) -> tuple[list[float], torch.Tensor]:
+                     rounds: int, setup=None) -> tuple[list[float], torch.Tensor]:
     """After a barrier, ``rounds`` ring rounds driven as ``real/allreduce.py``'s ring drives
     its own (one segment a chunk): the receive of round s + 1 posted before round s's is waited
     for, what arrived in the first half of the chain added into a slot of a buffer of its own and
@@ -151,7 +162,8 @@ def ring_chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
     place and sent on; no send waited for until the chain's end. The seconds at the end of each
     round (after its send is posted), and the buffer the last round received into (the same
     contract as ``chain_marks``). Takes ``rounds + 1`` slots of the message's size (allocated
-    before the barrier)."""
+    before the barrier). ``setup()``, where given, runs first inside the timed span (the
+    ring's own set-up: ``call_turns``)."""
     outgoing, incoming = buffers
     right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
     slots = outgoing.repeat(rounds + 1).view(rounds + 1, -1)  # slot 0: this rank's own chunk
@@ -163,6 +175,8 @@ def ring_chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
 
     comm.barrier()
     start, marks = time.perf_counter(), []
+    if setup is not None:
+        setup()
     pending = post(0)
     sends = [comm.isend(slots[0], right, RING_TAG)]
     for step in range(rounds):
@@ -194,6 +208,66 @@ def _after_idle(chain, idle_s: float):
         time.sleep(idle_s)
         return chain(comm, buffers, rounds)
     return idle_then_chain
+
+
+CALL_TURNS = ("chain", "chain_sent", "chain_setup", "ring", "backend")  # --calls: in turns
+
+
+def call_turns(comm, sizes: list[int], repeats: int, idle_s: float = 0.0) -> list[dict]:
+    """Per size ``n``: in turns, a ring-driven chain of the ring's 2(W - 1) rounds of ``n``
+    (``ring_chain_marks``, to its last round's end, as the ring's table prices a call), the same
+    chain timed until its sends have completed too (``chain_sent``, as a call waits for its
+    sends), the chain with the ring's own set-up first inside its timed span
+    (``ring_schedule``), and the
+    hand-written ring's and the engine's own all-reduce of a W x ``n`` buffer (a chunk of ``n``
+    a rank: the chain's rounds), each after a barrier as the benchmark times its calls; the
+    median over ``repeats`` turns (``SMALL_FACTOR`` times as many up to ``SMALL_BYTES``) of the
+    slowest rank's time of each (``<what>_s``), after one turn of warm-up. One launch, so the
+    comparison is free of the spread between launches; a diagnostic of the ring's table, which
+    never prices from it. With ``idle_s``, every rank sleeps that long before each."""
+    world = comm.world_size
+    rows = []
+    for n in sizes:
+        chunk = max(1, n // 4)
+        buffers = (torch.ones(chunk), torch.empty(chunk))
+        source, work = torch.ones(chunk * world), torch.empty(chunk * world)
+
+        def chain_sent() -> float:
+            started = []
+            ring_chain_marks(comm, buffers, 2 * (world - 1),
+                             lambda: started.append(time.perf_counter()))
+            return time.perf_counter() - started[0]
+
+        def call(all_reduce) -> float:
+            work.copy_(source)
+            comm.barrier()
+            start = time.perf_counter()
+            all_reduce(comm, work)
+            return time.perf_counter() - start
+
+        turns = {"chain": lambda: ring_chain_marks(comm, buffers, 2 * (world - 1))[0][-1],
+                 "chain_sent": chain_sent,
+                 "chain_setup": lambda: ring_chain_marks(
+                     comm, buffers, 2 * (world - 1),
+                     lambda: ring_schedule(comm, work, DEFAULT_SEGMENT_BYTES))[0][-1],
+                 "ring": lambda: call(ring_all_reduce),
+                 "backend": lambda: call(backend_all_reduce)}
+        count = repeats * (SMALL_FACTOR if n <= SMALL_BYTES else 1)
+        times = torch.zeros(len(CALL_TURNS), count, dtype=torch.float64)
+        for turn in range(count + 1):  # the first turn warms up
+            for k, what in enumerate(CALL_TURNS):
+                if idle_s:
+                    time.sleep(idle_s)
+                took = turns[what]()
+                if turn:
+                    times[k, turn - 1] = took
+        comm.all_reduce(times, op="max")  # each turn's time is its slowest rank's
+        row = {"bytes": 4 * chunk, "call_bytes": 4 * chunk * world}
+        for k, what in enumerate(CALL_TURNS):
+            row[f"{what}_s"] = statistics.median(times[k].tolist())
+            row[f"{what}_turns_s"] = times[k].tolist()
+        rows.append(row)
+    return rows
 
 
 SMALL_BYTES = 256 << 10  # rounds this small take milliseconds, and wake-ups make them noisy:
@@ -271,9 +345,15 @@ def parse_args(argv=None):
                              "next receive posted first, the addition and the send inside the "
                              "round, sends waited for at the chain's end) at the sizes up to "
                              "--engine-max: 'ring_results'")
+    parser.add_argument("--calls", action="store_true",
+                        help="also time, at the sizes up to --engine-max, in turns in this one "
+                             "launch: the ring-driven chain of a ring call's rounds, the same "
+                             "with the ring's own set-up inside it, and the hand-written ring's "
+                             "and the engine's all-reduce of a chunk of that size a rank: "
+                             "'calls_results' (a diagnostic; never priced from)")
     parser.add_argument("--engine-max",
-                        help="with --engine-rounds or --ring-rounds, the largest size timed that "
-                             f"way too (default: {ENGINE_MAX_BYTES}B)")
+                        help="with --engine-rounds, --ring-rounds or --calls, the largest size "
+                             f"timed that way too (default: {ENGINE_MAX_BYTES}B)")
     parser.add_argument("--idle", default="0s",
                         help="sleep this long before every chain, so that a shaped link's bucket "
                              "refills (e.g. 3ms; default: %(default)s, a chain starts on what the "
@@ -301,8 +381,10 @@ def parse_args(argv=None):
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser, gpu=False)
     args = parser.parse_args(argv)
-    if args.engine_max is not None and not (args.engine_rounds or args.ring_rounds):
-        parser.error("--engine-max needs --engine-rounds or --ring-rounds (the rounds it bounds)")
+    if args.engine_max is not None and not (args.engine_rounds or args.ring_rounds
+                                            or args.calls):
+        parser.error("--engine-max needs --engine-rounds, --ring-rounds or --calls (the rounds "
+                     "it bounds)")
     if args.engine_max is None:
         args.engine_max = f"{ENGINE_MAX_BYTES}B"
     try:
@@ -385,6 +467,8 @@ def main(argv=None) -> None:
                 chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG),
                 idle_s=args.idle_s, order=args.order)
             tables.append(("C++ ", record["engine_results"]))
+        if args.calls and ring_sizes:
+            record["calls_results"] = call_turns(comm, ring_sizes, args.repeats, args.idle_s)
         if args.stream_gaps:
             record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)
             if args.gap_bytes:
@@ -396,6 +480,12 @@ def main(argv=None) -> None:
                 for r in rows:
                     print(f"{driver}{r['bytes']:>10} B  first {r['first_s'] * 1e3:9.3f} ms  "
                           f"next {r['next_s'] * 1e3:9.3f} ms  reduce {r['reduce_s'] * 1e3:8.3f} ms")
+            for r in record.get("calls_results", []):
+                print(f"{r['call_bytes']:>10} B calls: ring-driven chain {r['chain_s'] * 1e3:.3f} ms, "
+                      f"to its sends' end {r['chain_sent_s'] * 1e3:.3f} ms, "
+                      f"with the ring's set-up {r['chain_setup_s'] * 1e3:.3f} ms, the ring's "
+                      f"call {r['ring_s'] * 1e3:.3f} ms, the engine's "
+                      f"{r['backend_s'] * 1e3:.3f} ms")
             if record.get("stream_gap_s"):
                 print(f"stream of {args.stream_gaps} calls: median gap "
                       f"{statistics.median(record['stream_gap_s']) * 1e3:.3f} ms")

@@ -113,17 +113,24 @@ def ring_all_reduce(comm, tensor: torch.Tensor, op: str = "sum",
     if comm.world_size == 1:
         return
     flat = flat_work_buffer(tensor)
-    segment = max(1, segment_bytes // flat.element_size())
-    chunks = chunk_bounds(flat.numel(), comm.world_size)
-    pieces = [segment_bounds(a, b, segment) for a, b in chunks]
-    schedule = _RingReceives(comm, flat, chunks, pieces)
+    schedule = ring_schedule(comm, flat, segment_bytes)
     pending = schedule.post(0)  # before any send: see _RingReceives
-    sends = [comm.isend(flat[a:b], schedule.right, SCATTER_TAG) for a, b in pieces[comm.rank]]
+    sends = [comm.isend(flat[a:b], schedule.right, SCATTER_TAG)
+             for a, b in schedule.pieces[comm.rank]]
     pending, sends = _reduce_scatter(comm, flat, schedule, pending, op, sends)
     sends += _all_gather(comm, flat, schedule, pending)
     for work in sends:
         work.wait()
     copy_back(tensor, flat)
+
+
+def ring_schedule(comm, flat: torch.Tensor, segment_bytes: int) -> "_RingReceives":
+    """The ring's set-up before its first receive: ``flat`` cut into a chunk a rank and each
+    chunk into segments, and the receive steps with their scratch buffers (``_RingReceives``).
+    ``ring_probe.py --calls`` also times it inside a ring-driven chain."""
+    segment = max(1, segment_bytes // flat.element_size())
+    chunks = chunk_bounds(flat.numel(), comm.world_size)
+    return _RingReceives(comm, flat, chunks, [segment_bounds(a, b, segment) for a, b in chunks])
 
 
 class _RingReceives:

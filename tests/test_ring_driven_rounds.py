@@ -147,3 +147,18 @@ def test_ablation_prices_the_ring_from_plain_chains_only_in_its_own_model():
 def test_probe_times_no_ring_driven_rounds_where_every_size_is_above_the_limit(tmp_path):
     _, record = run_probe(tmp_path, "16KiB", 2, "64B")
     assert "ring_results" not in record and [r["bytes"] for r in record["results"]] == [16384]
+
+
+def test_calls_take_turns_with_their_chains_in_one_launch_on_two_ranks(tmp_path):
+    out = tmp_path / "calls.json"
+    run = run_script(["experiments/ring_probe.py", "--sizes", "64B,32000B,1MB", "--repeats", "1",
+                      "--calls", "--engine-max", "32000B", "--json", str(out)], 2, timeout_s=120)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["calls_results"]
+    assert [(r["bytes"], r["call_bytes"]) for r in rows] == [(64, 128), (32000, 64000)]
+    for row in rows:
+        for what in ("chain", "chain_sent", "chain_setup", "ring", "backend"):
+            turns = row[f"{what}_turns_s"]
+            assert len(turns) == 9 and all(0 < t < 5 for t in turns)  # 9 turns up to 256 KiB
+            assert row[f"{what}_s"] == sorted(turns)[4]
+    assert "64000 B calls: ring-driven chain " in run.stdout

@@ -528,7 +528,7 @@ def test_probe_chains_default_to_a_ring_all_reduces_rounds(tmp_path):
     (["--timeout", "1e300s"], "'1e300s'"),
     (["--ring-rounds", "--engine-max", "0B"], "'0B'"),
     (["--ring-rounds", "--engine-max", "big"], "'big'"),
-    (["--engine-max", "1MB"], "--engine-max needs --engine-rounds or --ring-rounds"),
+    (["--engine-max", "1MB"], "--engine-max needs --engine-rounds, --ring-rounds or --calls"),
     (["--idle", "-1ms"], "'-1ms'"),
     (["--idle", "1h"], "'1h'"),
     (["--stream-gaps", "1"], "got 1"),
