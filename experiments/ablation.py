@@ -1,4 +1,4 @@
-"""The all-reduce model fifteen ways (sixteen with --wire) on one run's results: what each part buys.
+"""The all-reduce model sixteen ways (seventeen with --wire) on one run's results: what each part buys.
 
     python -m experiments.ablation    # reads experiments/results/{calibration,allreduce}.json
     python -m experiments.ablation --model "rounds, the calibration's gap"   # row by row
@@ -39,6 +39,10 @@ All predictions come from the same run's calibration (network only); only the mo
 * ``rounds, no tail after a call``: the same, no call in the stream running on after its
   last bytes arrived (``experiments.model.call_tail_s``: the naive ring's addition of the last
   buffer it received, through which the links idle and the bucket refills for the next call);
+* ``rounds, the ring's own work``: the same, the hand-written ring's calls also charged what
+  its calls cost beyond their ring-driven rounds, the links idle meanwhile
+  (``experiments.model.ring_call_extra``, from probes that timed its calls: ``ring_probe.py
+  --calls``, in every bracket since the stored grids; as ``rounds`` where the probes did not);
 * ``rounds, calls alone``: the same, each call priced as if it ran alone, on a full bucket
   (``predict_call_alone_s``), not in the stream;
 * ``rounds, no additions``: the same rounds without the additions;
@@ -99,7 +103,8 @@ MODELS = ("rounds", "rounds, Gloo's from Python", "rounds, the ring's from plain
           "rounds, chains' ends", "rounds, first and mean later rounds",
           "rounds, no full-bucket walk", "rounds, the calibration's gap",
           "rounds, one gap at every size", "rounds, calls counted at their length",
-          "rounds, no tail after a call", "rounds, calls alone", "rounds, no additions",
+          "rounds, no tail after a call", "rounds, the ring's own work",
+          "rounds, calls alone", "rounds, no additions",
           "rounds, the duplex probe's rate on 2 hosts", "shaper", "shaper, no start-up")
 WIRE_MODEL = "rounds, the wire's bytes"  # only with the wire's own counts (``--wire``)
 
@@ -224,6 +229,8 @@ def predictions(rows: list[dict], nets: dict, model: str, tables: dict | None = 
             net = dataclasses.replace(net, engine_round_costs={})
         if model == "rounds, the ring's from plain chains":
             net = dataclasses.replace(net, ring_round_costs={})
+        if model == "rounds, the ring's own work":
+            net = dataclasses.replace(net, price_ring_own_work=True)
         if model == "rounds, the duplex probe's rate on 2 hosts":
             net = dataclasses.replace(net, two_host_goodput=False)
         if model == "rounds, no additions":

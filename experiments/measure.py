@@ -255,14 +255,15 @@ def probe_idle_s(config: TestbedConfig) -> float:
 def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
                   engine_max: int = ENGINE_MAX_BYTES, ring: bool = False,
                   idle_s: float = 0.0, stream_gaps: int = 0,
-                  gap_sizes: tuple[int, ...] = ()) -> str:
+                  gap_sizes: tuple[int, ...] = (), calls: tuple[int, ...] = ()) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     driven from Python and (``--engine-rounds``, the sizes up to ``engine_max``) from C++ as
     Gloo's own ring drives them, and with ``ring`` (``--ring-rounds``, the same sizes) as
     ``real/allreduce.py``'s ring drives them, each chain after ``idle_s`` (``--idle``), then
     with ``stream_gaps`` a stream of that many 1-element calls (``--stream-gaps``), and one at
-    each of ``gap_sizes``, the benchmark's buffer sizes (``--gap-sizes``), writing
-    ``{out}/json_name``; the chains in the run's ``PROBE_ORDER``."""
+    each of ``gap_sizes``, the benchmark's buffer sizes (``--gap-sizes``), and with ``calls``
+    the hand-written ring's calls against their chains at those sizes a rank (``--calls``),
+    writing ``{out}/json_name``; the chains in the run's ``PROBE_ORDER``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
             "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
             *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
@@ -270,6 +271,7 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
             *(["--stream-gaps", str(stream_gaps)] if stream_gaps else []),
             *(["--gap-sizes", ",".join(f"{n}B" for n in gap_sizes)]
               if stream_gaps and gap_sizes else []),
+            *(["--calls", ",".join(f"{n}B" for n in calls)] if calls else []),
             *(["--order", PROBE_ORDER] if PROBE_ORDER != PROBE_ORDERS[0] else [])]
     return rank_command("experiments/ring_probe.py", args, json_name)
 
@@ -306,6 +308,11 @@ def bracket(before: dict, after: dict) -> dict:
                                         "before_gaps": len(b["gaps_s"])} for b, a in pairs]
     else:
         merged.pop("sized_stream_gaps", None)
+    if before.get("calls_results") and after.get("calls_results"):
+        merged["calls_results"] = merge_call_turns(before["calls_results"],
+                                                   after["calls_results"])
+    else:
+        merged.pop("calls_results", None)
     for driver in DRIVERS:
         if f"{driver}_results" in before and f"{driver}_results" in after:
             merged[f"{driver}_results"] = merge_halves(before[f"{driver}_results"],
@@ -315,6 +322,21 @@ def bracket(before: dict, after: dict) -> dict:
         else:
             merged.pop(f"{driver}_results", None)
     return merged
+
+
+def merge_call_turns(before: list[dict], after: list[dict]) -> list[dict]:
+    """Two probes' ``calls_results`` (``ring_probe.call_turns``) as one: per size both probes'
+    turns, and the median of each figure over them."""
+    if [r["bytes"] for r in before] != [r["bytes"] for r in after]:
+        raise ValueError("probes whose calls had different sizes (ring_probe.py --calls)")
+    rows = []
+    for b, a in zip(before, after):
+        row = dict(b)
+        for key in [k for k in b if k.endswith("_turns_s")]:
+            row[key] = b[key] + a[key]
+            row[key[:-len("_turns_s")] + "_s"] = statistics.median(row[key])
+        rows.append(row)
+    return rows
 
 
 def round_sizes_up_to(largest_bytes: int, quick: bool) -> list[int]:
@@ -465,6 +487,8 @@ def run_collect(bed_config: TestbedConfig, command: str, json_name: str | tuple[
 
 SMALL_ALLREDUCE_BYTES = 1_000_000  # below this a call takes milliseconds and wake-ups move it
 SMALL_ITERS_FACTOR = 5             # ... so it gets this many times the iterations (cheap)
+RING_CALL_CHUNKS = (64,)  # the hand-written ring's calls a probe times against their chains,
+                          # in bytes a rank: latency-bound, its own work beyond the rounds
 BRACKET_REPEATS = 3                # ring-probe chains per size on each side of an all-reduce point
 BRACKET_STREAM_CALLS = 200         # ... and the 1-element calls of its stream (under 0.5 s)
 
@@ -506,7 +530,9 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     timed by ``experiments/ring_probe.py`` on the same hosts just before them and again just
     after: the ``json_names`` files (as ``run_collect`` returns them) and the round table
     (``bracket``: per size the median over both probes' chains), for the point's prediction.
-    With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``);
+    With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``)
+    and time that ring's own work beyond its rounds: its calls of ``RING_CALL_CHUNKS`` a rank
+    against their chains (``--calls``; ``NetworkInputs.ring_call_extra_s``);
     with ``stream_gaps``, each also times the gaps of a stream of that many calls, and of one at
     each of ``gap_sizes`` (the buffer the loop refills that large, each call an all-reduce of
     it: ``ring_probe.sized_gaps``).
@@ -515,12 +541,14 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     emulated hosts runs faster or slower by the quarter hour (an 8-host probe at 200 Mbit/s took
     206 ms for a 4 MiB round in one run, 257 ms in the next), and a table from another moment
     carries that drift into every prediction made from it; probes on either side of the run
-    share its conditions. The probe keeps only rounds and the gaps between calls, never an
-    all-reduce's time."""
+    share its conditions. The probe keeps rounds, the gaps between calls and, with ``ring``,
+    what the ring's calls of 64 bytes a rank cost beyond their rounds; never the time of a call
+    of a size the point measures."""
     rounds = chain_rounds(bed_config.hosts)
     probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
                             engine_max_bytes(bed_config.bandwidth_bps), ring,
-                            probe_idle_s(bed_config), stream_gaps, gap_sizes)
+                            probe_idle_s(bed_config), stream_gaps, gap_sizes,
+                            RING_CALL_CHUNKS if ring else ())
               for side in ("before", "after")]
     files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)

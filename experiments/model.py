@@ -185,6 +185,13 @@ class NetworkInputs:
     # neither (``experiments/LOG.md``: the ablation's "rounds, the wire's bytes")
     message_wire_bytes: float = 0.0
     cycle_wire_bytes: dict[int, float] = field(default_factory=dict)
+    # hosts -> what a call of the hand-written ring costs beyond its ring-driven rounds: its own
+    # set-up and bookkeeping, the links idle meanwhile (``ring_call_extra``; none where the
+    # probe did not time its calls). Charged only with ``price_ring_own_work`` (the ablation's
+    # "rounds, the ring's own work"): on this 2-core machine it over-priced the ring's 64 kB
+    # calls at 200 Mbit/s, where the bucket lets the links make up what they idled
+    ring_call_extra_s: dict[int, float] = field(default_factory=dict)
+    price_ring_own_work: bool = False
 
     @classmethod
     def from_calibration(cls, record: dict) -> "NetworkInputs":
@@ -217,8 +224,10 @@ class NetworkInputs:
         it has them; and the gap a stream of calls leaves between two of them on those hosts
         (``call_gap_s``) where it timed one (``stream_gap_s``: the median), else the
         calibration's, timed on 2 hosts; and that gap at each buffer size where it timed it
-        (``sized_stream_gaps``: the medians; ``call_gap_at``). Without a probe (a run that
-        timed no rounds of its own), these inputs unchanged."""
+        (``sized_stream_gaps``: the medians; ``call_gap_at``); and what the hand-written
+        ring's calls cost beyond their ring-driven rounds where it timed them
+        (``calls_results``: ``ring_call_extra``). Without a probe (a run that timed no rounds
+        of its own), these inputs unchanged."""
         if probe is None:
             return self
         probe = settled(probe)
@@ -232,10 +241,13 @@ class NetworkInputs:
         ring = {k: v for k, v in self.ring_round_costs.items() if k != hosts}
         if probe.get("ring_results"):
             ring[hosts] = ring_table(probe)
+        extra = {k: v for k, v in self.ring_call_extra_s.items() if k != hosts}
+        if probe.get("ring_results") and probe.get("calls_results"):
+            extra[hosts] = ring_call_extra(probe["calls_results"])
         return replace(self, round_costs={**self.round_costs,
                                           hosts: plain_table(probe)},
                        engine_round_costs=engine, ring_round_costs=ring, stream_gap_s=gap_s,
-                       sized_gaps=sized)
+                       sized_gaps=sized, ring_call_extra_s=extra)
 
     def for_ring_of(self, hosts: int) -> "NetworkInputs":
         """These inputs for a ring of ``hosts`` hosts. On 2 hosts a rank's right and left
@@ -374,6 +386,9 @@ class NetworkInputs:
                                           for h, t in sorted(self.ring_round_costs.items())}
         if self.stream_gap_s is not None:  # as stored before the gap was measured
             engine["stream_gap_s"] = self.stream_gap_s
+        if self.ring_call_extra_s:
+            engine["ring_call_extra_s"] = {str(h): e for h, e in
+                                           sorted(self.ring_call_extra_s.items())}
         if self.sized_gaps:  # a bed's inputs; a calibration times no sized gaps
             engine["sized_gaps"] = [[n, g] for n, g in self.sized_gaps]
         if self.notice_queue_s:  # as stored before the queue probe existed
@@ -512,7 +527,8 @@ def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkIn
     """Seconds for one all-reduce of ``n_bytes`` over ``hosts`` hosts (one rank each), started
     after a barrier: the simulator's rounds of the algorithm at the costs measured on a test bed
     of ``hosts`` hosts when the calibration has them (and ``measured_rounds``), plus the
-    additions measured there that a hand-written ring makes between rounds; otherwise the
+    additions measured there that a hand-written ring makes between rounds and the hand-written
+    ring's own work beyond its rounds (``own_work_s``); otherwise the
     rounds through the shaper, each with the duplex start-up measured at its size, plus the
     fixed cost of a call."""
     if algorithm not in SIM_ALGORITHM:
@@ -522,8 +538,9 @@ def predict_allreduce_s(algorithm: str, hosts: int, n_bytes: int, net: NetworkIn
     if table is not None:
         reduce_s = (table.reduce_time_s(reduction_sizes(SIM_ALGORITHM[algorithm], hosts, n_bytes))
                     if algorithm in REDUCES_BETWEEN_ROUNDS else 0.0)
-        return reduce_s + allreduce_time_s(SIM_ALGORITHM[algorithm], hosts, n_bytes, net.latency_s,
-                                          net.duplex_payload_bps, round_costs=table)
+        return (reduce_s + own_work_s(algorithm, hosts, net)
+                + allreduce_time_s(SIM_ALGORITHM[algorithm], hosts, n_bytes, net.latency_s,
+                                   net.duplex_payload_bps, round_costs=table))
     network_s = shaped_rounds_time_s(allreduce_messages(algorithm, hosts, n_bytes), net.latency_s,
                                      net.duplex_payload_bps, net.bucket_payload_bytes,
                                      idle_before_s=net.call_overhead_s,
@@ -657,8 +674,10 @@ def predict_stream_rotation_s(algorithms: list[str], hosts: int, n_bytes: int,
     alone = [predict_call_alone_s(a, hosts, n_bytes, net, measured_rounds) for a in algorithms]
     sent = [sum(allreduce_messages(a, hosts, n_bytes)) for a in algorithms]
     tables = [net.rounds_for(a, hosts) if measured_rounds else None for a in algorithms]
-    left = [bucket_left_after(t if walk_calls else None, allreduce_messages(a, hosts, n_bytes),
-                              net) for a, t in zip(algorithms, tables)]
+    left = [refilled_after(bucket_left_after(t if walk_calls else None,
+                                             allreduce_messages(a, hosts, n_bytes), net),
+                           own_work_s(a, hosts, net) if t is not None else 0.0, net)
+            for a, t in zip(algorithms, tables)]
     tails = [call_tail_s(a, hosts, n_bytes, t) if call_tails else 0.0
              for a, t in zip(algorithms, tables)]
     extra = [net.wire_extra_bytes(a, hosts, n_bytes) for a in algorithms]
@@ -677,3 +696,36 @@ def bucket_left_after(table: RoundCosts | None, messages_bytes: list[float], net
         return bucket_walk(table, messages_bytes, tokens, net.duplex_payload_bps,
                            net.bucket_payload_bytes, net.gap_refill_bytes)[1]
     return left
+
+
+def ring_call_extra(rows: list[dict]) -> float:
+    """What a call of the hand-written ring costs beyond its ring-driven rounds, from a probe's
+    ``calls_results`` (``ring_probe.call_turns``): at its smallest size a rank, where the rounds
+    are latency-bound, the ring's call less the chain of its rounds timed in turns with it in
+    one launch (medians of the slowest rank), at least 0. The chain prices the rounds; this is
+    the rest: the call's set-up (its chunks, segments and scratch buffers) and its bookkeeping
+    between rounds, which the chain, with its buffers laid out before its timer, does not do.
+    On a 16-core machine, a core per host at 1000 Mbit/s: 0.10-0.14 ms on 4 hosts and
+    0.21-0.26 ms on 8, in three launches each (``experiments/results/calls-16cores/``); on
+    this 2-core machine 0.26-0.43 ms on 4 hosts."""
+    row = min(rows, key=lambda r: r["bytes"])
+    return max(0.0, row["ring_s"] - row["chain_s"])
+
+
+def own_work_s(algorithm: str, hosts: int, net: NetworkInputs) -> float:
+    """Seconds an ``algorithm`` call spends on its own work beyond the rounds its table prices,
+    the links idle: the hand-written ring's ``ring_call_extra_s`` where its rounds are the
+    ring-driven ones and the inputs charge it (``price_ring_own_work``); 0 otherwise."""
+    if algorithm != "ring" or hosts not in net.ring_round_costs or not net.price_ring_own_work:
+        return 0.0
+    return net.ring_call_extra_s.get(hosts, 0.0)
+
+
+def refilled_after(left, idle_s: float, net: NetworkInputs):
+    """``left`` (tokens -> the tokens a call leaves: ``bucket_left_after``) with what the bucket
+    refills while the call's own work (``idle_s``, the links idle) runs; ``left`` itself where
+    there is none or it is None."""
+    if left is None or idle_s <= 0:
+        return left
+    gained = idle_s * net.duplex_payload_bps / 8.0
+    return lambda tokens: min(net.bucket_payload_bytes, left(tokens) + gained)

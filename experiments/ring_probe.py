@@ -39,8 +39,7 @@ of the benchmark's at 1 MB and about 0.5 ms at 4 MB, the whole calls' within 0.0
 stored runs before a66db0b reduced one element (``--gap-calls element``), and their 2-host
 calls of 256 kB and 1 MB at 1000 Mbit/s came out 2-3% over at the mean.
 
-With ``--calls`` it also times, at its sizes up to ``--engine-max`` and in turns within this one
-launch, what the ring's table is meant to price against what it prices (``call_turns``, as
+With ``--calls SIZES`` it also times, at each of those sizes and in turns within this one launch, what the ring's table is meant to price against what it prices (``call_turns``, as
 ``calls_results``): a ring-driven chain of the 2(W - 1) rounds a ring call of a chunk of that
 size a rank makes, the same chain timed to its sends' completion, the same chain with the
 ring's own set-up inside its timed span
@@ -210,6 +209,7 @@ def _after_idle(chain, idle_s: float):
     return idle_then_chain
 
 
+MAX_CALL_CHUNK_BYTES = 16 << 20  # --calls: the calls' buffers are hosts x this, four of them
 CALL_TURNS = ("chain", "chain_sent", "chain_setup", "ring", "backend")  # --calls: in turns
 
 
@@ -345,15 +345,15 @@ def parse_args(argv=None):
                              "next receive posted first, the addition and the send inside the "
                              "round, sends waited for at the chain's end) at the sizes up to "
                              "--engine-max: 'ring_results'")
-    parser.add_argument("--calls", action="store_true",
-                        help="also time, at the sizes up to --engine-max, in turns in this one "
-                             "launch: the ring-driven chain of a ring call's rounds, the same "
-                             "with the ring's own set-up inside it, and the hand-written ring's "
-                             "and the engine's all-reduce of a chunk of that size a rank: "
-                             "'calls_results' (a diagnostic; never priced from)")
+    parser.add_argument("--calls", metavar="SIZES",
+                        help="also time, at each of these sizes (comma-separated, multiples of 4 "
+                             "bytes: a chunk a rank), in turns in this one launch: the "
+                             "ring-driven chain of a ring call's rounds, the same with the ring's "
+                             "own set-up inside it, and the hand-written ring's and the engine's "
+                             "all-reduce of a chunk of that size a rank: 'calls_results'")
     parser.add_argument("--engine-max",
-                        help="with --engine-rounds, --ring-rounds or --calls, the largest size "
-                             f"timed that way too (default: {ENGINE_MAX_BYTES}B)")
+                        help="with --engine-rounds or --ring-rounds, the largest size timed that "
+                             f"way too (default: {ENGINE_MAX_BYTES}B)")
     parser.add_argument("--idle", default="0s",
                         help="sleep this long before every chain, so that a shaped link's bucket "
                              "refills (e.g. 3ms; default: %(default)s, a chain starts on what the "
@@ -381,10 +381,8 @@ def parse_args(argv=None):
     parser.add_argument("--json", help="write the table here (rank 0)")
     add_comm_arguments(parser, gpu=False)
     args = parser.parse_args(argv)
-    if args.engine_max is not None and not (args.engine_rounds or args.ring_rounds
-                                            or args.calls):
-        parser.error("--engine-max needs --engine-rounds, --ring-rounds or --calls (the rounds "
-                     "it bounds)")
+    if args.engine_max is not None and not (args.engine_rounds or args.ring_rounds):
+        parser.error("--engine-max needs --engine-rounds or --ring-rounds (the rounds it bounds)")
     if args.engine_max is None:
         args.engine_max = f"{ENGINE_MAX_BYTES}B"
     try:
@@ -393,6 +391,8 @@ def parse_args(argv=None):
         args.idle_s = parse_time(args.idle)
         args.gap_bytes = (sorted({parse_size(s) for s in args.gap_sizes.split(",")})
                           if args.gap_sizes else [])
+        args.call_bytes = (sorted({parse_size(s) for s in args.calls.split(",")})
+                           if args.calls else [])
     except ValueError as error:
         parser.error(str(error))
     backend = "mpi" if args.backend == "auto" and launched_by_mpi() else args.backend
@@ -422,6 +422,10 @@ def parse_args(argv=None):
     if bad:
         parser.error(f"--gap-sizes: {bad[0]} bytes is not a positive multiple of 4 up to "
                      f"{format_bytes(MAX_BUFFER_BYTES)}")
+    bad = [n for n in args.call_bytes if n <= 0 or n % 4 or n > MAX_CALL_CHUNK_BYTES]
+    if bad:
+        parser.error(f"--calls: {bad[0]} bytes is not a positive multiple of 4 up to "
+                     f"{format_bytes(MAX_CALL_CHUNK_BYTES)} (a chunk a rank)")
     if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS):
         parser.error(f"--rounds must be from 2 to {MAX_ROUNDS}, got {args.rounds}")
     if not 1 <= args.repeats <= MAX_REPEATS:
@@ -467,8 +471,9 @@ def main(argv=None) -> None:
                 chain=lambda c, b, k: engine_rounds.chain_marks(c, b, k, ENGINE_TAG),
                 idle_s=args.idle_s, order=args.order)
             tables.append(("C++ ", record["engine_results"]))
-        if args.calls and ring_sizes:
-            record["calls_results"] = call_turns(comm, ring_sizes, args.repeats, args.idle_s)
+        if args.call_bytes:
+            record["calls_results"] = call_turns(comm, args.call_bytes, args.repeats,
+                                                 args.idle_s)
         if args.stream_gaps:
             record["stream_gap_s"] = stream_gaps(comm, args.stream_gaps)
             if args.gap_bytes:

@@ -178,7 +178,8 @@ def test_call_positions_says_on_one_line_that_its_json_cannot_be_written(tmp_pat
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps([CALIBRATION]))
     figures = {"64 KB": {"ring<naive<backend": {"measured_s": 1e-3, "predicted_s": 1e-3}}}
-    monkeypatch.setattr(call_positions, "run_bed", lambda args, net, bed: (figures, {}))
+    monkeypatch.setattr(call_positions, "run_bed",
+                        lambda args, net, bed: (figures, {}, {"traceEvents": []}))
     argv = ["--hosts", "2", "--beds", "1", "--calibration", str(path), "--json",
             str(tmp_path / "out.json")]
     assert call_positions.main(argv) == 1

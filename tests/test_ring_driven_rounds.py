@@ -1,7 +1,9 @@
 """Ring rounds driven as the hand-written ring drives them (``ring_probe.py --ring-rounds``) and the
 model that prices that ring with them (``NetworkInputs.rounds_for``)."""
 
+import dataclasses
 import json
+import statistics
 
 import pytest
 import torch
@@ -11,7 +13,8 @@ from test_engine_rounds import chains
 from experiments import measure
 from experiments.configs import AllReduceConfig
 from experiments.measure import bracket, probe_command
-from experiments.model import NetworkInputs, predict_allreduce_s
+from experiments.model import (NetworkInputs, own_work_s, predict_allreduce_s, refilled_after,
+                               ring_call_extra)
 from experiments.probe_tables import ring_table
 from experiments.ring_probe import ring_chain_marks
 
@@ -68,9 +71,60 @@ def test_bracketing_keeps_the_ring_driven_rounds_only_where_both_probes_have_the
     assert "ring_results" not in bracket(before, {"results": after["results"]})
 
 
+def calls(size, chain, ring):
+    return {"bytes": size, "chain_s": statistics.median(chain), "chain_turns_s": chain,
+            "ring_s": statistics.median(ring), "ring_turns_s": ring}
+
+
+def test_bracketing_pools_both_probes_turns_of_the_rings_calls():
+    before = {"results": [chains([1.0], [2.0])],
+              "calls_results": [calls(64, [1.0, 1.2], [1.5, 1.9]), calls(512, [3.0], [3.1])]}
+    after = {"results": [chains([1.1], [2.1])],
+             "calls_results": [calls(64, [1.4], [1.6]), calls(512, [3.2], [3.5])]}
+    merged = bracket(before, after)["calls_results"]
+    assert merged[0]["chain_turns_s"] == [1.0, 1.2, 1.4] and merged[0]["chain_s"] == 1.2
+    assert merged[0]["ring_turns_s"] == [1.5, 1.9, 1.6] and merged[0]["ring_s"] == 1.6
+    assert merged[1]["ring_s"] == pytest.approx(3.3)
+    assert before["calls_results"][0]["chain_s"] == 1.1  # the halves are left as they were
+    assert "calls_results" not in bracket(before, {"results": after["results"]})
+    with pytest.raises(ValueError, match="different sizes"):
+        bracket(before, {**after, "calls_results": after["calls_results"][:1]})
+
+
+def test_the_rings_own_work_is_its_call_less_its_chain_at_the_smallest_size_and_off_by_default():
+    assert ring_call_extra([calls(512, [3.0], [3.4]), calls(64, [1.0], [1.25])]) == 0.25
+    assert ring_call_extra([calls(64, [1.0], [0.9])]) == 0.0  # a call below its chain: none
+    probe = {"results": PLAIN_ROWS, "ring_results": RING_ROWS,
+             "calls_results": [calls(64, [1.0e-3], [1.3e-3])]}
+    net = NetworkInputs.from_calibration(CALIBRATION).with_rounds(8, probe)
+    assert net.ring_call_extra_s == {8: pytest.approx(0.3e-3)}
+    charged = dataclasses.replace(net, price_ring_own_work=True)
+    for algorithm in ("ring", "naive", "backend"):
+        extra = 0.3e-3 if algorithm == "ring" else 0.0
+        assert predict_allreduce_s(algorithm, 8, 512 << 10, charged) == pytest.approx(
+            predict_allreduce_s(algorithm, 8, 512 << 10, net) + extra)
+    assert own_work_s("ring", 8, net) == 0.0
+    assert own_work_s("ring", 8, charged) == pytest.approx(0.3e-3)
+    # without ring-driven rounds the ring is priced from the plain ones: no extra for them
+    plain = NetworkInputs.from_calibration(CALIBRATION).with_rounds(
+        4, {"results": PLAIN_ROWS, "calls_results": probe["calls_results"]})
+    assert 4 not in plain.ring_call_extra_s
+    assert own_work_s("ring", 4, dataclasses.replace(plain, price_ring_own_work=True)) == 0.0
+
+
+def test_the_links_idle_through_the_rings_own_work_and_the_bucket_refills():
+    net = NetworkInputs.from_calibration({**CALIBRATION, "burst_bytes": 125_000})
+    refill = refilled_after(lambda tokens: tokens / 2, 0.1e-3, net)
+    gained = 0.1e-3 * net.duplex_payload_bps / 8
+    assert refill(40_000) == pytest.approx(20_000 + gained)
+    assert refill(1e9) == net.bucket_payload_bytes  # no more than the bucket holds
+    assert refilled_after(None, 0.1e-3, net) is None
+
+
 def test_only_the_all_reduce_points_with_the_ring_time_ring_driven_rounds(monkeypatch):
     assert "--ring-rounds" not in probe_command([64], 3, "r.json", 4).split()
     assert "--ring-rounds" in probe_command([64], 3, "r.json", 4, ring=True).split()
+    assert "--calls 64B" in probe_command([64], 3, "r.json", 4, ring=True, calls=(64,))
     commands = []
 
     def capture(_config, command, names, *_args, **_kwargs):
@@ -83,8 +137,8 @@ def test_only_the_all_reduce_points_with_the_ring_time_ring_driven_rounds(monkey
     measure.measure_allreduce(AllReduceConfig(2, 1e9, (64_000,), algorithms=("naive", "backend")))
     probes = [[part for part in c.split(" && ") if "ring_probe.py" in part] for c in commands]
     assert [len(p) for p in probes] == [2, 2]
-    assert all("--ring-rounds" in part for part in probes[0])
-    assert not any("--ring-rounds" in part for part in probes[1])
+    assert all("--ring-rounds" in part and "--calls 64B" in part for part in probes[0])
+    assert not any("--ring-rounds" in part or "--calls" in part for part in probes[1])
 
 
 def pass_on_ring_driven(world: int, rounds: int) -> list:
@@ -151,8 +205,8 @@ def test_probe_times_no_ring_driven_rounds_where_every_size_is_above_the_limit(t
 
 def test_calls_take_turns_with_their_chains_in_one_launch_on_two_ranks(tmp_path):
     out = tmp_path / "calls.json"
-    run = run_script(["experiments/ring_probe.py", "--sizes", "64B,32000B,1MB", "--repeats", "1",
-                      "--calls", "--engine-max", "32000B", "--json", str(out)], 2, timeout_s=120)
+    run = run_script(["experiments/ring_probe.py", "--sizes", "64B", "--repeats", "1",
+                      "--calls", "64B,32000B", "--json", str(out)], 2, timeout_s=120)
     assert run.returncode == 0, run.stderr
     rows = json.loads(out.read_text())["calls_results"]
     assert [(r["bytes"], r["call_bytes"]) for r in rows] == [(64, 128), (32000, 64000)]
