@@ -14,8 +14,11 @@ slowest rank's calls there, and what the model predicts for that position
 (``experiments.model.predict_stream_rotation_s``) from the bed's own probes and a network
 calibration (``--calibration``: a run's ``calibration.json``, or ``measure``: calibrate the
 network of this machine first, on a 2-host bed at the rate, as a quick run does). Then, per
-position, the range over the beds of both and the median error. ``--json FILE`` writes every
-bed's figures and its probes' round table.
+position, the range over the beds of both and the median error; and, per position, the gap
+before its calls read from the trace beside the gap the model takes from the probes
+(``measured_gaps``). ``--json FILE`` writes every bed's figures and its probes' round table,
+``--trace FILE`` every bed's benchmark trace (a process per bed); a run stopped or failing
+part-way keeps the beds it finished.
 Needs root (the test bed), as every experiment does.
 """
 
@@ -67,13 +70,17 @@ def measured_positions(events: list[dict]) -> dict[int, dict[str, float]]:
 
 
 def measured_gaps(events: list[dict]) -> dict[int, dict[str, float]]:
-    """Bytes -> position -> the median gap before the calls there: per call, the median over
-    the ranks of the time from the rank's call before it ending to this one starting (the
-    barrier and the loop's own work, when the links idle and the shaper's bucket refills; the
-    model takes it from the probes: ``NetworkInputs.call_gap_at``). Same trace as
+    """Bytes -> position -> the median gap before the calls there, as the probes time the gap
+    the model takes (``real.allreduce.stream_gaps``, ``NetworkInputs.call_gap_at``): per call,
+    each rank's time from the start of the call before it to this one's start, less the slowest
+    rank's time of the call before (the barrier and the loop's own work, when the links idle
+    and the shaper's bucket refills), the median over the ranks. Same trace as
     ``measured_positions``."""
-    return _by_position(events, lambda spans, before: statistics.median(
-        (s["ts"] - (b["ts"] + b["dur"])) / 1e6 for s, b in zip(spans, before)))
+    def gap(spans, before):
+        slowest = max(b["dur"] for b in before)
+        return statistics.median((s["ts"] - b["ts"] - slowest) / 1e6
+                                 for s, b in zip(spans, before))
+    return _by_position(events, gap)
 
 
 def _by_position(events: list[dict], value) -> dict[int, dict[str, float]]:
@@ -102,7 +109,8 @@ def _by_position(events: list[dict], value) -> dict[int, dict[str, float]]:
         indices = [names.index(name) for name, _ in seq]
         samples: dict[str, list[float]] = {}
         for k in range(2, len(seq)):
-            samples.setdefault(position(names, indices, k), []).append(seq[k][1])
+            if not math.isnan(seq[k][1]):  # a gap after another size's call: none
+                samples.setdefault(position(names, indices, k), []).append(seq[k][1])
         out[size] = {p: statistics.median(v) for p, v in samples.items()}
     return out
 
@@ -245,7 +253,7 @@ def parse_args(argv=None):
         check_output_files({"--json": args.json, "--trace": args.trace},
                            {"the --calibration file": None if args.calibration == MEASURE
                             else args.calibration})
-        args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+        args.sizes = list(dict.fromkeys(parse_size(s) for s in args.sizes.split(",")))
     except ValueError as error:
         parser.error(str(error))
     if not 1 <= args.beds <= MAX_BEDS:

@@ -83,7 +83,7 @@ NOTES: dict[str, list[str]] = {
         "naive ring's on 4 hosts by up to +20%. With today's model, on beds of that machine at "
         "200 and 1000 Mbit/s (`experiments/results/positions-16cores-f35ebc5/`), every 256 kB "
         "call and every call at 200 Mbit/s held within 6%, and the ring's 64 kB calls at 1000 "
-        "Mbit/s came out 13–25% under their price: in one launch that ring's call takes "
+        "Mbit/s were priced 13–25% under their measurement: in one launch that ring's call takes "
         "0.10–0.26 ms more than the ring-driven chain of its rounds (`ring_probe.py --calls`, "
         "`experiments/results/calls-16cores/`), its own work between rounds, which its chains do "
         "not do. That is a gap in the model at 64 kB, which the spread of the launches here "

@@ -39,19 +39,22 @@ of the benchmark's at 1 MB and about 0.5 ms at 4 MB, the whole calls' within 0.0
 stored runs before a66db0b reduced one element (``--gap-calls element``), and their 2-host
 calls of 256 kB and 1 MB at 1000 Mbit/s came out 2-3% over at the mean.
 
-With ``--calls SIZES`` it also times, at each of those sizes and in turns within this one launch, what the ring's table is meant to price against what it prices (``call_turns``, as
-``calls_results``): a ring-driven chain of the 2(W - 1) rounds a ring call of a chunk of that
-size a rank makes, the same chain timed to its sends' completion, the same chain with the
-ring's own set-up inside its timed span
-(``real.allreduce.ring_schedule``: its chunks, segments and scratch buffers), the hand-written
-ring's call and the engine's. Launches of one bed differ by more than the ring's calls miss
-their price at 64 kB (``experiments/LOG.md``); in one launch they do not.
+With ``--calls SIZES`` it also times, at each of those sizes and in turns within this one
+launch, a hand-written ring call against the chain its table prices it from (``call_turns``, as
+``calls_results``): a ring-driven chain of the 2(W - 1) rounds that a ring call of a chunk of
+that size a rank makes, the same chain timed to its sends' completion, the same chain with the
+ring's own set-up inside its timed span (``real.allreduce.ring_schedule``: its chunks,
+segments and scratch buffers), the hand-written ring's call and the engine's. Launches of one
+bed differ by more than the ring's calls miss their price at 64 kB (``experiments/LOG.md``); in
+one launch they do not.
 
 On the test bed it is the calibration of every H-host bed (``experiments/measure.py``, always
 with ``--engine-rounds``): it measures the network of H hosts as the all-reduces use it, on
 sizes of its own grid, and the gaps the benchmark's loop leaves between calls; the calls of its
-sized streams are Gloo's all-reduces, but only the gaps between them are kept, never a call's
-time.
+sized streams are Gloo's all-reduces, but only the gaps between them are kept. Around an
+all-reduce point with the hand-written ring it also times that ring's calls of 64 B a rank
+(``--calls 64B``), far below the point's sizes: what such a call costs beyond its chain
+(``experiments.model.ring_call_extra``) is the ablation's "rounds, the ring's own work".
 """
 
 from __future__ import annotations
@@ -209,7 +212,8 @@ def _after_idle(chain, idle_s: float):
     return idle_then_chain
 
 
-MAX_CALL_CHUNK_BYTES = 16 << 20  # --calls: the calls' buffers are hosts x this, four of them
+MAX_CALL_CHUNK_BYTES = 1 << 20  # --calls: a rank holds about 4 x hosts + 2 buffers this large
+                               # (a call's two, the chain's slots and scratch)
 CALL_TURNS = ("chain", "chain_sent", "chain_setup", "ring", "backend")  # --calls: in turns
 
 
@@ -223,8 +227,9 @@ def call_turns(comm, sizes: list[int], repeats: int, idle_s: float = 0.0) -> lis
     a rank: the chain's rounds), each after a barrier as the benchmark times its calls; the
     median over ``repeats`` turns (``SMALL_FACTOR`` times as many up to ``SMALL_BYTES``) of the
     slowest rank's time of each (``<what>_s``), after one turn of warm-up. One launch, so the
-    comparison is free of the spread between launches; a diagnostic of the ring's table, which
-    never prices from it. With ``idle_s``, every rank sleeps that long before each."""
+    comparison is free of the spread between launches; a diagnostic of the ring's table, and
+    what the ablation's "rounds, the ring's own work" charges (``experiments.model.
+    ring_call_extra``). With ``idle_s``, every rank sleeps that long before each."""
     world = comm.world_size
     rows = []
     for n in sizes:
@@ -347,10 +352,11 @@ def parse_args(argv=None):
                              "--engine-max: 'ring_results'")
     parser.add_argument("--calls", metavar="SIZES",
                         help="also time, at each of these sizes (comma-separated, multiples of 4 "
-                             "bytes: a chunk a rank), in turns in this one launch: the "
-                             "ring-driven chain of a ring call's rounds, the same with the ring's "
-                             "own set-up inside it, and the hand-written ring's and the engine's "
-                             "all-reduce of a chunk of that size a rank: 'calls_results'")
+                             "bytes, up to 1 MiB: a chunk a rank), in turns in this one launch: "
+                             "the ring-driven chain of a ring call's rounds (to its last round, "
+                             "and to its sends' end), the same with the ring's own set-up inside "
+                             "it, and the hand-written ring's and the engine's all-reduce of a "
+                             "chunk of that size a rank: 'calls_results'")
     parser.add_argument("--engine-max",
                         help="with --engine-rounds or --ring-rounds, the largest size timed that "
                              f"way too (default: {ENGINE_MAX_BYTES}B)")
@@ -391,10 +397,13 @@ def parse_args(argv=None):
         args.idle_s = parse_time(args.idle)
         args.gap_bytes = (sorted({parse_size(s) for s in args.gap_sizes.split(",")})
                           if args.gap_sizes else [])
-        args.call_bytes = (sorted({parse_size(s) for s in args.calls.split(",")})
-                           if args.calls else [])
     except ValueError as error:
         parser.error(str(error))
+    try:
+        args.call_bytes = (sorted({parse_size(s) for s in args.calls.split(",")})
+                           if args.calls is not None else [])
+    except ValueError as error:
+        parser.error(f"--calls: {error}")
     backend = "mpi" if args.backend == "auto" and launched_by_mpi() else args.backend
     if args.engine_rounds and backend == "mpi":  # before building anything (every
         # rank builds, and one leaving before MPI_Init would leave the others waiting in it)
@@ -425,7 +434,7 @@ def parse_args(argv=None):
     bad = [n for n in args.call_bytes if n <= 0 or n % 4 or n > MAX_CALL_CHUNK_BYTES]
     if bad:
         parser.error(f"--calls: {bad[0]} bytes is not a positive multiple of 4 up to "
-                     f"{format_bytes(MAX_CALL_CHUNK_BYTES)} (a chunk a rank)")
+                     f"1 MiB (a chunk a rank)")
     if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS):
         parser.error(f"--rounds must be from 2 to {MAX_ROUNDS}, got {args.rounds}")
     if not 1 <= args.repeats <= MAX_REPEATS:
