@@ -703,18 +703,16 @@ def ring_call_extra(rows: list[dict]) -> float:
     ``calls_results`` (``ring_probe.call_turns``): at its smallest size a rank, where the rounds
     are latency-bound, the median over the turns of the ring's call less the chain of its rounds
     timed just before it in the same turn (the slowest rank's each; both probes' turns where
-    they bracket a point: a slow stretch slows both of a turn), at least 0; where the turns are
-    not kept, the medians' difference. The chain prices the rounds; this is the rest: the
-    call's set-up (its chunks, segments and scratch buffers) and its bookkeeping between
-    rounds, which the chain, with its buffers laid out before its timer, does not do. On a
+    they bracket a point: a slow stretch slows both of a turn), at least 0. The chain prices
+    the rounds; this is the rest: the call's set-up (its chunks, segments and scratch buffers)
+    and its bookkeeping between rounds, which the chain, with its buffers laid out before its
+    timer, does not do. On a
     16-core machine, a core per host at 1000 Mbit/s: 0.10-0.14 ms on 4 hosts and 0.21-0.25 ms
     on 8, in three launches each (``experiments/results/calls-16cores/``); on this 2-core
     machine 0.08-0.10 ms on 2 hosts and 0.28 on 4 (``experiments/results/quick-2c6a66a/``)."""
     row = min(rows, key=lambda r: r["bytes"])
-    ring, chain = row.get("ring_turns_s"), row.get("chain_turns_s")
-    if ring and chain and len(ring) == len(chain):
-        return max(0.0, statistics.median(r - c for r, c in zip(ring, chain)))
-    return max(0.0, row["ring_s"] - row["chain_s"])
+    return max(0.0, statistics.median(r - c for r, c in zip(row["ring_turns_s"],
+                                                              row["chain_turns_s"], strict=True)))
 
 
 def own_work_s(algorithm: str, hosts: int, net: NetworkInputs) -> float:
