@@ -186,10 +186,11 @@ class NetworkInputs:
     message_wire_bytes: float = 0.0
     cycle_wire_bytes: dict[int, float] = field(default_factory=dict)
     # hosts -> what a call of the hand-written ring costs beyond its ring-driven rounds: its own
-    # set-up and bookkeeping, the links idle meanwhile (``ring_call_extra``; none where the
-    # probe did not time its calls). Charged only with ``price_ring_own_work`` (the ablation's
-    # "rounds, the ring's own work"): on this 2-core machine it over-priced the ring's 64 kB
-    # calls at 200 Mbit/s, where the bucket lets the links make up what they idled
+    # bookkeeping (and its set-up, before the ring planned its buffers once), the links idle
+    # meanwhile (``ring_call_extra``; none where the probe did not time its calls). Charged
+    # only with ``price_ring_own_work`` (the ablation's "rounds, the ring's own work"): on this
+    # 2-core machine it over-priced the ring's 64 kB calls at 200 Mbit/s, where the bucket
+    # lets the links make up what they idled
     ring_call_extra_s: dict[int, float] = field(default_factory=dict)
     price_ring_own_work: bool = False
 
@@ -704,12 +705,13 @@ def ring_call_extra(rows: list[dict]) -> float:
     are latency-bound, the median over the turns of the ring's call less the chain of its rounds
     timed just before it in the same turn (the slowest rank's each; both probes' turns where
     they bracket a point: a slow stretch slows both of a turn), at least 0. The chain prices
-    the rounds; this is the rest: the call's set-up (its chunks, segments and scratch buffers)
-    and its bookkeeping between rounds, which the chain, with its buffers laid out before its
-    timer, does not do. On a
-    16-core machine, a core per host at 1000 Mbit/s: 0.10-0.14 ms on 4 hosts and 0.21-0.25 ms
-    on 8, in three launches each (``experiments/results/calls-16cores/``); on this 2-core
-    machine 0.08-0.10 ms on 2 hosts and 0.28 on 4 (``experiments/results/quick-2c6a66a/``)."""
+    the rounds; this is the rest: the call's bookkeeping between rounds, and, in the probes
+    made before the ring planned its buffers once (``real.allreduce.RingAllReduce``), its
+    set-up (its chunks, segments and scratch buffers), which the chain, with its buffers laid
+    out before its timer, does not do. Before the plan, on a 16-core machine, a core per host
+    at 1000 Mbit/s: 0.10-0.14 ms on 4 hosts and 0.21-0.25 ms on 8, in three launches each
+    (``experiments/results/calls-16cores/``); on the 2-core machine 0.08-0.10 ms on 2 hosts
+    and 0.28 on 4 (``experiments/results/quick-2c6a66a/``)."""
     row = min(rows, key=lambda r: r["bytes"])
     return max(0.0, statistics.median(r - c for r, c in zip(row["ring_turns_s"],
                                                               row["chain_turns_s"], strict=True)))

@@ -43,8 +43,9 @@ With ``--calls SIZES`` it also times, at each of those sizes and in turns within
 launch, a hand-written ring call against the chain its table prices it from (``call_turns``, as
 ``calls_results``): a ring-driven chain of the 2(W - 1) rounds that a ring call of a chunk of
 that size a rank makes, the same chain timed to its sends' completion, the same chain with the
-ring's own set-up inside its timed span (``real.allreduce.ring_schedule``: its chunks,
-segments and scratch buffers), the hand-written ring's call and the engine's. Launches of one
+ring's planning inside its timed span (``real.allreduce.RingAllReduce``: its chunks, segments,
+scratch buffers and views), the hand-written ring's call planned once (as the benchmark and the
+trainers run it) and planned in the call, and the engine's call. Launches of one
 bed differ by more than the ring's calls miss their price at 64 kB (``experiments/LOG.md``); in
 one launch they do not.
 
@@ -75,7 +76,7 @@ from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from experiments.configs import PROBE_ORDER_HELP, PROBE_ORDERS  # noqa: E402
 from real.allreduce import (DEFAULT_SEGMENT_BYTES, MAX_BUFFER_BYTES,  # noqa: E402
-                            backend_all_reduce, ring_all_reduce, ring_schedule, stream_gaps,
+                            RingAllReduce, backend_all_reduce, ring_all_reduce, stream_gaps,
                             whole_call_s)
 from real.comm import launched_by_mpi  # noqa: E402
 from real.comm_cli import add_comm_arguments, check_outputs_together, open_comm  # noqa: E402
@@ -163,29 +164,28 @@ def ring_chain_marks(comm, buffers: tuple[torch.Tensor, torch.Tensor],
     that slot sent on at once, what arrived in the second half (the all-gather's) received in
     place and sent on; no send waited for until the chain's end. The seconds at the end of each
     round (after its send is posted), and the buffer the last round received into (the same
-    contract as ``chain_marks``). Takes ``rounds + 1`` slots of the message's size (allocated
-    before the barrier). ``setup()``, where given, runs first inside the timed span (the
-    ring's own set-up: ``call_turns``)."""
+    contract as ``chain_marks``). Takes ``rounds + 1`` slots of the message's size, allocated
+    and cut into the views each round uses before the barrier, as the ring plans its views
+    before its calls (``real.allreduce.RingAllReduce``). ``setup()``, where given, runs first
+    inside the timed span (the ring's planning: ``call_turns``)."""
     outgoing, incoming = buffers
     right, left = (comm.rank + 1) % comm.world_size, (comm.rank - 1) % comm.world_size
-    slots = outgoing.repeat(rounds + 1).view(rounds + 1, -1)  # slot 0: this rank's own chunk
+    slots = list(outgoing.repeat(rounds + 1).view(rounds + 1, -1))  # 0: this rank's own chunk
     scratch, reduce_rounds = (incoming, torch.empty_like(incoming)), rounds // 2
-
-    def post(step: int):
-        target = scratch[step % 2] if step < reduce_rounds else slots[step + 1]
-        return comm.irecv(target, left, RING_TAG)
+    into = [scratch[step % 2] if step < reduce_rounds else slots[step + 1]
+            for step in range(rounds)]  # laid out before the timer, as the ring plans its own
 
     comm.barrier()
     start, marks = time.perf_counter(), []
     if setup is not None:
         setup()
-    pending = post(0)
+    pending = comm.irecv(into[0], left, RING_TAG)
     sends = [comm.isend(slots[0], right, RING_TAG)]
     for step in range(rounds):
-        upcoming = post(step + 1) if step + 1 < rounds else None
+        upcoming = comm.irecv(into[step + 1], left, RING_TAG) if step + 1 < rounds else None
         pending.wait()
         if step < reduce_rounds:
-            slots[step + 1].add_(scratch[step % 2])
+            slots[step + 1].add_(into[step])
         if step + 1 < rounds:
             sends.append(comm.isend(slots[step + 1], right, RING_TAG))
         pending = upcoming
@@ -214,17 +214,20 @@ def _after_idle(chain, idle_s: float):
 
 MAX_CALL_CHUNK_BYTES = 1 << 20  # --calls: a rank holds about 4 x hosts + 2 buffers this large
                                # (a call's two, the chain's slots and scratch)
-CALL_TURNS = ("chain", "chain_sent", "chain_setup", "ring", "backend")  # --calls: in turns
+CALL_TURNS = ("chain", "chain_sent", "chain_setup", "ring", "ring_unplanned",  # --calls: in
+              "backend")                                                     # turns
 
 
 def call_turns(comm, sizes: list[int], repeats: int, idle_s: float = 0.0) -> list[dict]:
     """Per size ``n``: in turns, a ring-driven chain of the ring's 2(W - 1) rounds of ``n``
     (``ring_chain_marks``, to its last round's end, as the ring's table prices a call), the same
     chain timed until its sends have completed too (``chain_sent``, as a call waits for its
-    sends), the chain with the ring's own set-up first inside its timed span
-    (``ring_schedule``), and the
-    hand-written ring's and the engine's own all-reduce of a W x ``n`` buffer (a chunk of ``n``
-    a rank: the chain's rounds), each after a barrier as the benchmark times its calls; the
+    sends), the chain with the ring's planning first inside its timed span (``RingAllReduce``:
+    its chunks, segments, scratch and views), the hand-written ring's call planned once before
+    the turns (``ring``, as the benchmark and the trainers run it) and planned in every call
+    (``ring_unplanned``, ``ring_all_reduce``), and the engine's own all-reduce of a W x ``n``
+    buffer (a chunk of ``n`` a rank: the chain's rounds), each after a barrier as the benchmark
+    times its calls; the
     median over ``repeats`` turns (``SMALL_FACTOR`` times as many up to ``SMALL_BYTES``) of the
     slowest rank's time of each (``<what>_s``), after one turn of warm-up. One launch, so the
     comparison is free of the spread between launches; a diagnostic of the ring's table, and
@@ -236,6 +239,7 @@ def call_turns(comm, sizes: list[int], repeats: int, idle_s: float = 0.0) -> lis
         chunk = max(1, n // 4)
         buffers = (torch.ones(chunk), torch.empty(chunk))
         source, work = torch.ones(chunk * world), torch.empty(chunk * world)
+        planned = RingAllReduce(comm, work, DEFAULT_SEGMENT_BYTES)
 
         def chain_sent() -> float:
             started = []
@@ -254,8 +258,9 @@ def call_turns(comm, sizes: list[int], repeats: int, idle_s: float = 0.0) -> lis
                  "chain_sent": chain_sent,
                  "chain_setup": lambda: ring_chain_marks(
                      comm, buffers, 2 * (world - 1),
-                     lambda: ring_schedule(comm, work, DEFAULT_SEGMENT_BYTES))[0][-1],
-                 "ring": lambda: call(ring_all_reduce),
+                     lambda: RingAllReduce(comm, work, DEFAULT_SEGMENT_BYTES))[0][-1],
+                 "ring": lambda: call(lambda _comm, _work: planned("sum")),
+                 "ring_unplanned": lambda: call(ring_all_reduce),
                  "backend": lambda: call(backend_all_reduce)}
         count = repeats * (SMALL_FACTOR if n <= SMALL_BYTES else 1)
         times = torch.zeros(len(CALL_TURNS), count, dtype=torch.float64)
@@ -354,9 +359,10 @@ def parse_args(argv=None):
                         help="also time, at each of these sizes (comma-separated, multiples of 4 "
                              "bytes, up to 1 MiB: a chunk a rank), in turns in this one launch: "
                              "the ring-driven chain of a ring call's rounds (to its last round, "
-                             "and to its sends' end), the same with the ring's own set-up inside "
-                             "it, and the hand-written ring's and the engine's all-reduce of a "
-                             "chunk of that size a rank: 'calls_results'")
+                             "and to its sends' end), the same with the ring's planning inside "
+                             "it, and the hand-written ring's (planned once, and planned in the "
+                             "call) and the engine's all-reduce of a chunk of that size a rank: "
+                             "'calls_results'")
     parser.add_argument("--engine-max",
                         help="with --engine-rounds or --ring-rounds, the largest size timed that "
                              f"way too (default: {ENGINE_MAX_BYTES}B)")
@@ -497,8 +503,9 @@ def main(argv=None) -> None:
             for r in record.get("calls_results", []):
                 print(f"{r['call_bytes']:>10} B calls: ring-driven chain {r['chain_s'] * 1e3:.3f} ms, "
                       f"to its sends' end {r['chain_sent_s'] * 1e3:.3f} ms, "
-                      f"with the ring's set-up {r['chain_setup_s'] * 1e3:.3f} ms, the ring's "
-                      f"call {r['ring_s'] * 1e3:.3f} ms, the engine's "
+                      f"with the ring's planning {r['chain_setup_s'] * 1e3:.3f} ms, the ring's "
+                      f"planned call {r['ring_s'] * 1e3:.3f} ms, planned in the call "
+                      f"{r['ring_unplanned_s'] * 1e3:.3f} ms, the engine's "
                       f"{r['backend_s'] * 1e3:.3f} ms")
             if record.get("stream_gap_s"):
                 print(f"stream of {args.stream_gaps} calls: median gap "

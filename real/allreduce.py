@@ -34,6 +34,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,108 +106,116 @@ def naive_all_reduce(comm, tensor: torch.Tensor, op: str = "sum") -> None:
 
 def ring_all_reduce(comm, tensor: torch.Tensor, op: str = "sum",
                     segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
-    """All-reduce ``tensor`` in place: pipelined reduce-scatter then all-gather around the ring."""
+    """All-reduce ``tensor`` in place: pipelined reduce-scatter then all-gather around the ring.
+    Plans the call first (``RingAllReduce``); a buffer reduced again and again (a trainer's
+    gradient bucket, the benchmark's buffer) keeps its plan instead (``plan_all_reduce``)."""
     check_op(op)
-    if segment_bytes <= 0:
-        raise ValueError(f"segment_bytes must be positive, got {segment_bytes!r}")
-    comm.check_signature("ring_all_reduce", tensor)
-    if comm.world_size == 1:
-        return
-    flat = flat_work_buffer(tensor)
-    schedule = ring_schedule(comm, flat, segment_bytes)
-    pending = schedule.post(0)  # before any send: see _RingReceives
-    sends = [comm.isend(flat[a:b], schedule.right, SCATTER_TAG)
-             for a, b in schedule.pieces[comm.rank]]
-    pending, sends = _reduce_scatter(comm, flat, schedule, pending, op, sends)
-    sends += _all_gather(comm, flat, schedule, pending)
-    for work in sends:
-        work.wait()
-    copy_back(tensor, flat)
+    RingAllReduce(comm, tensor, segment_bytes)(op)
 
 
-def ring_schedule(comm, flat: torch.Tensor, segment_bytes: int) -> "_RingReceives":
-    """The ring's set-up before its first receive: ``flat`` cut into a chunk a rank and each
-    chunk into segments, and the receive steps with their scratch buffers (``_RingReceives``).
-    ``ring_probe.py --calls`` also times it inside a ring-driven chain."""
-    segment = max(1, segment_bytes // flat.element_size())
-    chunks = chunk_bounds(flat.numel(), comm.world_size)
-    return _RingReceives(comm, flat, chunks, [segment_bounds(a, b, segment) for a, b in chunks])
+class RingAllReduce:
+    """The ring all-reduce of one buffer, planned once and run as often as the buffer needs
+    reducing, as MPI's persistent collectives (``MPI_Allreduce_init``) are: ``plan(op)``.
 
-
-class _RingReceives:
-    """The ring's 2(p-1) receive steps: steps 0 … p-2 are the reduce-scatter's (chunk r-s-1 from
-    the left into one of two scratch buffers), steps p-1 … 2p-3 the all-gather's (finished chunk
-    r-t straight into place).
+    The plan is everything a call needs besides the data: the buffer cut into a chunk a rank and
+    each chunk into segments of ``segment_bytes``, two scratch buffers, and for each of the
+    2(p-1) receive steps the views it receives into, reduces and forwards. Steps 0 … p-2 are the
+    reduce-scatter's (chunk r-s-1 from the left into a scratch buffer, added into its place in
+    the buffer, each segment forwarded as soon as it is reduced), steps p-1 … 2p-3 the
+    all-gather's (finished chunk r-t straight into place, forwarded but at the last step). Built
+    in every call, this cost a call 0.1-0.3 ms more than the rounds it makes on 4 hosts
+    (``experiments/LOG.md``); planned once, a call makes its rounds and little else.
 
     Step s+1's receives are always posted before any segment of step s is sent. Under Gloo a send
     moves no data until the peer has posted the matching receive (a "receive ready" notice travels
     back), and with p = 2 both neighbours are the same peer on one TCP connection: a receive posted
     after a send lets the send's megabytes go first, the notice queues behind them, and the
     peer's data for that receive cannot start until they have all arrived, so the two directions
-    take turns instead of overlapping (4 MB at 50 Mbit/s: 1.33 s instead of ~0.7 s)."""
+    take turns instead of overlapping (4 MB at 50 Mbit/s: 1.33 s instead of ~0.7 s).
 
-    def __init__(self, comm, flat, chunks, pieces):
-        self.comm, self.flat, self.chunks, self.pieces = comm, flat, chunks, pieces
+    The views alias ``tensor``'s memory: the plan holds for that tensor as long as its storage is
+    the same (a non-contiguous tensor is copied into a buffer of the plan's own, and back, in each
+    call). With the communicator's ``check_sizes`` on, planning is collective: every rank plans
+    at once, and ranks that disagree on the size or dtype get a ``CommError`` here."""
+
+    def __init__(self, comm, tensor: torch.Tensor, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+        if segment_bytes <= 0:
+            raise ValueError(f"segment_bytes must be positive, got {segment_bytes!r}")
+        comm.check_signature("ring_all_reduce", tensor)
         p, rank = comm.world_size, comm.rank
-        self.p, self.rank = p, rank
+        self.comm, self.tensor, self.p = comm, tensor, p
+        self.flat = flat_work_buffer(tensor)
+        self.copied = not tensor.is_contiguous()
         self.right, self.left = (rank + 1) % p, (rank - 1) % p
+        self.first_sends: list[torch.Tensor] = []
+        self.steps: list[_RingStep] = []
+        if p == 1:
+            return
+        segment = max(1, segment_bytes // self.flat.element_size())
+        chunks = chunk_bounds(self.flat.numel(), p)
+        pieces = [segment_bounds(a, b, segment) for a, b in chunks]
         longest = max(b - a for a, b in chunks)
-        self.scratch = [torch.empty(longest, dtype=flat.dtype, device=flat.device)
-                        for _ in range(2 if p > 2 else 1)]
-
-    def chunk(self, step: int) -> int:
-        """The chunk received at ``step``."""
-        if step < self.p - 1:
-            return (self.rank - step - 1) % self.p
-        return (self.rank - (step - self.p + 1)) % self.p
-
-    def target(self, step: int, a: int, b: int) -> torch.Tensor:
-        """Where elements ``[a, b)`` received at ``step`` land."""
-        if step >= self.p - 1:
-            return self.flat[a:b]
-        start = self.chunks[self.chunk(step)][0]
-        return self.scratch[step % 2][a - start:b - start]
+        scratch = [torch.empty(longest, dtype=self.flat.dtype, device=self.flat.device)
+                   for _ in range(2 if p > 2 else 1)]
+        self.first_sends = [self.flat[a:b] for a, b in pieces[rank]]
+        for step in range(2 * (p - 1)):
+            reducing = step < p - 1
+            chunk = (rank - step - 1) % p if reducing else (rank - (step - p + 1)) % p
+            start = chunks[chunk][0]
+            places = [self.flat[a:b] for a, b in pieces[chunk]]
+            into = ([scratch[step % 2][a - start:b - start] for a, b in pieces[chunk]]
+                    if reducing else places)
+            last = step == 2 * (p - 1) - 1
+            self.steps.append(_RingStep(
+                receive_tag=SCATTER_TAG if reducing else GATHER_TAG, into=into, places=places,
+                reduces=reducing, finishes=step == p - 2,
+                send_tag=None if last else SCATTER_TAG if step < p - 2 else GATHER_TAG))
 
     def post(self, step: int) -> list:
         """Post every receive of ``step`` (none past the last step)."""
-        if step >= 2 * (self.p - 1):
+        if step >= len(self.steps):
             return []
-        tag = SCATTER_TAG if step < self.p - 1 else GATHER_TAG
-        return [self.comm.irecv(self.target(step, a, b), self.left, tag)
-                for a, b in self.pieces[self.chunk(step)]]
+        tag, comm, left = self.steps[step].receive_tag, self.comm, self.left
+        return [comm.irecv(into, left, tag) for into in self.steps[step].into]
 
-
-def _reduce_scatter(comm, flat, schedule, pending, op, sends) -> tuple[list, list]:
-    """Step s: reduce chunk r-s-1, received from the left into scratch, into ``flat`` segment by
-    segment, and forward each reduced segment at once (step s+1, or the all-gather's first step
-    once the chunk is complete). Returns the all-gather's first receives and the sends."""
-    p = comm.world_size
-    for step in range(p - 1):
-        last = step == p - 2
-        upcoming = schedule.post(step + 1)
-        for (a, b), work in zip(schedule.pieces[schedule.chunk(step)], pending):
+    def __call__(self, op: str = "sum") -> None:
+        check_op(op)
+        if self.p == 1:
+            return
+        if self.copied:
+            self.flat.copy_(self.tensor.reshape(-1))
+        comm, right = self.comm, self.right
+        pending = self.post(0)  # before any send: see the class's notes
+        sends = [comm.isend(place, right, SCATTER_TAG) for place in self.first_sends]
+        for index, step in enumerate(self.steps):
+            upcoming = self.post(index + 1)
+            for work, into, place in zip(pending, step.into, step.places):
+                work.wait()
+                if step.reduces:
+                    combine_into(place, into, op)
+                    if step.finishes and op == "avg":
+                        divide_for_avg(place, self.p)  # this rank owns the finished chunk
+                if step.send_tag is not None:
+                    sends.append(comm.isend(place, right, step.send_tag))
+            pending = upcoming
+        for work in sends:
             work.wait()
-            combine_into(flat[a:b], schedule.target(step, a, b), op)
-            if last and op == "avg":
-                divide_for_avg(flat[a:b], p)  # this rank owns the finished chunk
-            sends.append(comm.isend(flat[a:b], schedule.right, GATHER_TAG if last else SCATTER_TAG))
-        pending = upcoming
-    return pending, sends
+        copy_back(self.tensor, self.flat)
 
 
-def _all_gather(comm, flat, schedule, pending) -> list:
-    """Step t: finished chunk r-t arrives from the left straight into place; forward it at t+1."""
-    p, sends = comm.world_size, []
-    for t in range(p - 1):
-        step = p - 1 + t
-        forward = t < p - 2
-        upcoming = schedule.post(step + 1)
-        for (a, b), work in zip(schedule.pieces[schedule.chunk(step)], pending):
-            work.wait()
-            if forward:
-                sends.append(comm.isend(flat[a:b], schedule.right, GATHER_TAG))
-        pending = upcoming
-    return sends
+@dataclass(frozen=True)
+class _RingStep:
+    """One receive step of a planned ring: where its segments arrive (``into``), where they
+    belong in the buffer and are forwarded from (``places``), whether they are added there
+    (``reduces``, the reduce-scatter) and complete this rank's chunk (``finishes``), and the tag
+    they are forwarded with (None: not forwarded)."""
+
+    receive_tag: int
+    into: list
+    places: list
+    reduces: bool
+    finishes: bool
+    send_tag: int | None
 
 
 def backend_all_reduce(comm, tensor: torch.Tensor, op: str = "sum") -> None:
@@ -215,6 +224,18 @@ def backend_all_reduce(comm, tensor: torch.Tensor, op: str = "sum") -> None:
 
 
 ALGORITHMS = {"ring": ring_all_reduce, "naive": naive_all_reduce, "backend": backend_all_reduce}
+
+
+def plan_all_reduce(name: str, comm, tensor: torch.Tensor,
+                    segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+    """``run(op="sum")``: the all-reduce ``name`` of this one buffer, in place, each time it is
+    called. The ring plans once, here (``RingAllReduce``); the others have nothing to plan."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown all-reduce {name!r} (choose from {', '.join(ALGORITHMS)})")
+    if name == "ring":
+        return RingAllReduce(comm, tensor, segment_bytes)
+    all_reduce = ALGORITHMS[name]
+    return lambda op="sum": all_reduce(comm, tensor, op)
 
 
 # -- benchmark ---------------------------------------------------------------------------------
@@ -301,23 +322,23 @@ def format_bytes_exact(n: int) -> str:
     return f"{n // 2**20}MiB" if n % 2**20 == 0 else f"{n}B"
 
 
-def make_runner(name: str, segment_bytes: int):
-    """``fn(comm, tensor)`` summing in place; ``ring@256KB`` is ring with 256 KB segments."""
+def make_planner(name: str, segment_bytes: int):
+    """``plan(comm, tensor) -> run()``: ``name``'s all-reduce of that buffer, summing in place
+    (``plan_all_reduce``); ``ring@256KB`` is ring with 256 KB segments. The benchmark plans its
+    buffer before it times the calls, as a trainer plans its gradient buckets once."""
     if name.startswith("ring@"):
         segment_bytes = parse_size(name[len("ring@"):])
         name = "ring"
-    if name == "ring":
-        return lambda comm, t: ring_all_reduce(comm, t, "sum", segment_bytes)
-    return lambda comm, t: ALGORITHMS[name](comm, t, "sum")
+    return lambda comm, tensor: plan_all_reduce(name, comm, tensor, segment_bytes)
 
 
-def check_against_backend(comm, runners, source: torch.Tensor) -> None:
+def check_against_backend(comm, planners, source: torch.Tensor) -> None:
     """Each algorithm must reproduce the engine's all-reduce on this buffer (once, untimed)."""
     expected = source.clone()
     comm.all_reduce(expected)
-    for name, run in runners.items():
+    for name, plan in planners.items():
         got = source.clone()
-        run(comm, got)
+        plan(comm, got)()
         if not torch.allclose(got, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max())):
             raise RuntimeError(f"{name} all-reduce disagrees with the backend's")
 
@@ -329,19 +350,20 @@ def call_order(algorithms: int, iterations: int) -> list[tuple[int, int]]:
     return [(it, (it + k) % algorithms) for it in range(iterations) for k in range(algorithms)]
 
 
-def time_size(comm, runners, source: torch.Tensor, iters: int, warmup: int,
+def time_size(comm, planners, source: torch.Tensor, iters: int, warmup: int,
               spans: list | None = None, t0: float = 0.0) -> dict[str, float]:
     """Median over iterations of the slowest rank's time, per algorithm (interleaved, in
     ``call_order``). With ``spans``, each timed call of this rank is appended as (algorithm,
     start - t0, seconds)."""
-    names = list(runners)
+    names = list(planners)
     times = torch.zeros(len(names), iters, dtype=torch.float64)
     work = source.clone()
+    runs = [planners[name](comm, work) for name in names]  # planned before any is timed
     for it, i in call_order(len(names), warmup + iters):
         work.copy_(source)
         comm.barrier()
         start = time.perf_counter()
-        runners[names[i]](comm, work)
+        runs[i]()
         if work.is_cuda:
             torch.cuda.synchronize()
         if it >= warmup:
@@ -383,9 +405,9 @@ def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4,
     if copy_bytes < 4 or copy_bytes % 4:
         raise ValueError(f"copy_bytes must be a positive multiple of 4, got {copy_bytes}")
     spans: list = []
-    call = backend_all_reduce if whole_calls else (
-        lambda c, work: backend_all_reduce(c, work[:1]))
-    time_size(comm, {"backend": call}, torch.ones(copy_bytes // 4, device=comm.device), count,
+    def plan(c, work):
+        return plan_all_reduce("backend", c, work if whole_calls else work[:1])
+    time_size(comm, {"backend": plan}, torch.ones(copy_bytes // 4, device=comm.device), count,
               warmup, spans)
     slowest = max_over_ranks(comm, torch.tensor([seconds for _, _, seconds in spans],
                                                 dtype=torch.float64))
@@ -396,7 +418,7 @@ def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4,
 def whole_call_s(comm, n_bytes: int) -> float:
     """Seconds the slowest rank took for one engine all-reduce of ``n_bytes`` after a barrier
     (every rank gets the same figure): how many such calls fit in a stream's time."""
-    return time_size(comm, {"backend": backend_all_reduce},
+    return time_size(comm, {"backend": make_planner("backend", DEFAULT_SEGMENT_BYTES)},
                      torch.ones(n_bytes // 4, device=comm.device), 1, 0)["backend"]
 
 
@@ -448,7 +470,7 @@ def main(argv=None) -> None:
     with open_comm(parser, args) as comm:
         check_outputs_together(parser, comm, lambda: check_outputs(args))  # rank 0 writes them
         dtype = DTYPES[args.dtype]
-        runners = {name: make_runner(name, args.segment_bytes) for name in args.algorithm_names}
+        planners = {name: make_planner(name, args.segment_bytes) for name in args.algorithm_names}
         generator = torch.Generator().manual_seed(args.seed * 1000 + comm.rank)
         rows, spans = [], []
         comm.barrier()
@@ -456,10 +478,10 @@ def main(argv=None) -> None:
         for size_bytes in args.size_bytes:
             numel = size_bytes // torch.empty(0, dtype=dtype).element_size()
             source = torch.randint(-100, 100, (numel,), generator=generator).to(dtype).to(comm.device)
-            check_against_backend(comm, runners, source)  # with the size check still on
+            check_against_backend(comm, planners, source)  # with the size check still on
             comm.check_sizes = False  # time the algorithms, not our safety net
             sized: list = []
-            medians = time_size(comm, runners, source, args.iters, args.warmup, sized, t0)
+            medians = time_size(comm, planners, source, args.iters, args.warmup, sized, t0)
             spans += [(name, size_bytes, start, dur) for name, start, dur in sized]
             comm.check_sizes = True
             rows += [result_row(name, size_bytes, comm.world_size, t) for name, t in medians.items()]

@@ -18,6 +18,8 @@ communication spans of the step (label, start, end in ``time.perf_counter`` seco
 the time ``finish`` blocks is the communication that backward did not hide. The all-reduce itself
 is pluggable (``real.allreduce.ALGORITHMS``): ``backend`` runs asynchronously inside the
 communication library; the hand-written ones run on one background thread so they, too, overlap.
+A buffer that stays from step to step (``flat``, ``bucketed``) is planned once
+(``real.allreduce.plan_all_reduce``): the ring's chunks, segments and scratch are laid out then.
 Adding a strategy means one subclass and one line in ``STRATEGIES``.
 """
 
@@ -40,11 +42,11 @@ class GradSync:
 
     def __init__(self, comm, model: nn.Module, algorithm: str = "backend",
                  bucket_bytes: int = 25 * MiB):
-        from .allreduce import ALGORITHMS  # imported late: the communication layer is optional
+        from .allreduce import ALGORITHMS, plan_all_reduce  # late: the layer is optional
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown all-reduce {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
         self.comm, self.model, self.algorithm = comm, model, algorithm
-        self.all_reduce = ALGORITHMS[algorithm]
+        self.plan = lambda tensor: plan_all_reduce(algorithm, comm, tensor)  # -> run(op)
         self.bucket_bytes = bucket_bytes
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.module: nn.Module = model
@@ -60,10 +62,11 @@ class GradSync:
     def close(self) -> None:
         """Release background threads and hooks."""
 
-    def _reduce_now(self, label: str, tensor: torch.Tensor,
-                    op: str = "avg") -> tuple[str, float, float]:
+    @staticmethod
+    def _reduce_now(label: str, run, op: str = "avg") -> tuple[str, float, float]:
+        """``run(op)`` (a planned all-reduce: ``plan``) as a labelled span."""
         start = time.perf_counter()
-        self.all_reduce(self.comm, tensor, op)
+        run(op)
         return label, start, time.perf_counter()
 
 
@@ -73,7 +76,8 @@ class PerParamSync(GradSync):
     name = "per-param"
 
     def finish(self):
-        return [self._reduce_now(f"all-reduce param {i}", p.grad) for i, p in enumerate(self.params)]
+        return [self._reduce_now(f"all-reduce param {i}", self.plan(p.grad))
+                for i, p in enumerate(self.params)]
 
 
 def _flat_buffer(params: list[nn.Parameter]) -> torch.Tensor:
@@ -95,12 +99,13 @@ class FlatSync(GradSync):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.buffer = _flat_buffer(self.params)
+        self.reduce_buffer = self.plan(self.buffer)  # planned once: the buffer stays
 
     def zero_grad(self):
         self.buffer.zero_()
 
     def finish(self):
-        return [self._reduce_now("all-reduce flat", self.buffer)]
+        return [self._reduce_now("all-reduce flat", self.reduce_buffer)]
 
 
 def assign_buckets(params: list[nn.Parameter], bucket_bytes: int,
@@ -134,6 +139,7 @@ class BucketedSync(GradSync):
         super().__init__(*args, **kwargs)
         self.buckets = assign_buckets(self.params, self.bucket_bytes)
         self.buffers = [_flat_buffer([self.params[i] for i in bucket]) for bucket in self.buckets]
+        self.reduce_buffers = [self.plan(buffer) for buffer in self.buffers]  # planned once
         self.bucket_of = {i: b for b, bucket in enumerate(self.buckets) for i in bucket}
         self.executor = None if self.algorithm == "backend" else ThreadPoolExecutor(1)
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i))
@@ -167,8 +173,8 @@ class BucketedSync(GradSync):
             work = self.comm.all_reduce(buffer, op="sum", async_op=True)
             self.in_flight.append((label, start, work))
         else:
-            self.in_flight.append((label, start, self.executor.submit(self._reduce_now, label,
-                                                                      buffer, "sum")))
+            self.in_flight.append((label, start, self.executor.submit(
+                self._reduce_now, label, self.reduce_buffers[bucket], "sum")))
 
     def zero_grad(self):
         for buffer in self.buffers:

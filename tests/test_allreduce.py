@@ -1,8 +1,9 @@
 """The hand-written all-reduces (real/allreduce.py) against the engine's own, and the benchmark.
 
 One launch of 4 ranks per engine checks p = 4, 3, 2 and 1 (the world and groups of its first
-ranks): ``ring`` (default and small segments) and ``naive`` must equal the engine's all_reduce
-exactly for integers and to rounding for floats, for odd lengths, lengths below p, every op."""
+ranks): ``ring`` (default and small segments, and planned once then run again) and ``naive``
+must equal the engine's all_reduce exactly for integers and to rounding for floats, for odd
+lengths, lengths below p, every op."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytest
 import torch
 
 from dist_helpers import REPO, have_mpiexec, run_function, run_script
-from real.allreduce import (ALGORITHMS, chunk_bounds, main, naive_all_reduce, ring_all_reduce,
-                            segment_bounds)
+from real.allreduce import (ALGORITHMS, RingAllReduce, chunk_bounds, main, naive_all_reduce,
+                            plan_all_reduce, ring_all_reduce, segment_bounds)
 from real.comm import init
 
 needs_mpi = pytest.mark.skipif(not have_mpiexec(), reason="mpi4py/mpiexec not installed "
@@ -25,9 +26,31 @@ ENGINES = ["torch", pytest.param("mpi", marks=needs_mpi)]
 SIZES_P = (4, 3, 2, 1)
 LENGTHS = (1, 7, 1001)  # below p, odd, long and odd
 DTYPES = (torch.float32, torch.float64, torch.int64)
+
+
+class PlannedRing:
+    """The ring planned once per communicator, shape, strides and dtype (``RingAllReduce``), on
+    a buffer of its own, and run again for every later call of that kind: each call copies its
+    data in and the result out, so one plan serves every op and every sample."""
+
+    def __init__(self):
+        self.plans: dict = {}
+
+    def __call__(self, comm, t: torch.Tensor, op: str) -> None:
+        key = (comm, t.dtype, tuple(t.shape), t.stride())
+        if key not in self.plans:
+            buffer = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+            self.plans[key] = buffer, RingAllReduce(comm, buffer, segment_bytes=64)
+        buffer, plan = self.plans[key]
+        buffer.copy_(t)
+        plan(op)
+        t.copy_(buffer)
+
+
 VARIANTS = {
     "ring": lambda comm, t, op: ring_all_reduce(comm, t, op),
     "ring_small_segments": lambda comm, t, op: ring_all_reduce(comm, t, op, segment_bytes=64),
+    "ring_planned_once": PlannedRing(),
     "naive": naive_all_reduce,
 }
 
@@ -73,11 +96,13 @@ def compare_shapes_on(comm, failures) -> None:
     """A non-contiguous 2-D tensor and an empty one go through unchanged in shape."""
     p = comm.world_size
     for name, fn in VARIANTS.items():
-        base = torch.arange(12.0).reshape(3, 4) * (comm.rank + 1)
-        t = base.t()  # non-contiguous view
-        fn(comm, t, "sum")
-        if not torch.equal(t, torch.arange(12.0).reshape(3, 4).t() * (p * (p + 1) // 2)):
-            failures.setdefault((p, name), "non-contiguous tensor reduced wrongly")
+        for scale in (1, 2):  # twice: a plan's second call reads the tensor afresh
+            base = torch.arange(12.0).reshape(3, 4) * (comm.rank + 1) * scale
+            t = base.t()  # non-contiguous view
+            fn(comm, t, "sum")
+            if not torch.equal(t, torch.arange(12.0).reshape(3, 4).t() * (p * (p + 1) // 2)
+                               * scale):
+                failures.setdefault((p, name), f"non-contiguous tensor reduced wrongly ({scale})")
         empty = torch.empty(0)
         fn(comm, empty, "sum")
         if empty.shape != (0,):
@@ -143,6 +168,26 @@ def test_ring_rejects_unknown_op_and_bad_segment_size():
             ring_all_reduce(comm, torch.ones(3), "prod")
         with pytest.raises(ValueError, match="segment_bytes"):
             ring_all_reduce(comm, torch.ones(3), "sum", segment_bytes=0)
+        with pytest.raises(ValueError, match="segment_bytes"):
+            RingAllReduce(comm, torch.ones(3), segment_bytes=-4)
+        with pytest.raises(ValueError, match="'prod'"):
+            RingAllReduce(comm, torch.ones(3))("prod")
+    finally:
+        comm.close()
+
+
+def test_plan_all_reduce_plans_the_ring_and_wraps_the_others():
+    comm = init("torch", timeout_s=5)
+    try:
+        t = torch.tensor([1.0, 2.0, 3.0])
+        plans = {name: plan_all_reduce(name, comm, t, segment_bytes=4) for name in ALGORITHMS}
+        assert isinstance(plans["ring"], RingAllReduce) and plans["ring"].tensor is t
+        for name, run in plans.items():  # one rank: every all-reduce leaves the buffer as it is
+            run("sum")
+            run("avg")
+            assert torch.equal(t, torch.tensor([1.0, 2.0, 3.0])), name
+        with pytest.raises(ValueError, match="unknown all-reduce 'tree'"):
+            plan_all_reduce("tree", comm, t)
     finally:
         comm.close()
 

@@ -211,7 +211,7 @@ def test_calls_take_turns_with_their_chains_in_one_launch_on_two_ranks(tmp_path)
     rows = json.loads(out.read_text())["calls_results"]
     assert [(r["bytes"], r["call_bytes"]) for r in rows] == [(64, 128), (32000, 64000)]
     for row in rows:
-        for what in ("chain", "chain_sent", "chain_setup", "ring", "backend"):
+        for what in ("chain", "chain_sent", "chain_setup", "ring", "ring_unplanned", "backend"):
             turns = row[f"{what}_turns_s"]
             assert len(turns) == 9 and all(0 < t < 5 for t in turns)  # 9 turns up to 256 KiB
             assert row[f"{what}_s"] == sorted(turns)[4]
