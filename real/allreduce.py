@@ -13,6 +13,9 @@ number of ranks p >= 1, any length, any dtype the engine can move, ops sum/avg/m
   and reduced, while the next segments are still arriving. Every rank ends with identical bits.
 
 ``ALGORITHMS`` maps a name to ``fn(comm, tensor, op)``; ``backend`` is the engine's own all-reduce.
+A buffer reduced again and again is planned once: ``RingAllReduce(comm, tensor)`` lays out the
+ring's chunks, segments, scratch buffers and views, and ``plan(op)`` runs it
+(``plan_all_reduce`` gives such a ``run(op)`` for every name).
 
 Benchmark (rank 0 prints a table; ``--json`` writes the rows under ``results``)::
 
@@ -20,8 +23,9 @@ Benchmark (rank 0 prints a table; ``--json`` writes the rows under ``results``):
         --algorithms ring,naive,backend --json allreduce.json
     mpiexec -n 4 python real/allreduce.py --backend mpi --sizes 64KB,1MB,16MB --json mpi.json
 
-time_s is the median over iterations of the slowest rank's time (barrier before each call,
-warm-up discarded, algorithms interleaved so they share the same background load);
+time_s is the median over iterations of the slowest rank's time (each algorithm planned for the
+buffer before any call is timed, a barrier before each call, warm-up discarded, algorithms
+interleaved so they share the same background load);
 algbw = bytes / time_s, busbw = algbw * 2(p-1)/p (nccl-tests' definitions).
 """
 
