@@ -27,7 +27,7 @@ from tests.dist_helpers import have_mpiexec
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNC = os.path.join(REPO, "real", "sync.py")
 MODES = [("per-param", "backend"), ("flat", "backend"), ("bucketed", "backend"), ("ddp", "backend"),
-         ("bucketed", "ring"), ("per-param", "naive")]
+         ("bucketed", "ring"), ("flat", "ring"), ("per-param", "naive")]
 # torchrun's agent shares its rendezvous store with the workers by default, and restarted workers
 # then read the previous attempt's Gloo addresses from it (pytorch/pytorch#135712): connection
 # refused, or a hang in connectFullMesh. A store per worker group avoids it.
