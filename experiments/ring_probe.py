@@ -212,8 +212,9 @@ def _after_idle(chain, idle_s: float):
     return idle_then_chain
 
 
-MAX_CALL_CHUNK_BYTES = 1 << 20  # --calls: a rank holds about 4 x hosts + 2 buffers this large
-                               # (a call's two, the chain's slots and scratch)
+MAX_CALL_CHUNK_BYTES = 1 << 20  # --calls: a rank holds about 4 x hosts + 4 buffers this large
+                               # (a call's two, the chain's slots and scratch, the planned
+                               # ring's scratch; a turn that plans adds two more for a while)
 CALL_TURNS = ("chain", "chain_sent", "chain_setup", "ring", "ring_unplanned",  # --calls: in
               "backend")                                                     # turns
 

@@ -57,7 +57,9 @@ MAX_BUFFER_BYTES = 4 * 10**9  # the benchmark holds a few buffers of each size i
 BUFFERS_PER_SIZE = 7  # ... at its peak, counted in buffers: the source (drawn as int64), the
                       # work copy, the algorithms' results checked against the engine's (one
                       # rank peaked at 7.07 GB for a 1 GB float32 buffer: `/usr/bin/time -v
-                      # python real/allreduce.py --sizes 1GB --iters 1 --warmup 0`)
+                      # python real/allreduce.py --sizes 1GB --iters 1 --warmup 0`); the timing
+                      # holds the source, the work copy and each planned ring's scratch (at most
+                      # a buffer a ring), fewer with up to five ring variants
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -122,7 +124,8 @@ class RingAllReduce:
     reducing, as MPI's persistent collectives (``MPI_Allreduce_init``) are: ``plan(op)``.
 
     The plan is everything a call needs besides the data: the buffer cut into a chunk a rank and
-    each chunk into segments of ``segment_bytes``, two scratch buffers, and for each of the
+    each chunk into segments of ``segment_bytes``, two scratch buffers of a chunk each (one on 2
+    ranks), and for each of the
     2(p-1) receive steps the views it receives into, reduces and forwards. Steps 0 … p-2 are the
     reduce-scatter's (chunk r-s-1 from the left into a scratch buffer, added into its place in
     the buffer, each segment forwarded as soon as it is reduced), steps p-1 … 2p-3 the
@@ -138,8 +141,8 @@ class RingAllReduce:
     take turns instead of overlapping (4 MB at 50 Mbit/s: 1.33 s instead of ~0.7 s).
 
     The views alias ``tensor``'s memory: the plan holds for that tensor as long as its storage is
-    the same (a non-contiguous tensor is copied into a buffer of the plan's own, and back, in each
-    call). With the communicator's ``check_sizes`` on, planning is collective: every rank plans
+    the same (a call whose tensor was resized or given other memory is refused; a non-contiguous
+    tensor is copied into a buffer of the plan's own, and back, in each call). With the communicator's ``check_sizes`` on, planning is collective: every rank plans
     at once, and ranks that disagree on the size or dtype get a ``CommError`` here."""
 
     def __init__(self, comm, tensor: torch.Tensor, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
@@ -148,13 +151,14 @@ class RingAllReduce:
         comm.check_signature("ring_all_reduce", tensor)
         p, rank = comm.world_size, comm.rank
         self.comm, self.tensor, self.p = comm, tensor, p
-        self.flat = flat_work_buffer(tensor)
-        self.copied = not tensor.is_contiguous()
+        self.planned_for = (tensor.data_ptr(), tensor.numel(), tensor.dtype)
         self.right, self.left = (rank + 1) % p, (rank - 1) % p
         self.first_sends: list[torch.Tensor] = []
         self.steps: list[_RingStep] = []
-        if p == 1:
+        if p == 1:  # nothing to send: no buffer of its own, even for a non-contiguous tensor
             return
+        self.flat = flat_work_buffer(tensor)
+        self.copied = not tensor.is_contiguous()
         segment = max(1, segment_bytes // self.flat.element_size())
         chunks = chunk_bounds(self.flat.numel(), p)
         pieces = [segment_bounds(a, b, segment) for a, b in chunks]
@@ -184,10 +188,13 @@ class RingAllReduce:
 
     def __call__(self, op: str = "sum") -> None:
         check_op(op)
+        if (self.tensor.data_ptr(), self.tensor.numel(), self.tensor.dtype) != self.planned_for:
+            raise ValueError("the tensor's memory, size or dtype changed since its ring was "
+                             "planned (resize_, set_ or a new .data): plan it again")
         if self.p == 1:
             return
         if self.copied:
-            self.flat.copy_(self.tensor.reshape(-1))
+            self.flat.view(self.tensor.shape).copy_(self.tensor)
         comm, right = self.comm, self.right
         pending = self.post(0)  # before any send: see the class's notes
         sends = [comm.isend(place, right, SCATTER_TAG) for place in self.first_sends]

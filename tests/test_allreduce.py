@@ -192,6 +192,21 @@ def test_plan_all_reduce_plans_the_ring_and_wraps_the_others():
         comm.close()
 
 
+def test_a_planned_ring_refuses_a_tensor_whose_memory_changed_since_its_plan():
+    comm = init("torch", timeout_s=5)
+    try:
+        for change in (lambda t: t.resize_(8), lambda t: t.resize_(1),  # its size
+                       lambda t: t.set_(torch.zeros(3))):                # its memory
+            t = torch.ones(3)
+            plan = RingAllReduce(comm, t)
+            plan("sum")  # as planned: fine
+            change(t)
+            with pytest.raises(ValueError, match="plan it again"):
+                plan("sum")
+    finally:
+        comm.close()
+
+
 # -- the benchmark ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv,named", [
     (["--sizes", "64KB,lots"], "'lots'"),
