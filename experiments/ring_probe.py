@@ -228,12 +228,12 @@ def call_turns(comm, sizes: list[int], repeats: int, idle_s: float = 0.0) -> lis
     the turns (``ring``, as the benchmark and the trainers run it) and planned in every call
     (``ring_unplanned``, ``ring_all_reduce``), and the engine's own all-reduce of a W x ``n``
     buffer (a chunk of ``n`` a rank: the chain's rounds), each after a barrier as the benchmark
-    times its calls; the
-    median over ``repeats`` turns (``SMALL_FACTOR`` times as many up to ``SMALL_BYTES``) of the
-    slowest rank's time of each (``<what>_s``), after one turn of warm-up. One launch, so the
-    comparison is free of the spread between launches; a diagnostic of the ring's table, and
-    what the ablation's "rounds, the ring's own work" charges (``experiments.model.
-    ring_call_extra``). With ``idle_s``, every rank sleeps that long before each."""
+    times its calls; the median over ``repeats`` turns (``SMALL_FACTOR`` times as many up to
+    ``SMALL_BYTES``) of the slowest rank's time of each (``<what>_s``), after one turn of
+    warm-up. One launch, so the comparison is free of the spread between launches; a diagnostic
+    of the ring's table, and what the ablation's "rounds, the ring's own work" charges
+    (``experiments.model.ring_call_extra``). With ``idle_s``, every rank sleeps that long
+    before each."""
     world = comm.world_size
     rows = []
     for n in sizes:
@@ -441,7 +441,7 @@ def parse_args(argv=None):
     bad = [n for n in args.call_bytes if n <= 0 or n % 4 or n > MAX_CALL_CHUNK_BYTES]
     if bad:
         parser.error(f"--calls: {bad[0]} bytes is not a positive multiple of 4 up to "
-                     f"1 MiB (a chunk a rank)")
+                     f"{MAX_CALL_CHUNK_BYTES >> 20} MiB (a chunk a rank)")
     if not (args.rounds is None or 2 <= args.rounds <= MAX_ROUNDS):
         parser.error(f"--rounds must be from 2 to {MAX_ROUNDS}, got {args.rounds}")
     if not 1 <= args.repeats <= MAX_REPEATS:

@@ -115,7 +115,7 @@ def ring_all_reduce(comm, tensor: torch.Tensor, op: str = "sum",
     """All-reduce ``tensor`` in place: pipelined reduce-scatter then all-gather around the ring.
     Plans the call first (``RingAllReduce``); a buffer reduced again and again (a trainer's
     gradient bucket, the benchmark's buffer) keeps its plan instead (``plan_all_reduce``)."""
-    check_op(op)
+    check_op(op)  # before planning, which can be collective
     RingAllReduce(comm, tensor, segment_bytes)(op)
 
 
@@ -125,13 +125,13 @@ class RingAllReduce:
 
     The plan is everything a call needs besides the data: the buffer cut into a chunk a rank and
     each chunk into segments of ``segment_bytes``, two scratch buffers of a chunk each (one on 2
-    ranks), and for each of the
-    2(p-1) receive steps the views it receives into, reduces and forwards. Steps 0 … p-2 are the
-    reduce-scatter's (chunk r-s-1 from the left into a scratch buffer, added into its place in
-    the buffer, each segment forwarded as soon as it is reduced), steps p-1 … 2p-3 the
-    all-gather's (finished chunk r-t straight into place, forwarded but at the last step). Built
-    in every call, this cost a call 0.1-0.3 ms more than the rounds it makes on 4 hosts
-    (``experiments/LOG.md``); planned once, a call makes its rounds and little else.
+    ranks), and for each of the 2(p-1) receive steps the views it receives into, reduces and
+    forwards. Steps 0 … p-2 are the reduce-scatter's (chunk r-s-1 from the left into a scratch
+    buffer, added into its place in the buffer, each segment forwarded as soon as it is
+    reduced), steps p-1 … 2p-3 the all-gather's (finished chunk r-t straight into place,
+    forwarded but at the last step). Built in every call, this cost a call 0.1-0.3 ms more than
+    the rounds it makes on 4 hosts (``experiments/LOG.md``); planned once, a call makes its
+    rounds and little else.
 
     Step s+1's receives are always posted before any segment of step s is sent. Under Gloo a send
     moves no data until the peer has posted the matching receive (a "receive ready" notice travels
@@ -142,8 +142,9 @@ class RingAllReduce:
 
     The views alias ``tensor``'s memory: the plan holds for that tensor as long as its storage is
     the same (a call whose tensor was resized or given other memory is refused; a non-contiguous
-    tensor is copied into a buffer of the plan's own, and back, in each call). With the communicator's ``check_sizes`` on, planning is collective: every rank plans
-    at once, and ranks that disagree on the size or dtype get a ``CommError`` here."""
+    tensor is copied into a buffer of the plan's own, and back, in each call). With the
+    communicator's ``check_sizes`` on, planning is collective: every rank plans at once, and
+    ranks that disagree on the size or dtype get a ``CommError`` here."""
 
     def __init__(self, comm, tensor: torch.Tensor, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
         if segment_bytes <= 0:
@@ -416,6 +417,7 @@ def stream_gaps(comm, count: int, warmup: int = 3, copy_bytes: int = 4,
     if copy_bytes < 4 or copy_bytes % 4:
         raise ValueError(f"copy_bytes must be a positive multiple of 4, got {copy_bytes}")
     spans: list = []
+
     def plan(c, work):
         return plan_all_reduce("backend", c, work if whole_calls else work[:1])
     time_size(comm, {"backend": plan}, torch.ones(copy_bytes // 4, device=comm.device), count,
