@@ -20,8 +20,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from dsgd_sim.argparse_oneline import (  # noqa: E402
-    OneLineArgumentParser, check_output_dir, check_output_files, write_json_output)
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_dir,  # noqa: E402
+                                       check_output_files, run_command_line, write_json_output)
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time  # noqa: E402
 from real.allreduce import parse_args as check_benchmark_flags  # noqa: E402  (one line, exit 2)
 
@@ -110,4 +110,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

@@ -33,7 +33,7 @@ import torch
 import torch.multiprocessing as mp
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
-                                       parse_seed, write_json_output)
+                                       parse_seed, run_command_line, write_json_output)
 from dsgd_sim.compute import parse_compute
 from dsgd_sim.units import parse_time
 from real.comm import init
@@ -210,4 +210,4 @@ def measure(args, compute: str, mean_s: float) -> tuple[list[dict], list[dict]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

@@ -34,7 +34,7 @@ import torch
 import torch.multiprocessing as mp
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_file, parse_flag,
-                                       write_json_output)
+                                       run_command_line, write_json_output)
 from dsgd_sim.units import parse_time
 from real.comm import init
 from real.data import ShardedBatches, check_synthetic_fits, load_dataset
@@ -184,4 +184,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

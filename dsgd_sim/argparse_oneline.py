@@ -261,6 +261,49 @@ def write_json_output(prog: str, flag: str, path: str | None, document, indent: 
         return 1
 
 
+class _StdoutUntilClosed:
+    """Stands in for ``sys.stdout``: once its reader has gone (``| head`` has read its lines), the
+    rest of what is printed is dropped, so that the command still writes its files."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.closed_by_reader = False
+
+    def _guarded(self, call, *args):
+        if not self.closed_by_reader:
+            try:
+                return call(*args)
+            except BrokenPipeError:
+                self.closed_by_reader = True
+                # what the stream still buffers, and Python's own flush at exit, go nowhere
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        return None
+
+    def write(self, text: str) -> int:
+        self._guarded(self.stream.write, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._guarded(self.stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def run_command_line(main: Callable[[], int]) -> int:
+    """Run a command line's ``main`` and return its exit status. Where the reader of stdout closes
+    it early (piped into ``head``), the rest of the printing is dropped without a traceback, the
+    files asked for are still written, and the status is 1 if ``main``'s was 0."""
+    guard = _StdoutUntilClosed(sys.stdout)
+    sys.stdout = guard
+    try:
+        status = main()
+        guard.flush()
+    finally:
+        sys.stdout = guard.stream
+    return 1 if guard.closed_by_reader and not status else status
+
+
 def finite_json(value):
     """``value`` with every NaN or infinite float made None (null): JSON has no such numbers, and
     a strict parser refuses the NaN and Infinity that Python's json module writes for them."""

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from . import convergence
 from .argparse_oneline import (OneLineArgumentParser, argparse_type as _typed,
-                               check_output_files, write_atomically)
+                               check_output_files, run_command_line, write_atomically)
 from .cluster import ClusterConfig
 from .collectives import (ALGORITHM_NAMES, PARAMETER_SERVER, allreduce_time_s, load_round_costs,
                           round_cost_notes)
@@ -576,6 +576,10 @@ def check_flags_apply(args, given: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_command_line(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -595,10 +599,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)
         write_outputs(args, runs)
-        sys.stdout.flush()
-    except BrokenPipeError:  # e.g. piped into head: stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
     except OSError as error:
         # a full disk names no file: the outputs being written are then the ones to name
         where = error.filename or ", ".join(

@@ -76,7 +76,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, read_json  # noqa: E402
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, read_json,  # noqa: E402
+                                       run_command_line)
 from dsgd_sim.collectives import RoundCosts  # noqa: E402
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label  # noqa: E402
 from experiments.model import (REDUCES_BETWEEN_ROUNDS, NetworkInputs,  # noqa: E402
@@ -363,4 +364,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

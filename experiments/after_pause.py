@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
-                                       parse_seed, write_json_output)
+                                       parse_seed, run_command_line, write_json_output)
 from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import format_time, parse_time
 from experiments.configs import SyncRunConfig
@@ -128,4 +128,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_files,
-                                       read_json, write_json_output)
+                                       read_json, run_command_line, write_json_output)
 from dsgd_sim.units import format_bytes, parse_size
 from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
 from experiments import measure
@@ -324,4 +324,4 @@ def beds_trace(traces: list[dict], label: str) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_files,
-                                       write_json_output)
+                                       run_command_line, write_json_output)
 from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_time, parse_time
 
@@ -201,4 +201,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

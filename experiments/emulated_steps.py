@@ -22,7 +22,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, read_json  # noqa: E402
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, read_json,  # noqa: E402
+                                       run_command_line)
 from experiments.async_vs_sync import AsyncVsSyncConfig  # noqa: E402
 from experiments.configs import SyncRunConfig  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
@@ -132,4 +133,4 @@ def report_folders(tool: str, folders: list[str], errors_of, summary_of, what: s
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

@@ -36,7 +36,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, read_json, write_json_output
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, read_json, run_command_line,
+                                       write_json_output)
 from experiments import allreduce
 from experiments.fidelity import WORST_TARGET
 from experiments.grids import ALL, GridError, check_folders, read_grids
@@ -258,4 +259,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

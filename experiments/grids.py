@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_files, read_json,
-                                       write_json_output)
+                                       run_command_line, write_json_output)
 from experiments.fidelity import WORST_TARGET
 
 LARGE_BYTES = 1_000_000  # an all-reduce call this large or larger is paced by the links
@@ -263,4 +263,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

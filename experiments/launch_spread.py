@@ -29,7 +29,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_file, run_command_line,
+                                       write_json_output)
 from dsgd_sim.units import format_bytes, parse_size
 from experiments import measure
 from experiments.measure import (BENCHMARK_FLAGS, add_bed_arguments, add_host_cores_argument,
@@ -199,4 +200,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

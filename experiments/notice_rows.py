@@ -26,7 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import argparse_type, read_json  # noqa: E402
+from dsgd_sim.argparse_oneline import argparse_type, read_json, run_command_line  # noqa: E402
 from dsgd_sim.units import format_bandwidth_bps, parse_bandwidth, parse_time  # noqa: E402
 from experiments import async_vs_sync, ps_vs_ring  # noqa: E402
 from experiments.emulated_steps import (folders_parser, overall_lines,  # noqa: E402
@@ -137,4 +137,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

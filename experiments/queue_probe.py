@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
-                                       write_json_output)
+                                       run_command_line, write_json_output)
 from dsgd_sim.units import format_bytes, format_time, parse_size, parse_time  # noqa: E402
 from real.testbed.probe import ends_in_one_line  # noqa: E402
 from experiments.duplex_probe import (add_timeout_and_json, connect, parse_checked,  # noqa: E402
@@ -175,4 +175,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

@@ -41,7 +41,7 @@ from experiments.single_process import RUNS  # noqa: E402
 from experiments.stage_samples import note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir, check_output_file, read_json,
-                                       write_text_atomically)
+                                       run_command_line, write_text_atomically)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E402
                                  HOST_CORES_POLICIES, ADDRESS_LAYOUTS, SCHEDULING_POLICIES,
                                  parse_congestion_control)
@@ -586,4 +586,4 @@ def measure_all(args, meta: dict) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

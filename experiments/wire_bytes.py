@@ -37,7 +37,8 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_json_output
+from dsgd_sim.argparse_oneline import (OneLineArgumentParser, check_output_file, run_command_line,
+                                       write_json_output)
 from dsgd_sim.units import format_bytes, parse_size
 from experiments import measure
 from experiments.launch_spread import trace_gaps
@@ -209,4 +210,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

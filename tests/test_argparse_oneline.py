@@ -2,12 +2,13 @@
 
 import json
 import os
+import sys
 
 import pytest
 
 from dsgd_sim.argparse_oneline import (check_output_dir, check_output_file, check_output_files,
-                                       read_json,
-                                       write_json_output, write_text_atomically)
+                                       read_json, run_command_line, write_json_output,
+                                       write_text_atomically)
 
 
 def test_a_writable_new_or_existing_file_and_none_pass(tmp_path):
@@ -185,3 +186,35 @@ def test_read_json_says_value_error_for_every_file_that_is_not_json(tmp_path):
     assert read_json(str(path)) == {"rows": [[1, 2.5, None]]}
     path.write_text("[1" + "0" * 300 + "]")  # large, but a float holds it
     assert read_json(path) == [10 ** 300]
+
+
+def closed_pipe_stdout(monkeypatch):
+    """Make sys.stdout a pipe whose reader has already gone, as ``| head`` leaves it."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stream = os.fdopen(write_end, "w", buffering=1)
+    monkeypatch.setattr(sys, "stdout", stream)
+    return stream
+
+
+def test_a_closed_stdout_drops_the_printing_but_not_the_files(tmp_path, monkeypatch):
+    stream = closed_pipe_stdout(monkeypatch)
+    out = tmp_path / "figures.json"
+
+    def main():
+        for line in range(10_000):
+            print(f"row {line}")
+        return write_json_output("prog", "--json", str(out), {"rows": 10_000})
+
+    try:
+        assert run_command_line(main) == 1  # the printing was cut short
+        assert sys.stdout is stream  # given back as it was
+    finally:
+        stream.close()
+    assert json.loads(out.read_text()) == {"rows": 10_000}
+
+
+def test_an_open_stdout_passes_main_through(capsys):
+    assert run_command_line(lambda: print("all of it") or 3) == 3
+    assert run_command_line(lambda: None) is None  # sys.exit(None) is status 0
+    assert capsys.readouterr().out == "all of it\n"

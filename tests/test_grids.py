@@ -1,6 +1,10 @@
 """experiments/grids.py: stored grids' rows pooled by kind, its table and its CLI."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +92,22 @@ def test_cli_prints_a_markdown_table_and_writes_the_figures(tmp_path, capsys):
     written = json.loads(out.read_text())
     assert written["grids"] == [str(grid)] and written["kinds"][0]["over_target"] == 1
     assert written["misses"][0]["config"] == "naive 0.064MB H=4 1000Mbps"
+
+
+def test_cli_into_a_closed_pipe_ends_quietly_and_still_writes_the_figures(tmp_path):
+    grid = write_grid(tmp_path / "g", [
+        allreduce_row("naive 0.064MB H=4 1000Mbps", 64_000, 4, 1000, 1.1, 1.0)])
+    out = tmp_path / "kinds.json"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `| head` leaves it once it has its lines
+    try:
+        done = subprocess.run([sys.executable, "-m", "experiments.grids", str(grid),
+                               "--json", str(out)], cwd=Path(__file__).resolve().parent.parent,
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1 and done.stderr == ""
+    assert json.loads(out.read_text())["kinds"][0]["over_target"] == 1
 
 
 def test_cli_refuses_a_folder_that_is_not_a_grid_on_one_line(tmp_path, capsys):

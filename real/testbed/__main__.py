@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _units,
-                                       check_output_dir, check_output_file, write_json_output)
+                                       check_output_dir, check_output_file, run_command_line,
+                                       write_json_output)
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
@@ -232,4 +233,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))
