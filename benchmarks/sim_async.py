@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import platform
 import statistics
+import sys
 import time
 
 from sim_sync import parse_args, pin_to_one_core, time_default_command, write_json  # here
 
 from dsgd_sim import ClusterConfig, from_preset
+from dsgd_sim.argparse_oneline import run_command_line
 from dsgd_sim.compute import Exponential
 from dsgd_sim.parameter_server import AsyncConfig, AsyncSimulation
 
@@ -64,4 +66,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command_line(main))

@@ -23,7 +23,7 @@ import time
 
 from dsgd_sim import ClusterConfig, SyncConfig, SyncSimulation, from_preset
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
-                                       parse_seed, write_json_output)
+                                       parse_seed, run_command_line, write_json_output)
 
 
 MAX_REPEATS = 1000  # each repeat runs the whole benchmark: more is a typo
@@ -120,4 +120,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command_line(main))

@@ -261,23 +261,30 @@ def write_json_output(prog: str, flag: str, path: str | None, document, indent: 
         return 1
 
 
+def _send_to_devnull(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: what it still buffers, and Python's own
+    flush at exit, then go nowhere instead of failing again with a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
 class _StdoutUntilClosed:
-    """Stands in for ``sys.stdout``: once its reader has gone (``| head`` has read its lines), the
-    rest of what is printed is dropped, so that the command still writes its files."""
+    """Stands in for ``sys.stdout``: once a write to it fails (its reader gone after ``| head``
+    has read its lines, or a full disk), the rest of what is printed is dropped, so that the
+    command still writes its files; ``lost`` is the error that stopped it."""
 
     def __init__(self, stream):
         self.stream = stream
-        self.closed_by_reader = False
+        self.lost: OSError | None = None
 
-    def _guarded(self, call, *args):
-        if not self.closed_by_reader:
+    def _guarded(self, call, *args) -> None:
+        if self.lost is None:
             try:
-                return call(*args)
-            except BrokenPipeError:
-                self.closed_by_reader = True
-                # what the stream still buffers, and Python's own flush at exit, go nowhere
-                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        return None
+                call(*args)
+            except OSError as error:
+                self.lost = error
+                _send_to_devnull(self.stream)
 
     def write(self, text: str) -> int:
         self._guarded(self.stream.write, text)
@@ -290,18 +297,25 @@ class _StdoutUntilClosed:
         return getattr(self.stream, name)
 
 
-def run_command_line(main: Callable[[], int]) -> int:
+def run_command_line(main: Callable[[], int], prog: str | None = None) -> int:
     """Run a command line's ``main`` and return its exit status. Where the reader of stdout closes
     it early (piped into ``head``), the rest of the printing is dropped without a traceback, the
-    files asked for are still written, and the status is 1 if ``main``'s was 0."""
+    files asked for are still written, and the status is 1 if ``main``'s was 0. Where stdout
+    cannot be written for another reason (a full disk), the same, and one line
+    ``PROG: error: cannot write stdout: ...`` on stderr."""
     guard = _StdoutUntilClosed(sys.stdout)
     sys.stdout = guard
     try:
         status = main()
-        guard.flush()
     finally:
+        guard.flush()
         sys.stdout = guard.stream
-    return 1 if guard.closed_by_reader and not status else status
+    if guard.lost is None:
+        return status
+    if not isinstance(guard.lost, BrokenPipeError):  # a closed pipe is the reader's choice
+        print(f"{prog or os.path.basename(sys.argv[0])}: error: cannot write stdout: "
+              f"{guard.lost.strerror or guard.lost}", file=sys.stderr)
+    return status or 1
 
 
 def finite_json(value):

@@ -576,7 +576,7 @@ def check_flags_apply(args, given: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command_line(lambda: _main(argv))
+    return run_command_line(lambda: _main(argv), "dsgd_sim")
 
 
 def _main(argv: list[str] | None) -> int:

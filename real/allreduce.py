@@ -45,7 +45,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
-from dsgd_sim.argparse_oneline import check_output_files, parse_flag, write_atomically
+from dsgd_sim.argparse_oneline import (check_output_files, parse_flag, run_command_line,
+                                       write_atomically)
 from dsgd_sim.trace import Trace
 from dsgd_sim.units import format_bytes, format_rate_Bps, format_time, parse_size
 from real.comm import check_op, combine_into, divide_for_avg
@@ -522,4 +523,4 @@ def write_json(args, comm, rows) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command_line(main))

@@ -214,6 +214,25 @@ def test_a_closed_stdout_drops_the_printing_but_not_the_files(tmp_path, monkeypa
     assert json.loads(out.read_text()) == {"rows": 10_000}
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_a_full_stdout_is_one_line_and_status_1_and_the_files_still_written(tmp_path,
+                                                                            monkeypatch, capsys):
+    stream = open("/dev/full", "w")  # every write fails: no space left on device
+    monkeypatch.setattr(sys, "stdout", stream)
+    out = tmp_path / "figures.json"
+
+    def main():
+        print("a table" * 10_000)  # past the buffer: this write reaches the device
+        return write_json_output("prog", "--json", str(out), {"rows": 1})
+
+    try:
+        assert run_command_line(main, "prog") == 1
+    finally:
+        stream.close()
+    assert capsys.readouterr().err == "prog: error: cannot write stdout: No space left on device\n"
+    assert json.loads(out.read_text()) == {"rows": 1}
+
+
 def test_an_open_stdout_passes_main_through(capsys):
     assert run_command_line(lambda: print("all of it") or 3) == 3
     assert run_command_line(lambda: None) is None  # sys.exit(None) is status 0

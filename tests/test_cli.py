@@ -54,13 +54,16 @@ def test_output_into_a_closed_pipe_ends_quietly_and_still_writes_its_json(tmp_pa
     os.close(read_end)  # as `| head` leaves it once it has its lines
     out = tmp_path / "run.json"
     try:
+        # a sweep of 200 runs: its table (about 19 kB) is more than stdout buffers, so the
+        # printing itself meets the closed pipe, before the JSON is written
         done = subprocess.run([sys.executable, "-m", "dsgd_sim", "--mode", "sync",
-                               "--iterations", "3", "--json", str(out)], stdout=write_end,
+                               "--replicas", "1,2,...,200", "--iterations", "3",
+                               "--json", str(out)], stdout=write_end,
                               stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
         os.close(write_end)
     assert done.returncode == 1 and done.stderr == ""
-    assert "sync" in json.loads(out.read_text())
+    assert len(json.loads(out.read_text())["runs"]) == 200
 
 
 def test_json_to_stdout_is_pure_json():
