@@ -313,9 +313,17 @@ def run_command_line(main: Callable[[], int], prog: str | None = None) -> int:
     if guard.lost is None:
         return status
     if not isinstance(guard.lost, BrokenPipeError):  # a closed pipe is the reader's choice
-        print(f"{prog or os.path.basename(sys.argv[0])}: error: cannot write stdout: "
+        print(f"{prog or _program_name()}: error: cannot write stdout: "
               f"{guard.lost.strerror or guard.lost}", file=sys.stderr)
     return status or 1
+
+
+def _program_name() -> str:
+    """``experiments.grids`` for ``python -m experiments.grids``, ``sync.py`` for a script."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        return spec.name.removesuffix(".__main__")
+    return os.path.basename(sys.argv[0])
 
 
 def finite_json(value):
