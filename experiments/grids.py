@@ -12,7 +12,10 @@ range of the grids' worst |error| and how many rows missed the worst-row target 
 table; then every row that missed in some grid, with the grids it missed in; then every row
 whose error keeps one side over five grids or more (a bias of the model, not the noise).
 ``--row "EXPERIMENT: CONFIG"`` (as the lists name a row) also prints that row's price and
-measurement in every grid that holds it. Reads only; ``--json FILE`` writes the same figures.
+measurement in every grid that holds it. ``--core-speed`` also prints, for every grid that
+sampled its cores before its all-reduce stage (``run.json``), their speed then and each kind of
+all-reduce row's median error (signed), slowest grid first, and Spearman's rank correlation of
+the two over those grids. Reads only; ``--json FILE`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -182,6 +185,82 @@ def history_lines(name: str, history: list[dict]) -> list[str]:
     return lines
 
 
+SPEED_STAGE = "allreduce"  # the stage whose cores' speed --core-speed sets against the rows
+
+
+def stage_core_speed(folder: Path, stage: str = SPEED_STAGE) -> float | None:
+    """The mean over the cores of each one's median speed (a fraction of its fastest) sampled
+    just before ``stage`` (``run.json``'s ``core_speed``); None where the grid kept none."""
+    try:
+        return statistics.mean(core["median"] for core in read_json(folder / "run.json")
+                               ["core_speed"][stage])
+    except (OSError, ValueError, KeyError, TypeError, statistics.StatisticsError):
+        return None
+
+
+def _ranks(values: list[float]) -> list[float]:
+    """1-based ranks, tied values sharing the mean of their places."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in order[i:j + 1]:
+            ranks[k] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation (Pearson's on the ranks); None under 3 pairs or where one
+    side does not vary."""
+    if len(xs) < 3:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else None
+
+
+def speed_leans(grids: dict[str, list[dict]], speeds: dict[str, float | None]) -> dict:
+    """Per grid with a speed (slowest first): its cores' speed and each all-reduce kind's
+    median error, signed; per kind, Spearman's correlation of the two over those grids."""
+    kinds = list(dict.fromkeys(r["kind"] for rows in grids.values() for r in rows
+                               if r["experiment"] == "allreduce"))
+    per_grid = []
+    for name, speed in sorted(((n, s) for n, s in speeds.items() if s is not None),
+                              key=lambda item: item[1]):
+        errors = {kind: [r["error"] for r in grids[name] if r["kind"] == kind] for kind in kinds}
+        per_grid.append({"grid": name, "core_speed": speed,
+                         "median_error": {k: statistics.median(e) for k, e in errors.items()
+                                          if e}})
+    correlation = {}
+    for kind in kinds:
+        held = [g for g in per_grid if kind in g["median_error"]]
+        correlation[kind] = spearman([g["core_speed"] for g in held],
+                                     [g["median_error"][kind] for g in held])
+    return {"kinds": kinds, "grids": per_grid, "spearman": correlation}
+
+
+def speed_markdown(leans: dict) -> str:
+    kinds = leans["kinds"]
+    lines = [f"Each all-reduce kind's median error against the cores' speed before the "
+             f"{SPEED_STAGE} stage, in the {len(leans['grids'])} grids that sampled it:", "",
+             "| grid | cores' speed | " + " | ".join(kinds) + " |",
+             "|---|---|" + "---|" * len(kinds)]
+    for g in leans["grids"]:
+        cells = [f"{g['median_error'][k]:+.1%}" if k in g["median_error"] else "—"
+                 for k in kinds]
+        lines.append(f"| {g['grid']} | {g['core_speed']:.2f} | " + " | ".join(cells) + " |")
+    rhos = [f"{k}: {'—' if r is None else f'{r:+.2f}'}" for k, r in leans["spearman"].items()]
+    lines += ["", "Spearman's rank correlation of the speed with the median error: "
+              + "; ".join(rhos)]
+    return "\n".join(lines)
+
+
 def markdown(kinds: list[dict]) -> str:
     lines = ["| kind of row | grids | rows a grid | median \\|error\\| "
              f"| worst \\|error\\| of a grid | over {WORST_TARGET:.0%} |", "|---|---|---|---|---|---|"]
@@ -224,6 +303,9 @@ def parse_args(argv=None):
     parser.add_argument("--row", action="append", default=[], metavar="'EXPERIMENT: CONFIG'",
                         help="also print this row's price and measurement in every grid "
                              "(repeatable; named as the lists name a row)")
+    parser.add_argument("--core-speed", action="store_true",
+                        help="also set each all-reduce kind's median error against the cores' "
+                             "speed before the all-reduce stage, grid by grid")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     check_folders(parser, args.folders, args.json)
@@ -257,9 +339,13 @@ def main(argv=None) -> int:
               f"sd {b['sd_error']:.1%} over {b['grids']} grids")
     for name, history in histories.items():
         print("\n" + "\n".join(history_lines(name, history)))
-    return write_json_output("experiments.grids", "--json", args.json,
-                             {"grids": list(grids), "kinds": kinds, "misses": missed,
-                              "biases": biased, "rows": histories})
+    figures = {"grids": list(grids), "kinds": kinds, "misses": missed, "biases": biased,
+               "rows": histories}
+    if args.core_speed:
+        leans = speed_leans(grids, {str(f): stage_core_speed(f) for f in args.folders})
+        print("\n" + speed_markdown(leans))
+        figures["core_speed"] = leans
+    return write_json_output("experiments.grids", "--json", args.json, figures)
 
 
 if __name__ == "__main__":

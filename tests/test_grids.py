@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.grids import (ALL, allreduce_kind, biases, grid_rows, main, misses,
-                               summarise_kinds)
+from experiments.grids import (ALL, allreduce_kind, biases, grid_rows, main, misses, spearman,
+                               speed_leans, stage_core_speed, summarise_kinds)
 from tests.cli_helpers import usage_error
 
 
@@ -206,3 +206,60 @@ def test_cli_refuses_a_row_no_grid_holds_on_one_line(tmp_path, capsys):
     assert captured.err.count("\n") == 1 and "no grid holds the row 'sync'" in captured.err
     assert captured.out == ""
     assert main([str(grid), "--row", "sync: sync"]) == 0
+
+
+def with_core_speed(folder, medians, stage="allreduce"):
+    """``folder``'s run.json holding each core's median speed sampled before ``stage``."""
+    (folder / "run.json").write_text(json.dumps({"core_speed": {stage: [
+        {"core": i, "median": m} for i, m in enumerate(medians)]}}))
+    return folder
+
+
+def test_spearman_ranks_ties_together_and_refuses_what_cannot_correlate():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [9, 1, 0, -5]) == pytest.approx(-1.0)
+    # ties share their mean rank: ranks (1.5, 1.5, 3) against (1, 2, 3)
+    assert spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(1.5 / (1.5 * 2) ** 0.5)
+    assert spearman([1, 2], [1, 2]) is None and spearman([1, 2, 3], [4, 4, 4]) is None
+
+
+def test_speed_leans_order_grids_slowest_first_with_each_kinds_signed_median(tmp_path):
+    folders = []
+    for name, speeds, errors in (("fast", (0.98, 1.0), (0.00, -0.02, 0.01)),
+                                 ("slow", (0.60, 0.70), (0.30, 0.10, 0.20)),
+                                 ("mid", (0.80, 0.84), (0.05, 0.03, 0.04))):
+        rows = [allreduce_row(f"ring 0.064MB H=8 200Mbps #{i}", 64_000, 8, 200, 1.0 + e, 1.0)
+                for i, e in enumerate(errors)]
+        folders.append(with_core_speed(write_grid(tmp_path / name, rows), speeds))
+    folders.append(write_grid(tmp_path / "unsampled", [  # no run.json: left out
+        allreduce_row("ring 0.064MB H=8 200Mbps #0", 64_000, 8, 200, 5.0, 1.0)]))
+    grids = {str(f): grid_rows(f) for f in folders}
+    leans = speed_leans(grids, {str(f): stage_core_speed(f) for f in folders})
+    kind = "allreduce under 1 MB, 8 hosts, 200 Mbit/s"
+    order = [str(tmp_path / name) for name in ("slow", "mid", "fast")]
+    assert [g["grid"] for g in leans["grids"]] == order
+    assert [g["core_speed"] for g in leans["grids"]] == pytest.approx([0.65, 0.82, 0.99])
+    assert [g["median_error"][kind] for g in leans["grids"]] == pytest.approx([0.2, 0.04, 0.0])
+    assert leans["spearman"][kind] == pytest.approx(-1.0)  # slower cores, priced further over
+
+
+def test_a_grid_without_core_samples_before_the_stage_has_no_speed(tmp_path):
+    grid = write_grid(tmp_path / "g", [])
+    assert stage_core_speed(grid) is None  # no run.json
+    with_core_speed(grid, (0.9,), stage="sync")
+    assert stage_core_speed(grid) is None  # sampled, but not before the all-reduce
+    (grid / "run.json").write_text("{not json")
+    assert stage_core_speed(grid) is None
+
+
+def test_cli_core_speed_prints_the_table_and_writes_it(tmp_path, capsys):
+    grids = [with_core_speed(write_grid(tmp_path / f"g{i}", [
+        allreduce_row("backend 0.064MB H=4 1000Mbps", 64_000, 4, 1000, 1.0 + e, 1.0)]), (s,))
+        for i, (s, e) in enumerate(((0.6, 0.2), (0.9, 0.1), (1.0, 0.0)))]
+    out = tmp_path / "kinds.json"
+    assert main([*map(str, grids), "--core-speed", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"| {grids[0]} | 0.60 | +20.0% |" in printed
+    assert "allreduce under 1 MB, 4 hosts, 1000 Mbit/s: -1.00" in printed
+    written = json.loads(out.read_text())["core_speed"]
+    assert [g["core_speed"] for g in written["grids"]] == [0.6, 0.9, 1.0]
