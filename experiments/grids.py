@@ -192,10 +192,12 @@ def stage_core_speed(folder: Path, stage: str = SPEED_STAGE) -> float | None:
     """The mean over the cores of each one's median speed (a fraction of its fastest) sampled
     just before ``stage`` (``run.json``'s ``core_speed``); None where the grid kept none."""
     try:
-        return statistics.mean(core["median"] for core in read_json(folder / "run.json")
-                               ["core_speed"][stage])
-    except (OSError, ValueError, KeyError, TypeError, statistics.StatisticsError):
+        medians = [core["median"] for core in read_json(folder / "run.json")["core_speed"][stage]]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not medians or not all(_number(m) and 0 < m <= 1 for m in medians):
+        return None  # none sampled, or not fractions of a fastest: not a speed to rank
+    return statistics.mean(medians)
 
 
 def _ranks(values: list[float]) -> list[float]:
@@ -247,6 +249,9 @@ def speed_leans(grids: dict[str, list[dict]], speeds: dict[str, float | None]) -
 
 def speed_markdown(leans: dict) -> str:
     kinds = leans["kinds"]
+    if not kinds or not leans["grids"]:
+        return ("--core-speed: " + ("the grids hold no all-reduce rows" if not kinds else
+                f"no grid sampled its cores before the {SPEED_STAGE} stage (run.json)"))
     lines = [f"Each all-reduce kind's median error against the cores' speed before the "
              f"{SPEED_STAGE} stage, in the {len(leans['grids'])} grids that sampled it:", "",
              "| grid | cores' speed | " + " | ".join(kinds) + " |",
@@ -308,7 +313,8 @@ def parse_args(argv=None):
                              "speed before the all-reduce stage, grid by grid")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    check_folders(parser, args.folders, args.json)
+    read = ("fidelity.json", "allreduce.json") + (("run.json",) if args.core_speed else ())
+    check_folders(parser, args.folders, args.json, read)
     return args
 
 

@@ -220,6 +220,8 @@ def test_spearman_ranks_ties_together_and_refuses_what_cannot_correlate():
     assert spearman([1, 2, 3, 4], [9, 1, 0, -5]) == pytest.approx(-1.0)
     # ties share their mean rank: ranks (1.5, 1.5, 3) against (1, 2, 3)
     assert spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(1.5 / (1.5 * 2) ** 0.5)
+    # the tie at 2 takes ranks 2.5 and 2.5 (lowest rank to both would give 0.923)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / (4.5 * 5) ** 0.5)
     assert spearman([1, 2], [1, 2]) is None and spearman([1, 2, 3], [4, 4, 4]) is None
 
 
@@ -250,6 +252,36 @@ def test_a_grid_without_core_samples_before_the_stage_has_no_speed(tmp_path):
     assert stage_core_speed(grid) is None  # sampled, but not before the all-reduce
     (grid / "run.json").write_text("{not json")
     assert stage_core_speed(grid) is None
+    for medians in ([], ["fast"], [None], [float("nan")], [0.9, 1.5], [0.0], [True]):
+        (grid / "run.json").write_text(json.dumps({"core_speed": {"allreduce": [
+            {"core": 0, "median": m} for m in medians]}}))
+        assert stage_core_speed(grid) is None, medians
+
+
+def test_speed_leans_read_only_the_allreduce_rows_and_the_kinds_a_grid_holds(tmp_path):
+    a = with_core_speed(write_grid(tmp_path / "a", [
+        allreduce_row("ring 4MB H=2 200Mbps", 4_000_000, 2, 200, 1.1, 1.0)],
+        [("sync", 3.0, 1.0)]), (0.5,))
+    b = with_core_speed(write_grid(tmp_path / "b", [
+        allreduce_row("ring 0.064MB H=8 200Mbps", 64_000, 8, 200, 1.2, 1.0)]), (0.9,))
+    leans = speed_leans({str(g): grid_rows(g) for g in (a, b)},
+                        {str(g): stage_core_speed(g) for g in (a, b)})
+    assert leans["kinds"] == ["allreduce, 1 MB and more",
+                              "allreduce under 1 MB, 8 hosts, 200 Mbit/s"]
+    assert leans["grids"][0]["median_error"] == {"allreduce, 1 MB and more": pytest.approx(0.1)}
+    assert set(leans["spearman"].values()) == {None}  # one grid a kind: nothing to correlate
+
+
+def test_cli_core_speed_says_so_when_no_grid_sampled_and_keeps_run_json_safe(tmp_path, capsys):
+    grid = write_grid(tmp_path / "g", [
+        allreduce_row("ring 4MB H=2 200Mbps", 4_000_000, 2, 200, 1.1, 1.0)])
+    assert main([str(grid), "--core-speed"]) == 0
+    assert "--core-speed: no grid sampled its cores" in capsys.readouterr().out
+    with_core_speed(grid, (0.9,))
+    message = usage_error(main, [str(grid), "--core-speed", "--json", str(grid / "run.json")],
+                          capsys)
+    assert "run.json" in message
+    assert json.loads((grid / "run.json").read_text())["core_speed"]  # left as it was
 
 
 def test_cli_core_speed_prints_the_table_and_writes_it(tmp_path, capsys):
