@@ -596,13 +596,14 @@ def _main(argv: list[str] | None) -> int:
         run_all(args, runs)
     except ValueError as error:  # found only by running: a replay that diverges at this --lr
         parser.error(str(error))
+    # stdout's own failures (a closed pipe, a full disk) are run_command_line's
+    print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)
     try:
-        print(format_tables(args, runs), file=sys.stderr if args.json == "-" else sys.stdout)
         write_outputs(args, runs)
     except OSError as error:
         # a full disk names no file: the outputs being written are then the ones to name
         where = error.filename or ", ".join(
-            name for name in (args.json, args.trace, args.plot) if name) or "stdout"
+            name for name in (args.json, args.trace, args.plot) if name)
         print(f"dsgd_sim: error: cannot write {where}: {error.strerror}", file=sys.stderr)
         return 1
     return 0

@@ -220,11 +220,10 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     side does not vary."""
     if len(xs) < 3:
         return None
-    rx, ry = _ranks(xs), _ranks(ys)
-    mx, my = statistics.mean(rx), statistics.mean(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return sxy / math.sqrt(sxx * syy) if sxx and syy else None
+    try:
+        return statistics.correlation(_ranks(xs), _ranks(ys))
+    except statistics.StatisticsError:  # one side constant
+        return None
 
 
 def speed_leans(grids: dict[str, list[dict]], speeds: dict[str, float | None]) -> dict:
