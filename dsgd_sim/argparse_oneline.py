@@ -293,16 +293,32 @@ class _StdoutUntilClosed:
     def flush(self) -> None:
         self._guarded(self.stream.flush)
 
+    def write_whole(self, text: str) -> None:
+        """``text`` after what is buffered, in one write call to the file descriptor where there
+        is one, so that lines from several processes sharing a pipe never interleave."""
+        try:
+            fd = self.stream.fileno()
+        except (AttributeError, OSError):  # no file behind it (captured, redirected)
+            self.write(text)
+            self.flush()
+            return
+        self.flush()
+        self._guarded(os.write, fd, text.encode())
+
     def __getattr__(self, name):
         return getattr(self.stream, name)
 
 
-def run_command_line(main: Callable[[], int], prog: str | None = None) -> int:
+def run_command_line(main: Callable[[], int], prog: str | None = None,
+                     keep_status: bool = False) -> int:
     """Run a command line's ``main`` and return its exit status. Where the reader of stdout closes
     it early (piped into ``head``), the rest of the printing is dropped without a traceback, the
     files asked for are still written, and the status is 1 if ``main``'s was 0. Where stdout
     cannot be written for another reason (a full disk), the same, and one line
-    ``PROG: error: cannot write stdout: ...`` on stderr."""
+    ``PROG: error: cannot write stdout: ...`` on stderr. With ``keep_status`` the status is
+    ``main``'s whatever became of stdout: a rank of a job must not fail for it, since a failing
+    rank ends the others (``real.local_launch.self_launch``), perhaps before rank 0 has
+    written its report."""
     guard = _StdoutUntilClosed(sys.stdout)
     sys.stdout = guard
     try:
@@ -315,7 +331,7 @@ def run_command_line(main: Callable[[], int], prog: str | None = None) -> int:
     if not isinstance(guard.lost, BrokenPipeError):  # a closed pipe is the reader's choice
         print(f"{prog or _program_name()}: error: cannot write stdout: "
               f"{guard.lost.strerror or guard.lost}", file=sys.stderr)
-    return status or 1
+    return status if keep_status else status or 1
 
 
 def _program_name() -> str:

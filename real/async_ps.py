@@ -41,6 +41,7 @@ import torch
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
+from dsgd_sim.argparse_oneline import run_command_line
 from real.comm import CommError, init
 from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
@@ -226,8 +227,8 @@ def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int,
            joined=None) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
-    sys.exit(run_process(config, joined))
+    sys.exit(run_command_line(lambda: run_process(config, joined), keep_status=True))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main, keep_status=True))  # a rank fails for no reader's sake

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch.multiprocessing as mp
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, run_command_line
 
 from .comm import JobError, check_timeout, launched_by_mpi
 
@@ -95,8 +95,13 @@ def launcher_local_ranks() -> int | None:
 
 def say(line: str, stream=None) -> None:
     """Write ``line`` to ``stream`` (stdout) in one write call, so that lines from several ranks
-    sharing a pipe never interleave (``print`` writes the text and its newline separately)."""
+    sharing a pipe never interleave (``print`` writes the text and its newline separately).
+    Under ``run_command_line`` a stdout whose reader has gone drops the line."""
     stream = sys.stdout if stream is None else stream
+    whole = getattr(stream, "write_whole", None)
+    if whole is not None:  # stdout under run_command_line: a reader gone drops the line
+        whole(f"{line}\n")
+        return
     stream.flush()
     try:
         fd = stream.fileno()
@@ -221,8 +226,7 @@ def self_launch(worker, config, nproc: int, address: str | None, port: int) -> i
 def _child(local_rank: int, worker, config, nproc: int, address: str, port: int) -> None:
     os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nproc),
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
-    status = worker(config)
-    fast_exit(status)
+    fast_exit(run_command_line(lambda: worker(config), keep_status=True))
 
 
 def fast_exit(status: int) -> None:

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from dsgd_sim.argparse_oneline import run_command_line
 from real.comm import CommError, init
 from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
@@ -333,4 +334,4 @@ def loss_curve(comm, recorder, start_step: int) -> list[list]:
 
 
 if __name__ == "__main__":
-    fast_exit(main())
+    fast_exit(run_command_line(main, keep_status=True))  # a rank fails for no reader's sake

@@ -91,6 +91,18 @@ def child_env(extra: dict | None = None) -> dict:
     return env
 
 
+def run_into_closed_pipe(argv: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python argv...`` with its stdout a pipe whose reader has gone before it starts, as
+    ``| head`` leaves it once it has read its lines; stderr captured as text."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, *argv], cwd=REPO, env=child_env(), stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+    finally:
+        os.close(write_end)
+
+
 def run_script(argv: list[str], world_size: int, launcher: str = "gloo", timeout_s: float = 120,
                env: dict | None = None) -> Run:
     """Run ``python argv...`` on ``world_size`` ranks; never raises for a failed run."""

@@ -214,6 +214,28 @@ def test_a_closed_stdout_drops_the_printing_but_not_the_files(tmp_path, monkeypa
     assert json.loads(out.read_text()) == {"rows": 10_000}
 
 
+@pytest.mark.parametrize("keep_status, status", [(False, 1), (True, 0)])
+def test_a_whole_line_into_a_closed_stdout_is_dropped_and_keep_status_keeps_mains(monkeypatch,
+                                                                                 keep_status,
+                                                                                 status):
+    stream = closed_pipe_stdout(monkeypatch)
+
+    def main():
+        sys.stdout.write_whole("rank 0 pid 1 role worker\n")  # one write call, as ranks write
+        print("and the rest")
+        return 0
+
+    try:
+        assert run_command_line(main, keep_status=keep_status) == status
+    finally:
+        stream.close()
+
+
+def test_a_whole_line_goes_through_a_stdout_with_no_file_behind_it(capsys):
+    assert run_command_line(lambda: sys.stdout.write_whole("one line\n") or 0) == 0
+    assert capsys.readouterr().out == "one line\n"
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
 def test_a_full_stdout_is_one_line_and_status_1_and_the_files_still_written(tmp_path,
                                                                             monkeypatch, capsys):

@@ -21,7 +21,8 @@ from real.data import ShardedBatches, synthetic_dataset
 from real.models import build_model
 from real.ps_config import AsyncConfig
 from real.replica_state import weights_sha256
-from tests.dist_helpers import REPO, child_env, have_mpiexec, run_function, run_script
+from tests.dist_helpers import (REPO, child_env, have_mpiexec, run_function, run_into_closed_pipe,
+                                run_script)
 
 ENTRY = "real/async_ps.py"
 # docs/async_ps.md: the mean of the last 20 of 1000 updates, 2 workers; starts near 2.30
@@ -352,6 +353,20 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
         out, err = proc.communicate()
         raise AssertionError(f"the job hung:\n{out}\n{err}")
     return proc.returncode, out, err
+
+
+def test_a_closed_stdout_neither_stops_the_run_nor_fails_it(tmp_path):
+    # the server's and every worker's first line meets the closed pipe; a worker that failed for
+    # it would make the launcher's status 1, and a server that did would end the run
+    summary_path = tmp_path / "run.json"
+    run = run_into_closed_pipe([ENTRY, "--nproc-per-node", "3", "--updates", "12",
+                                "--threads", "1", "--no-progress", "--json", str(summary_path)],
+                               timeout_s=RUN_DEADLINE_S)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""  # no traceback, and no line: the reader chose to go
+    summary = read_summary(summary_path)
+    assert summary["updates"] == 12
+    assert_each_update_applied_once(summary)
 
 
 @pytest.mark.parametrize("window", [0, 1])

@@ -22,7 +22,7 @@ from real.models import build_model
 from real.replica_state import weights_sha256
 from real.sync import pick_device, train
 from real.sync_config import SyncConfig, parse_args
-from tests.dist_helpers import have_mpiexec
+from tests.dist_helpers import have_mpiexec, run_into_closed_pipe
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNC = os.path.join(REPO, "real", "sync.py")
@@ -110,6 +110,17 @@ def test_two_ranks_end_with_the_weights_of_one_process_with_the_global_batch(
     initial = torch.cat([t.flatten() for t in build_model("lenet", 0).state_dict().values()])
     assert not torch.equal(reference, initial)  # training moved the weights
     assert (weights - reference).norm() / reference.norm() <= 1e-5
+
+
+def test_a_closed_stdout_neither_stops_the_run_nor_fails_it(tmp_path):
+    # every rank's first line meets the closed pipe; a rank that failed for it would end the
+    # others (self_launch), perhaps before rank 0 wrote its report
+    out = tmp_path / "run.json"
+    run = run_into_closed_pipe([SYNC, "--nproc-per-node", "2", "--steps", "4", "--num-samples", "64",
+                                "--batch-size", "8", "--no-progress", "--json", str(out)])
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""  # no traceback, and no line: the reader chose to go
+    assert json.loads(out.read_text())["steps"] == 4
 
 
 def test_cli_run_writes_json_trace_and_profile(tmp_path):
