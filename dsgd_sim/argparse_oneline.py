@@ -269,6 +269,20 @@ def _send_to_devnull(stream) -> None:
     os.close(devnull)
 
 
+def write_whole(stream, text: str) -> None:
+    """``text`` after what ``stream`` buffers, in one write call to its file descriptor where it
+    has one, so that lines from several processes sharing a pipe never interleave (``print``
+    writes the text and its newline separately)."""
+    stream.flush()
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError):  # no file behind it (captured, redirected)
+        stream.write(text)
+        stream.flush()
+        return
+    os.write(fd, text.encode())
+
+
 class _StdoutUntilClosed:
     """Stands in for ``sys.stdout``: once a write to it fails (its reader gone after ``| head``
     has read its lines, or a full disk), the rest of what is printed is dropped, so that the
@@ -294,16 +308,8 @@ class _StdoutUntilClosed:
         self._guarded(self.stream.flush)
 
     def write_whole(self, text: str) -> None:
-        """``text`` after what is buffered, in one write call to the file descriptor where there
-        is one, so that lines from several processes sharing a pipe never interleave."""
-        try:
-            fd = self.stream.fileno()
-        except (AttributeError, OSError):  # no file behind it (captured, redirected)
-            self.write(text)
-            self.flush()
-            return
-        self.flush()
-        self._guarded(os.write, fd, text.encode())
+        """``write_whole`` through this stand-in: dropped once the stream is lost."""
+        self._guarded(write_whole, self.stream, text)
 
     def __getattr__(self, name):
         return getattr(self.stream, name)

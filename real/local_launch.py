@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch.multiprocessing as mp
 
-from dsgd_sim.argparse_oneline import OneLineArgumentParser, run_command_line
+from dsgd_sim.argparse_oneline import OneLineArgumentParser, run_command_line, write_whole
 
 from .comm import JobError, check_timeout, launched_by_mpi
 
@@ -95,21 +95,14 @@ def launcher_local_ranks() -> int | None:
 
 def say(line: str, stream=None) -> None:
     """Write ``line`` to ``stream`` (stdout) in one write call, so that lines from several ranks
-    sharing a pipe never interleave (``print`` writes the text and its newline separately).
-    Under ``run_command_line`` a stdout whose reader has gone drops the line."""
+    sharing a pipe never interleave. Under ``run_command_line`` a stdout whose reader has gone
+    drops the line."""
     stream = sys.stdout if stream is None else stream
-    whole = getattr(stream, "write_whole", None)
-    if whole is not None:  # stdout under run_command_line: a reader gone drops the line
-        whole(f"{line}\n")
-        return
-    stream.flush()
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError):  # a stream with no file behind it (captured, redirected)
-        stream.write(f"{line}\n")
-        stream.flush()
-        return
-    os.write(fd, f"{line}\n".encode())
+    guarded = getattr(stream, "write_whole", None)  # run_command_line's stand-in for stdout
+    if guarded is not None:
+        guarded(f"{line}\n")
+    else:
+        write_whole(stream, f"{line}\n")
 
 
 def env_rank() -> int:
