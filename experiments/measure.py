@@ -52,6 +52,12 @@ QUIET_ROUND_TRIP_S = 1e-3
 CALIBRATION_PAUSES_S = (30.0, 60.0)
 """The pauses between a calibration taken on a busy machine and the next try; after the last
 try the run stops."""
+LINK_RATE_FLOOR = 0.97
+"""The least share of the headers-only payload rate (``payload_efficiency_expected``) that a
+calibration's TCP, Gloo and duplex transfers may reach (``slow_link_reason``)."""
+LINK_PAUSES_S = (10.0, 20.0)
+"""The pauses between a calibration whose link ran slow and the next try; after the last try the
+run goes on with the attempt nearest the rate."""
 
 # ring rounds: the probe's own grid (experiments/ring_probe.py, SIZE_GRID), up to past the
 # largest round an experiment sends (naive ring: the whole buffer)
@@ -172,21 +178,37 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
     the first that reaches the largest round change no prediction; at 50 Mbit/s on 8 hosts a
     chain of 16 MiB rounds alone takes 38 s."""
     config = testbed_config(2, bandwidth_bps)
-    for attempt, pause_s in enumerate(CALIBRATION_PAUSES_S + (None,), start=1):
+    where = f"calibration at {bandwidth_bps / 1e6:g} Mbit/s"
+    kept, checks = None, []
+    for attempt in range(1, len(CALIBRATION_PAUSES_S) + 2):
         record = calibrate(config, CALIBRATION_SIZES_QUICK if quick else CALIBRATION_SIZES,
                            pings=100 if quick else 200, repeats=3)
         reason = busy_machine_reason(record)
-        if reason is None:
-            break
-        where = f"calibration at {bandwidth_bps / 1e6:g} Mbit/s"
-        if pause_s is None:
-            raise TestbedError(f"{where}: {reason}, in {attempt} attempts: another process is "
-                               f"keeping the cores busy; stop it and run again")
-        print(f"{where}: {reason}: the machine is busy; trying again in {pause_s:g} s",
+        if reason is not None:
+            if attempt > len(CALIBRATION_PAUSES_S):
+                raise TestbedError(f"{where}: {reason}, in {attempt} attempts: another process "
+                                   f"is keeping the cores busy; stop it and run again")
+            pause_s, what = CALIBRATION_PAUSES_S[attempt - 1], "the machine is busy"
+        else:
+            record["duplex"] = measure_duplex(config, sizes=DUPLEX_SIZES_QUICK if quick
+                                              else DUPLEX_SIZES)
+            checks.append(link_rate_shares(record))
+            if kept is None or nearest_share(record) > nearest_share(kept):
+                kept = record
+            reason = slow_link_reason(record)
+            if reason is None or attempt > len(LINK_PAUSES_S):
+                break
+            pause_s, what = LINK_PAUSES_S[attempt - 1], "the link ran under its rate"
+        print(f"{where}: {reason}: {what}; trying again in {pause_s:g} s",
               file=sys.stderr, flush=True)
         time.sleep(pause_s)
+    if reason is not None:
+        print(f"{where}: the link ran under its rate in all {len(checks)} attempts; going on "
+              f"with the nearest ({slow_link_reason(kept)}): the calls at this rate may be "
+              f"priced over", file=sys.stderr, flush=True)
+    record = kept
     record["attempts"] = attempt
-    record["duplex"] = measure_duplex(config, sizes=DUPLEX_SIZES_QUICK if quick else DUPLEX_SIZES)
+    record["link_rate_shares"] = checks
     record["queue"] = measure_queue(testbed_config(3, bandwidth_bps))
     sizes = round_sizes_up_to(largest_bytes or math.inf, quick)
     record["rounds"] = {str(h): measure_rounds(testbed_config(h, bandwidth_bps),
@@ -212,6 +234,42 @@ def busy_machine_reason(record: dict) -> str | None:
                     f"(median of {spread['count']}), where an idle machine takes under "
                     f"{QUIET_ROUND_TRIP_S * 1e3:g} ms")
     return None
+
+
+def link_rate_shares(record: dict) -> dict[str, float]:
+    """The payload rates of a calibration record's TCP, Gloo and duplex transfers (those it
+    has), each as a share of the headers-only payload rate ``payload_efficiency_expected``
+    (none where the record has no such rate)."""
+    expected = record.get("payload_efficiency_expected")
+    if not expected:
+        return {}
+    parts = {"TCP": record, "Gloo": record.get("gloo"), "duplex": record.get("duplex")}
+    return {name: part["payload_efficiency"] / expected for name, part in parts.items()
+            if part and "payload_efficiency" in part}
+
+
+def nearest_share(record: dict) -> float:
+    """The lowest of a calibration record's ``link_rate_shares`` (inf: it has none)."""
+    return min(link_rate_shares(record).values(), default=math.inf)
+
+
+def slow_link_reason(record: dict) -> str | None:
+    """Why a 2-host calibration record's link ran slower than its shaper lets through, or None.
+
+    On a quiet machine a long transfer through the shaper carries 0.97-1.01 of the payload rate
+    that the rate less the headers gives, one way (TCP, Gloo) or both at once (the duplex probe,
+    whose acknowledgements share each direction): the stored grids' calibrations. Grids made on
+    slow cores measured 0.87-0.97, on some of their rates, while their test beds later ran at the
+    link's usual pace: a quick grid's 200 Mbit/s TCP rate came out at 0.90, and it priced every
+    all-reduce call there over, by up to 42% (``experiments/LOG.md``). Such a record is taken
+    again (``LINK_PAUSES_S``)."""
+    slow = {name: share for name, share in link_rate_shares(record).items()
+            if share < LINK_RATE_FLOOR}
+    if not slow:
+        return None
+    parts = ", ".join(f"{name} {share:.3f}" for name, share in slow.items())
+    return (f"its transfers carried under {LINK_RATE_FLOOR:g} of the rate less headers "
+            f"({parts})")
 
 
 def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) -> dict:

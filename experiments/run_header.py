@@ -60,7 +60,26 @@ def calibration_line(meta: dict, cal: str, rounds: str) -> str:
                if meta.get("probe_order") == "blocks" else  # a run from before the flag too
                "; every probe interleaved its sizes' chains, one of each size in turn "
                "(`--probe-order interleaved`)")
+            + attempts_note(meta["calibration"])
             + ". Each experiment below was predicted from the calibration made in its own run.")
+
+
+def attempts_note(calibration: list[dict]) -> str:
+    """The calibration line's clause on rates calibrated more than once, and on those whose link
+    ran slow in every attempt (``experiments.measure.calibrate_rate``); empty where none was."""
+    from experiments.measure import LINK_RATE_FLOOR, slow_link_reason
+    notes = []
+    for c in calibration:
+        rate = f"{c['bandwidth_bps'] / 1e6:g} Mbit/s"
+        if c.get("attempts", 1) > 1:
+            notes.append(f"at {rate} the calibration was taken {c['attempts']} times (the "
+                         f"machine busy, or the link under {LINK_RATE_FLOOR:g} of its rate less "
+                         f"headers), and of its attempts on a quiet machine the one whose link ran "
+                         f"nearest the rate kept")
+        if "link_rate_shares" in c and slow_link_reason(c):
+            notes.append(f"at {rate} {slow_link_reason(c)} in the one kept, and the calls "
+                         f"priced from it may come out over")
+    return "".join(f"; {note}" for note in notes)
 
 
 def run_time(meta: dict) -> str:
