@@ -48,6 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import conv_profile  # noqa: E402  (this folder, see tiledconv's docstring)
 import tiledconv  # noqa: E402
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+from dsgd_sim.argparse_oneline import run_command_line  # noqa: E402
+
 FLUSH_BYTES = 512 * 2**20
 BYTES_PER_PIXEL = 8  # one fp32 read + one fp32 write
 CONV2D, CONV2D_TF32 = "conv2d", "conv2d_tf32"
@@ -335,4 +339,4 @@ def report(gpu: str, copy_GBps: float, rows: list[dict], args, command: str) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line(main))

@@ -324,19 +324,28 @@ def run_command_line(main: Callable[[], int], prog: str | None = None,
     ``PROG: error: cannot write stdout: ...`` on stderr. With ``keep_status`` the status is
     ``main``'s whatever became of stdout: a rank of a job must not fail for it, since a failing
     rank ends the others (``real.local_launch.self_launch``), perhaps before rank 0 has
-    written its report."""
+    written its report. A ``SystemExit`` from ``main`` (``--help``, ``sys.exit``) is the same:
+    it goes on as it was where stdout was written, and is a status where it was not."""
     guard = _StdoutUntilClosed(sys.stdout)
     sys.stdout = guard
+    stop = None
     try:
         status = main()
+    except SystemExit as exit_:
+        stop, status = exit_, exit_.code
     finally:
         guard.flush()
         sys.stdout = guard.stream
     if guard.lost is None:
+        if stop is not None:
+            raise stop
         return status
     if not isinstance(guard.lost, BrokenPipeError):  # a closed pipe is the reader's choice
         print(f"{prog or _program_name()}: error: cannot write stdout: "
               f"{guard.lost.strerror or guard.lost}", file=sys.stderr)
+    if isinstance(status, str):  # sys.exit("message"): Python would print it and exit 1
+        print(status, file=sys.stderr)
+        status = 1
     return status if keep_status else status or 1
 
 

@@ -203,8 +203,8 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
               file=sys.stderr, flush=True)
         time.sleep(pause_s)
     if reason is not None:
-        print(f"{where}: the link ran under its rate in all {len(checks)} attempts; going on "
-              f"with the nearest ({slow_link_reason(kept)}): the calls at this rate may be "
+        print(f"{where}: the link ran under its rate in each of its {len(checks)} attempts on a "
+              f"quiet machine; going on with the nearest ({slow_link_reason(kept)}): the calls at this rate may be "
               f"priced over", file=sys.stderr, flush=True)
     record = kept
     record["attempts"] = attempt

@@ -71,7 +71,8 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import check_output_file, write_text_atomically  # noqa: E402
+from dsgd_sim.argparse_oneline import (check_output_file, run_command_line,  # noqa: E402
+                                       write_text_atomically)
 from dsgd_sim.units import format_bytes, parse_size, parse_time  # noqa: E402
 from experiments import engine_rounds  # noqa: E402
 from experiments.configs import PROBE_ORDER_HELP, PROBE_ORDERS  # noqa: E402
@@ -520,4 +521,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # a rank whose stdout's reader goes keeps its status: a failing rank would end the others
+    sys.exit(run_command_line(lambda: main() or 0, keep_status=True))

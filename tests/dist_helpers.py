@@ -104,15 +104,29 @@ def run_into_closed_pipe(argv: list[str], timeout_s: float = 120) -> subprocess.
 
 
 def run_script(argv: list[str], world_size: int, launcher: str = "gloo", timeout_s: float = 120,
-               env: dict | None = None) -> Run:
-    """Run ``python argv...`` on ``world_size`` ranks; never raises for a failed run."""
+               env: dict | None = None, closed_stdout: bool = False) -> Run:
+    """Run ``python argv...`` on ``world_size`` ranks; never raises for a failed run. With
+    ``closed_stdout`` every rank's stdout is a pipe whose reader has gone before it starts (as
+    ``| head`` leaves it), and ``Run.stdout`` is empty."""
     if launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {launcher!r} (choose from {', '.join(LAUNCHERS)})")
+    if closed_stdout:
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            return _run_ranks(argv, world_size, launcher, timeout_s, env, write_end)
+        finally:
+            os.close(write_end)
+    return _run_ranks(argv, world_size, launcher, timeout_s, env, subprocess.PIPE)
+
+
+def _run_ranks(argv: list[str], world_size: int, launcher: str, timeout_s: float,
+               env: dict | None, stdout) -> Run:
     base = child_env(env)
     start = time.monotonic()
     if launcher == "gloo":
         port = str(free_port())
-        procs = [subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=subprocess.PIPE,
+        procs = [subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=stdout,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True,
                                   env={**base, "RANK": str(r), "LOCAL_RANK": str(r),
                                        "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE":
@@ -123,7 +137,7 @@ def run_script(argv: list[str], world_size: int, launcher: str = "gloo", timeout
         prefix = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={world_size}"] if launcher == "torchrun"
                   else [mpiexec_path() or "mpiexec", "-n", str(world_size), sys.executable])
-        procs = [subprocess.Popen([*prefix, *argv], cwd=REPO, stdout=subprocess.PIPE,
+        procs = [subprocess.Popen([*prefix, *argv], cwd=REPO, stdout=stdout,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True,
                                   env=base)]
     return _collect(procs, start, timeout_s)
@@ -141,8 +155,8 @@ def _collect(procs: list[subprocess.Popen], start: float, timeout_s: float) -> R
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
             out, err = proc.communicate()
-        outs.append(out)
-        errs.append(err)
+        outs.append(out or "")
+        errs.append(err or "")
         codes.append(proc.returncode)
     code = next((c for c in codes if c != 0), 0)
     return Run(code, "".join(outs), "".join(errs), time.monotonic() - start, timed_out)

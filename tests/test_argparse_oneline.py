@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -253,6 +254,41 @@ def test_a_full_stdout_is_one_line_and_status_1_and_the_files_still_written(tmp_
         stream.close()
     assert capsys.readouterr().err == "prog: error: cannot write stdout: No space left on device\n"
     assert json.loads(out.read_text()) == {"rows": 1}
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_help_into_a_full_stdout_is_one_line_and_status_1(tmp_path):
+    # --help ends in SystemExit(0) from argparse, after its print to stdout failed
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "dsgd_sim", "--help"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == "dsgd_sim: error: cannot write stdout: No space left on device\n"
+
+
+def test_a_system_exit_into_a_closed_stdout_is_a_status(monkeypatch, capsys):
+    for code, status in ((0, 1), (3, 3), (None, 1), ("no figures", 1)):
+        stream = closed_pipe_stdout(monkeypatch)
+
+        def main():
+            print("a line" * 10_000)
+            sys.exit(code)
+
+        try:
+            assert run_command_line(main) == status
+        finally:
+            stream.close()
+    assert capsys.readouterr().err == "no figures\n"  # what sys.exit("...") would have said
+    stream = closed_pipe_stdout(monkeypatch)
+    try:
+        assert run_command_line(lambda: print("a line" * 10_000) or sys.exit(2),
+                                keep_status=True) == 2
+    finally:
+        stream.close()
+    monkeypatch.undo()  # stdout as the test began
+    with pytest.raises(SystemExit) as stop:  # stdout written (or never used): as it was
+        run_command_line(lambda: sys.exit(2))
+    assert stop.value.code == 2
 
 
 def test_an_open_stdout_passes_main_through(capsys):

@@ -7,6 +7,7 @@ pairs), and each check is reported as its own test."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -509,6 +510,21 @@ def test_demo_prints_what_each_rank_holds(demo, launcher, line):
     run = run_script([f"real/demos/{demo}.py"], 2, launcher=launcher, timeout_s=90)
     assert run.returncode == 0, run.stderr
     assert line in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["real/demos/collectives.py"],
+    ["experiments/ring_probe.py", "--sizes", "64B,4KiB", "--repeats", "2", "--json", "{out}"]])
+def test_a_demo_or_probe_whose_stdout_reader_goes_finishes_without_a_traceback(argv, tmp_path):
+    # rank 0's first line meets the closed pipe; a rank that failed for it would end the job,
+    # and the probe's JSON, written after its printing, would be lost
+    out = tmp_path / "probe.json"
+    run = run_script([a.replace("{out}", str(out)) for a in argv], 2, timeout_s=90,
+                     closed_stdout=True)
+    assert not run.timed_out and run.returncode == 0, run.stderr
+    assert run.stderr == ""  # the reader chose to go: nothing to say
+    if "--json" in argv:
+        assert json.loads(out.read_text())["world_size"] == 2
 
 
 # -- a launcher and a backend that do not go together --------------------------------------------

@@ -7,6 +7,7 @@ import sys
 
 import torch
 
+from dsgd_sim.argparse_oneline import run_command_line
 from real.comm_cli import add_comm_arguments, open_comm
 from real.local_launch import RankArgumentParser
 
@@ -29,6 +30,14 @@ def say(comm, text: str) -> None:
 
 
 def run_demo(description: str, body, add_arguments=None, argv=None, min_ranks: int = 1) -> None:
+    """A demo's command line: ``demo_main``, with stdout guarded (``run_command_line``: a reader
+    that goes drops the rest of the printing, and each rank keeps its status, since a failing
+    rank would end the others); exits with its status."""
+    sys.exit(run_command_line(lambda: demo_main(description, body, add_arguments, argv,
+                                                min_ranks), keep_status=True))
+
+
+def demo_main(description: str, body, add_arguments=None, argv=None, min_ranks: int = 1) -> int:
     """Parse the common flags (and the demo's own), open the communicator, run ``body(comm, args)``.
     With fewer than ``min_ranks`` ranks, rank 0 says so in one line and every rank exits with 2."""
     parser = RankArgumentParser(description=description)
@@ -44,3 +53,4 @@ def run_demo(description: str, body, add_arguments=None, argv=None, min_ranks: i
             raise SystemExit(2)
         say(comm, f"{comm.world_size} ranks, {comm.engine} engine, backend {comm.backend}")
         body(comm, args)
+    return 0
