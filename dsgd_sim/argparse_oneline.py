@@ -315,8 +315,8 @@ class _StdoutUntilClosed:
         return getattr(self.stream, name)
 
 
-def run_command_line(main: Callable[[], int], prog: str | None = None,
-                     keep_status: bool = False) -> int:
+def run_command_line(main: Callable[[], int | None], prog: str | None = None,
+                     keep_status: bool = False) -> int | None:
     """Run a command line's ``main`` and return its exit status. Where the reader of stdout closes
     it early (piped into ``head``), the rest of the printing is dropped without a traceback, the
     files asked for are still written, and the status is 1 if ``main``'s was 0. Where stdout
@@ -324,8 +324,9 @@ def run_command_line(main: Callable[[], int], prog: str | None = None,
     ``PROG: error: cannot write stdout: ...`` on stderr. With ``keep_status`` the status is
     ``main``'s whatever became of stdout: a rank of a job must not fail for it, since a failing
     rank ends the others (``real.local_launch.self_launch``), perhaps before rank 0 has
-    written its report. A ``SystemExit`` from ``main`` (``--help``, ``sys.exit``) is the same:
-    it goes on as it was where stdout was written, and is a status where it was not."""
+    written its report. A ``SystemExit`` from ``main`` (``--help``, ``sys.exit``) is raised again
+    where stdout took everything; where it did not, its code is the status as above (None and 0
+    as 0), and a message (``sys.exit("...")``) goes to stderr with status 1."""
     guard = _StdoutUntilClosed(sys.stdout)
     sys.stdout = guard
     stop = None

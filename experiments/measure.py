@@ -23,7 +23,7 @@ from pathlib import Path
 from dsgd_sim.argparse_oneline import argparse_type
 from dsgd_sim.units import parse_bandwidth, parse_count
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed
-from real.testbed.calibrate import calibrate
+from real.testbed.calibrate import calibrate, slow_link_reason, slowest_share, transfer_shares
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
                                  MAX_HOSTS)
 
@@ -52,9 +52,6 @@ QUIET_ROUND_TRIP_S = 1e-3
 CALIBRATION_PAUSES_S = (30.0, 60.0)
 """The pauses between a calibration taken on a busy machine and the next try; after the last
 try the run stops."""
-LINK_RATE_FLOOR = 0.97
-"""The least share of the headers-only payload rate (``payload_efficiency_expected``) that a
-calibration's TCP, Gloo and duplex transfers may reach (``slow_link_reason``)."""
 LINK_PAUSES_S = (10.0, 20.0)
 """The pauses between a calibration whose link ran slow and the next try; after the last try the
 run goes on with the attempt nearest the rate."""
@@ -176,7 +173,15 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
     hosts (``measure_rounds``), on the probe's grid up to ``largest_bytes`` (``ring_bytes``;
     None: the whole grid). A round's cost comes from the two sizes around it, so sizes past
     the first that reaches the largest round change no prediction; at 50 Mbit/s on 8 hosts a
-    chain of 16 MiB rounds alone takes 38 s."""
+    chain of 16 MiB rounds alone takes 38 s.
+
+    Up to three attempts: one taken on a busy machine (``busy_machine_reason``) is taken again
+    after ``CALIBRATION_PAUSES_S`` and never kept, and the run stops (``TestbedError``) if the
+    last is busy too, unless an earlier attempt was quiet; on a quiet one the duplex rate is
+    measured too, and one whose link ran slow (``slow_link_reason``) is taken again after
+    ``LINK_PAUSES_S``. Of the quiet attempts the one whose slowest transfer ran nearest the rate
+    is kept. The record says how many attempts there were (``attempts``) and each quiet one's
+    ``transfer_shares`` (``link_rate_shares``); the pauses go by the attempt's number."""
     config = testbed_config(2, bandwidth_bps)
     where = f"calibration at {bandwidth_bps / 1e6:g} Mbit/s"
     kept, checks = None, []
@@ -185,6 +190,9 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
                            pings=100 if quick else 200, repeats=3)
         reason = busy_machine_reason(record)
         if reason is not None:
+            if attempt > len(CALIBRATION_PAUSES_S) and kept is not None:  # slow, then busy
+                reason = slow_link_reason(kept)
+                break
             if attempt > len(CALIBRATION_PAUSES_S):
                 raise TestbedError(f"{where}: {reason}, in {attempt} attempts: another process "
                                    f"is keeping the cores busy; stop it and run again")
@@ -192,8 +200,8 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
         else:
             record["duplex"] = measure_duplex(config, sizes=DUPLEX_SIZES_QUICK if quick
                                               else DUPLEX_SIZES)
-            checks.append(link_rate_shares(record))
-            if kept is None or nearest_share(record) > nearest_share(kept):
+            checks.append(transfer_shares(record))
+            if kept is None or slowest_share(record) > slowest_share(kept):
                 kept = record
             reason = slow_link_reason(record)
             if reason is None or attempt > len(LINK_PAUSES_S):
@@ -203,8 +211,9 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
               file=sys.stderr, flush=True)
         time.sleep(pause_s)
     if reason is not None:
-        print(f"{where}: the link ran under its rate in each of its {len(checks)} attempts on a "
-              f"quiet machine; going on with the nearest ({slow_link_reason(kept)}): the calls at this rate may be "
+        tries = "its one attempt" if len(checks) == 1 else f"each of its {len(checks)} attempts"
+        print(f"{where}: the link ran under its rate in {tries} on a quiet machine; going on "
+              f"with the nearest ({slow_link_reason(kept)}): the calls at this rate may be "
               f"priced over", file=sys.stderr, flush=True)
     record = kept
     record["attempts"] = attempt
@@ -234,42 +243,6 @@ def busy_machine_reason(record: dict) -> str | None:
                     f"(median of {spread['count']}), where an idle machine takes under "
                     f"{QUIET_ROUND_TRIP_S * 1e3:g} ms")
     return None
-
-
-def link_rate_shares(record: dict) -> dict[str, float]:
-    """The payload rates of a calibration record's TCP, Gloo and duplex transfers (those it
-    has), each as a share of the headers-only payload rate ``payload_efficiency_expected``
-    (none where the record has no such rate)."""
-    expected = record.get("payload_efficiency_expected")
-    if not expected:
-        return {}
-    parts = {"TCP": record, "Gloo": record.get("gloo"), "duplex": record.get("duplex")}
-    return {name: part["payload_efficiency"] / expected for name, part in parts.items()
-            if part and "payload_efficiency" in part}
-
-
-def nearest_share(record: dict) -> float:
-    """The lowest of a calibration record's ``link_rate_shares`` (inf: it has none)."""
-    return min(link_rate_shares(record).values(), default=math.inf)
-
-
-def slow_link_reason(record: dict) -> str | None:
-    """Why a 2-host calibration record's link ran slower than its shaper lets through, or None.
-
-    On a quiet machine a long transfer through the shaper carries 0.97-1.01 of the payload rate
-    that the rate less the headers gives, one way (TCP, Gloo) or both at once (the duplex probe,
-    whose acknowledgements share each direction): the stored grids' calibrations. Grids made on
-    slow cores measured 0.87-0.97, on some of their rates, while their test beds later ran at the
-    link's usual pace: a quick grid's 200 Mbit/s TCP rate came out at 0.90, and it priced every
-    all-reduce call there over, by up to 42% (``experiments/LOG.md``). Such a record is taken
-    again (``LINK_PAUSES_S``)."""
-    slow = {name: share for name, share in link_rate_shares(record).items()
-            if share < LINK_RATE_FLOOR}
-    if not slow:
-        return None
-    parts = ", ".join(f"{name} {share:.3f}" for name, share in slow.items())
-    return (f"its transfers carried under {LINK_RATE_FLOOR:g} of the rate less headers "
-            f"({parts})")
 
 
 def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) -> dict:

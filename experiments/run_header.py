@@ -67,11 +67,14 @@ def calibration_line(meta: dict, cal: str, rounds: str) -> str:
 def attempts_note(calibration: list[dict]) -> str:
     """The calibration line's clause on rates calibrated more than once, and on those whose link
     ran slow in every attempt (``experiments.measure.calibrate_rate``); empty where none was."""
-    from experiments.measure import LINK_RATE_FLOOR, slow_link_reason
+    from real.testbed.calibrate import LINK_RATE_FLOOR, slow_link_reason
     notes = []
     for c in calibration:
         rate = f"{c['bandwidth_bps'] / 1e6:g} Mbit/s"
-        if c.get("attempts", 1) > 1:
+        if c.get("attempts", 1) > 1 and "link_rate_shares" not in c:  # before the link check
+            notes.append(f"at {rate} the calibration was taken {c['attempts']} times (the "
+                         f"machine busy)")
+        elif c.get("attempts", 1) > 1:
             notes.append(f"at {rate} the calibration was taken {c['attempts']} times (the "
                          f"machine busy, or the link under {LINK_RATE_FLOOR:g} of its rate less "
                          f"headers), and of its attempts on a quiet machine the one whose link ran "

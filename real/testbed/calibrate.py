@@ -169,6 +169,48 @@ MAX_PINGS, MAX_REPEATS = 100_000, 1_000  # beyond these a calibration runs for h
 MAX_TRANSFER_BYTES = 1_000_000_000       # ... and a 1 GB transfer is minutes at 50 Mbit/s
 
 
+LINK_RATE_FLOOR = 0.97
+"""The least share of the headers-only payload rate (``payload_efficiency_expected``) that each of
+a calibration's TCP, Gloo and duplex transfers must reach (``slow_link_reason``)."""
+
+
+def transfer_shares(record: dict) -> dict[str, float]:
+    """The payload rates of a calibration record's TCP, Gloo and duplex transfers (those it
+    has), each as a share of the headers-only payload rate ``payload_efficiency_expected``
+    (none where the record has no such rate)."""
+    expected = record.get("payload_efficiency_expected")
+    if not expected:
+        return {}
+    parts = {"TCP": record, "Gloo": record.get("gloo"), "duplex": record.get("duplex")}
+    return {name: part["payload_efficiency"] / expected for name, part in parts.items()
+            if part and "payload_efficiency" in part}
+
+
+def slowest_share(record: dict) -> float:
+    """The lowest of a calibration record's ``transfer_shares`` (inf: it has none): of two
+    records, the one with the higher ran nearer its rate."""
+    return min(transfer_shares(record).values(), default=math.inf)
+
+
+def slow_link_reason(record: dict) -> str | None:
+    """Why a 2-host calibration record's link ran slower than its shaper lets through, or None.
+
+    On a quiet machine a long transfer through the shaper carries 0.97-1.02 of the payload rate
+    that the rate less the headers gives, one way (TCP, Gloo) or both at once (the duplex probe,
+    whose acknowledgements share each direction): the stored grids' calibrations. Grids made on
+    slow cores measured 0.81-0.97, on some of their rates, while their test beds later ran at the
+    link's usual pace: a quick grid's 200 Mbit/s TCP rate came out at 0.90, and it priced every
+    all-reduce call there over, by up to 42% (``experiments/LOG.md``). Such a record is taken
+    again (``experiments.measure.calibrate_rate``)."""
+    slow = {name: share for name, share in transfer_shares(record).items()
+            if share < LINK_RATE_FLOOR}
+    if not slow:
+        return None
+    parts = ", ".join(f"{name} {share:.3f}" for name, share in slow.items())
+    return (f"its transfers carried under {LINK_RATE_FLOOR:g} of the rate less headers "
+            f"({parts})")
+
+
 def check_calibration(config: TestbedConfig, sizes: list[int], pings: int, repeats: int,
                       gloo: bool) -> None:
     """``ValueError`` where ``calibrate`` could not run these settings: checked before anything
