@@ -522,4 +522,4 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     # a rank whose stdout's reader goes keeps its status: a failing rank would end the others
-    sys.exit(run_command_line(lambda: main() or 0, keep_status=True))
+    sys.exit(run_command_line(main, keep_status=True))

@@ -79,9 +79,10 @@ def attempts_note(calibration: list[dict]) -> str:
                          f"machine busy, or the link under {LINK_RATE_FLOOR:g} of its rate less "
                          f"headers), and of its attempts on a quiet machine the one whose link ran "
                          f"nearest the rate kept")
-        if "link_rate_shares" in c and slow_link_reason(c):
-            notes.append(f"at {rate} {slow_link_reason(c)} in the one kept, and the calls "
-                         f"priced from it may come out over")
+        slow = slow_link_reason(c) if "link_rate_shares" in c else None
+        if slow:
+            notes.append(f"at {rate} {slow} in the one kept, and the calls priced from it may "
+                         f"come out over")
     return "".join(f"; {note}" for note in notes)
 
 

@@ -14,6 +14,7 @@ ranks are killed and the test fails with their output, so a hang can never stall
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -91,32 +92,34 @@ def child_env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_into_closed_pipe(argv: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess:
-    """Run ``python argv...`` with its stdout a pipe whose reader has gone before it starts, as
-    ``| head`` leaves it once it has read its lines; stderr captured as text."""
+@contextlib.contextmanager
+def closed_pipe():
+    """The write end of a pipe whose reader has already gone, as ``| head`` leaves it once it
+    has read its lines; closed on leaving."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, *argv], cwd=REPO, env=child_env(), stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+        yield write_end
     finally:
         os.close(write_end)
+
+
+def run_into_closed_pipe(argv: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python argv...`` with its stdout a ``closed_pipe``; stderr captured as text."""
+    with closed_pipe() as stdout:
+        return subprocess.run([sys.executable, *argv], cwd=REPO, env=child_env(), stdout=stdout,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout_s)
 
 
 def run_script(argv: list[str], world_size: int, launcher: str = "gloo", timeout_s: float = 120,
                env: dict | None = None, closed_stdout: bool = False) -> Run:
     """Run ``python argv...`` on ``world_size`` ranks; never raises for a failed run. With
-    ``closed_stdout`` every rank's stdout is a pipe whose reader has gone before it starts (as
-    ``| head`` leaves it), and ``Run.stdout`` is empty."""
+    ``closed_stdout`` every rank's stdout is a ``closed_pipe``, and ``Run.stdout`` is empty."""
     if launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {launcher!r} (choose from {', '.join(LAUNCHERS)})")
     if closed_stdout:
-        read_end, write_end = os.pipe()
-        os.close(read_end)
-        try:
-            return _run_ranks(argv, world_size, launcher, timeout_s, env, write_end)
-        finally:
-            os.close(write_end)
+        with closed_pipe() as stdout:
+            return _run_ranks(argv, world_size, launcher, timeout_s, env, stdout)
     return _run_ranks(argv, world_size, launcher, timeout_s, env, subprocess.PIPE)
 
 

@@ -1286,7 +1286,8 @@ def test_a_calibration_whose_link_ran_slow_is_named_and_no_quiet_one_is():
     record = {"payload_efficiency_expected": 0.96, "payload_efficiency": 0.861,
               "gloo": {"payload_efficiency": 0.95}, "duplex": {"payload_efficiency": 0.90}}
     shares = transfer_shares(record)
-    assert shares == pytest.approx({"TCP": 0.861 / 0.96, "Gloo": 0.95 / 0.96, "duplex": 0.90 / 0.96})
+    assert shares == pytest.approx({"TCP": 0.861 / 0.96, "Gloo": 0.95 / 0.96,
+                                    "duplex": 0.90 / 0.96})
     assert slow_link_reason(record) == ("its transfers carried under 0.97 of the rate less headers "
                                         "(TCP 0.897, duplex 0.938)")
     assert slow_link_reason({**record, "payload_efficiency": 0.95, "duplex": {}}) is None
@@ -1297,8 +1298,8 @@ def test_a_calibration_whose_link_ran_slow_is_named_and_no_quiet_one_is():
                    for c in json.loads((path / "calibration.json").read_text())
                    if slow_link_reason(c))
     # the grids made on slow cores (and an early parameter-server grid's duplex rates; 5448359
-    # and d155586 kept the attempt nearest the rate, of three); every other stored rate carried 0.97 of the
-    # rate less headers or more, each way
+    # and d155586 kept the attempt nearest the rate, of three); every other stored rate carried
+    # 0.97 of the rate less headers or more, each way
     assert named == [("full-5448359", 50), ("full-5448359", 1000),
                      ("full-8c54ba6", 50), ("full-8c54ba6", 200), ("full-8d8dc5e", 50),
                      ("full-8d8dc5e", 200), ("full-8d8dc5e", 1000), ("full-c700588", 200),
@@ -1342,8 +1343,8 @@ def test_calibration_whose_link_ran_slow_is_taken_again_and_the_nearest_kept(mon
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 3 and lines[-1] == (
         "calibration at 50 Mbit/s: the link ran under its rate in each of its 3 attempts on a "
-        "quiet machine; going on with the nearest (its transfers carried under 0.97 of the rate less headers (TCP 0.960)): "
-        "the calls at this rate may be priced over")
+        "quiet machine; going on with the nearest (its transfers carried under 0.97 of the rate "
+        "less headers (TCP 0.960)): the calls at this rate may be priced over")
 
 
 def test_a_slow_attempt_then_busy_ones_goes_on_with_the_slow_one(monkeypatch, capsys):

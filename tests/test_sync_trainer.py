@@ -116,8 +116,8 @@ def test_a_closed_stdout_neither_stops_the_run_nor_fails_it(tmp_path):
     # every rank's first line meets the closed pipe; a rank that failed for it would end the
     # others (self_launch), perhaps before rank 0 wrote its report
     out = tmp_path / "run.json"
-    run = run_into_closed_pipe([SYNC, "--nproc-per-node", "2", "--steps", "4", "--num-samples", "64",
-                                "--batch-size", "8", "--no-progress", "--json", str(out)])
+    run = run_into_closed_pipe([SYNC, "--nproc-per-node", "2", "--steps", "4", "--num-samples",
+                                "64", "--batch-size", "8", "--no-progress", "--json", str(out)])
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""  # no traceback, and no line: the reader chose to go
     assert json.loads(out.read_text())["steps"] == 4
