@@ -29,7 +29,8 @@ from dsgd_sim.argparse_oneline import save_figure
 from .configs import (MBIT, AsyncRunConfig, Experiment, SyncRunConfig, push_window, replay_stored,
                       rows_named, warmup_updates)
 from .model import NetworkInputs
-from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
+from .measure import (gloo_round_sizes, rank_command, run_bracketed, run_collect, script_step,
+                      testbed_config)
 from .ps_model import reference_run, simulate_async
 
 SYNC_WARMUP_STEPS = 5
@@ -116,8 +117,8 @@ def measure(point: AsyncVsSyncConfig) -> dict:
         "async.json", f"async {point.label}", TESTBED_TIMEOUT_S)
     files, rounds = run_bracketed(
         testbed_config(run_sync.hosts, point.bandwidth_bps),
-        [rank_command("real/sync.py", compute + ["--steps", str(run_sync.steps), "--warmup-steps",
-                                                 str(run_sync.warmup_steps)], "sync.json")],
+        [script_step("real/sync.py", compute + ["--steps", str(run_sync.steps), "--warmup-steps",
+                                                str(run_sync.warmup_steps)], "sync.json")],
         ("sync.json",), f"sync {point.label}", TESTBED_TIMEOUT_S,
         gloo_round_sizes(run_sync.hosts, grad_bytes(build_model(point.model, 0))))
     return {"async": {k: v for k, v in summary_async.items() if k not in DROPPED_KEYS},

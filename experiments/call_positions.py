@@ -40,8 +40,8 @@ from experiments.configs import ALLREDUCE_ALGORITHMS, bed_label
 from experiments import measure
 from experiments.measure import (BENCHMARK_FLAGS, BRACKET_STREAM_CALLS, add_bed_arguments,
                                  add_host_cores_argument, add_probe_order_argument,
-                                 calibrate_rate, rank_command,
-                                 round_sizes_up_to, run_bracketed, testbed_config)
+                                 calibrate_rate, round_sizes_up_to, run_bracketed,
+                                 script_step, testbed_config)
 from experiments.model import NetworkInputs, predict_stream_rotation_s
 from real.allreduce import MAX_ITERS, MAX_SEED, call_order
 from real.testbed.bed import run_reporting
@@ -130,9 +130,10 @@ def predicted_positions(algorithms: list[str], hosts: int, n_bytes: int,
     return out
 
 
-def bed_command(args) -> str:
-    """The benchmark as a point of the all-reduce experiment runs it, traced."""
-    return rank_command("real/allreduce.py", [
+def bed_step(args) -> str:
+    """The benchmark as a point of the all-reduce experiment runs it, traced (a
+    ``script_step``)."""
+    return script_step("real/allreduce.py", [
         "--sizes", ",".join(f"{n}B" for n in args.sizes), "--algorithms",
         ",".join(ALLREDUCE_ALGORITHMS), "--iters", str(args.iters), "--warmup", "1",
         "--seed", str(args.seed), *BENCHMARK_FLAGS], "bench.json") + " --trace {out}/trace.json"
@@ -143,7 +144,7 @@ def run_bed(args, net: NetworkInputs, bed: int) -> tuple[dict, dict, dict]:
     before the calls there, measured and as the model takes it), the round table its probes
     gave (``run_bracketed``), from which they were predicted, and its benchmark's trace."""
     files, rounds = run_bracketed(
-        testbed_config(args.hosts, args.bandwidth), [bed_command(args)],
+        testbed_config(args.hosts, args.bandwidth), [bed_step(args)],
         ("bench.json", "trace.json"), f"bed {bed} ({bed_label(args.hosts, args.bandwidth)})",
         BED_TIMEOUT_S, round_sizes_up_to(args.probe_up_to, quick=False), ring=True,
         stream_gaps=BRACKET_STREAM_CALLS, gap_sizes=tuple(args.sizes))

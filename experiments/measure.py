@@ -9,6 +9,10 @@ addition took the cores the other ranks needed (the hand-written rings on 4 host
 ran 1.5-1.7x slower with torch's default of a thread per core).
 A sync run with ``launcher="torchrun"`` (the ``multinode`` experiment) starts one torchrun agent
 per host instead, joined by c10d rendezvous at host 0, exactly as on a real cluster.
+A test bed that runs several scripts in turn (a ring probe, the measured run, a probe again:
+``run_bracketed``) runs them as ``real/testbed/sequence.py``'s steps, each a process forked from
+one interpreter per host that imported torch once, where each ``python SCRIPT`` would import it
+again (on a 4-host bed sharing 2 cores, about 7 s of wall time a script).
 """
 
 from __future__ import annotations
@@ -249,10 +253,9 @@ def measure_rounds(config: TestbedConfig, sizes: list[int], repeats: int = 5) ->
     """``experiments/ring_probe.py`` on every host of a fresh test bed, in chains as long as a
     ring all-reduce there (``chain_rounds``): per size, the first and the next round's seconds
     (slowest rank, median over chains), and what was run."""
-    return _run(config, probe_command(sizes, repeats, "rounds.json", chain_rounds(config.hosts),
-                                      engine_max_bytes(config.bandwidth_bps),
-                                      idle_s=probe_idle_s(config)),
-                "rounds.json", timeout_s=900)
+    step = probe_step(sizes, repeats, "rounds.json", chain_rounds(config.hosts),
+                      engine_max_bytes(config.bandwidth_bps), idle_s=probe_idle_s(config))
+    return _run(config, host_command(step), "rounds.json", timeout_s=900)
 
 
 # the probe times rounds from C++ too (as Gloo's own all-reduce makes them) up to the size a
@@ -283,10 +286,10 @@ def probe_idle_s(config: TestbedConfig) -> float:
     return 2 * slowest_s + PROBE_WAKE_S
 
 
-def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
-                  engine_max: int = ENGINE_MAX_BYTES, ring: bool = False,
-                  idle_s: float = 0.0, stream_gaps: int = 0,
-                  gap_sizes: tuple[int, ...] = (), calls: tuple[int, ...] = ()) -> str:
+def probe_step(sizes: list[int], repeats: int, json_name: str, rounds: int,
+               engine_max: int = ENGINE_MAX_BYTES, ring: bool = False, idle_s: float = 0.0,
+               stream_gaps: int = 0, gap_sizes: tuple[int, ...] = (),
+               calls: tuple[int, ...] = ()) -> str:
     """``experiments/ring_probe.py`` at ``sizes`` on every host, chains of ``rounds`` rounds,
     driven from Python and (``--engine-rounds``, the sizes up to ``engine_max``) from C++ as
     Gloo's own ring drives them, and with ``ring`` (``--ring-rounds``, the same sizes) as
@@ -294,7 +297,7 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
     with ``stream_gaps`` a stream of that many 1-element calls (``--stream-gaps``), and one at
     each of ``gap_sizes``, the benchmark's buffer sizes (``--gap-sizes``), and with ``calls``
     the hand-written ring's calls against their chains at those sizes a rank (``--calls``),
-    writing ``{out}/json_name``; the chains in the run's ``PROBE_ORDER``."""
+    writing ``{out}/json_name``; the chains in the run's ``PROBE_ORDER``. A ``script_step``."""
     args = ["--sizes", ",".join(f"{n}B" for n in sizes), "--rounds", str(rounds),
             "--repeats", str(repeats), "--threads", "1", "--timeout", "120s", "--engine-rounds",
             *(["--ring-rounds"] if ring else []), "--engine-max", f"{engine_max}B",
@@ -304,7 +307,7 @@ def probe_command(sizes: list[int], repeats: int, json_name: str, rounds: int,
               if stream_gaps and gap_sizes else []),
             *(["--calls", ",".join(f"{n}B" for n in calls)] if calls else []),
             *(["--order", PROBE_ORDER] if PROBE_ORDER != PROBE_ORDERS[0] else [])]
-    return rank_command("experiments/ring_probe.py", args, json_name)
+    return script_step("experiments/ring_probe.py", args, json_name)
 
 
 def bracket(before: dict, after: dict) -> dict:
@@ -467,13 +470,34 @@ def summarize_queue(record: dict, window: tuple[float, float] = QUEUE_WINDOW) ->
 BENCHMARK_FLAGS = ("--threads", "1", "--timeout", "120s", "--backend", "gloo")
 
 
+RANK_ENV = "RANK={rank} WORLD_SIZE={hosts}"  # every host's rank, from the test bed's placeholders
+
+
+def script_step(script: str, args: list[str], json_name: str | None = None) -> str:
+    """``script`` (a path in the repository) with ``args`` as shell words; with ``json_name``,
+    writing ``{out}/json_name``: what ``python`` runs on a host (``rank_command``), or one step of
+    a sequence (``sequence_command``)."""
+    return (" ".join(shlex.quote(a) for a in [str(REPO / script), *args])
+            + (f" --json {{out}}/{json_name}" if json_name else ""))
+
+
+def host_command(step: str) -> str:
+    """``step`` (a ``script_step``) on every host as rank ``{rank}`` of ``{hosts}``."""
+    return f"{RANK_ENV} {shlex.quote(sys.executable)} {step}"
+
+
 def rank_command(script: str, args: list[str], json_name: str | None = None) -> str:
     """``script`` on every host as rank ``{rank}`` of ``{hosts}``; with ``json_name``, writing
     ``{out}/json_name``."""
-    python = shlex.quote(sys.executable)
-    return (f"RANK={{rank}} WORLD_SIZE={{hosts}} {python} {shlex.quote(str(REPO / script))} "
-            + " ".join(shlex.quote(a) for a in args)
-            + (f" --json {{out}}/{json_name}" if json_name else ""))
+    return host_command(script_step(script, args, json_name))
+
+
+def sequence_command(steps: list[str]) -> str:
+    """``steps`` (``script_step``s) one after another on every host as rank ``{rank}`` of
+    ``{hosts}``, stopping at the first that fails: ``real/testbed/sequence.py``, each step a
+    process forked from one interpreter that imported torch once."""
+    return host_command(" ".join(shlex.quote(s) for s in
+                                 [str(REPO / "real/testbed/sequence.py"), *steps]))
 
 
 def _torchrun_command(script: str, args: list[str], run_id: str) -> str:
@@ -537,13 +561,13 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
                config.iters * SMALL_ITERS_FACTOR),
               ("large", [s for s in config.sizes_bytes if s >= SMALL_ALLREDUCE_BYTES], config.iters)]
     groups = [g for g in groups if g[1]]
-    commands = []
+    steps = []
     for name, sizes, iters in groups:
         args = ["--sizes", ",".join(f"{s}B" for s in sizes), "--algorithms",
                 ",".join(config.algorithms), "--iters", str(iters), "--warmup", str(config.warmup),
                 *BENCHMARK_FLAGS]
-        commands.append(rank_command("real/allreduce.py", args, f"{name}.json"))
-    files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), commands,
+        steps.append(script_step("real/allreduce.py", args, f"{name}.json"))
+    files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), steps,
                                   tuple(f"{name}.json" for name, _, _ in groups), config.label,
                                   timeout_s, round_sizes_up_to(max(config.sizes_bytes), quick),
                                   ring="ring" in config.algorithms,
@@ -553,13 +577,13 @@ def measure_allreduce(config: AllReduceConfig, timeout_s: float = 900.0,
             "results": [row for name, _, _ in groups for row in files[f"{name}.json"]["results"]]}
 
 
-def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tuple[str, ...],
+def run_bracketed(bed_config: TestbedConfig, steps: list[str], json_names: tuple[str, ...],
                   label: str, timeout_s: float, round_sizes: list[int],
                   ring: bool = False, stream_gaps: int = 0,
                   gap_sizes: tuple[int, ...] = ()) -> tuple[dict, dict]:
-    """``commands`` one after the other on a fresh test bed, with ring rounds of ``round_sizes``
-    timed by ``experiments/ring_probe.py`` on the same hosts just before them and again just
-    after: the ``json_names`` files (as ``run_collect`` returns them) and the round table
+    """``steps`` (``script_step``s) one after the other on a fresh test bed, with ring rounds of
+    ``round_sizes`` timed by ``experiments/ring_probe.py`` on the same hosts just before them and
+    again just after, all in one ``sequence_command``: the ``json_names`` files (as ``run_collect`` returns them) and the round table
     (``bracket``: per size the median over both probes' chains), for the point's prediction.
     With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``)
     and time that ring's own work beyond its rounds: its calls of ``RING_CALL_CHUNKS`` a rank
@@ -576,12 +600,12 @@ def run_bracketed(bed_config: TestbedConfig, commands: list[str], json_names: tu
     what the ring's calls of 64 bytes a rank cost beyond their rounds; never the time of a call
     of a size the point measures."""
     rounds = chain_rounds(bed_config.hosts)
-    probes = [probe_command(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
-                            engine_max_bytes(bed_config.bandwidth_bps), ring,
-                            probe_idle_s(bed_config), stream_gaps, gap_sizes,
-                            RING_CALL_CHUNKS if ring else ())
+    probes = [probe_step(round_sizes, BRACKET_REPEATS, f"rounds_{side}.json", rounds,
+                         engine_max_bytes(bed_config.bandwidth_bps), ring,
+                         probe_idle_s(bed_config), stream_gaps, gap_sizes,
+                         RING_CALL_CHUNKS if ring else ())
               for side in ("before", "after")]
-    files = run_collect(bed_config, " && ".join([probes[0], *commands, probes[1]]),
+    files = run_collect(bed_config, sequence_command([probes[0], *steps, probes[1]]),
                         ("rounds_before.json", "rounds_after.json") + json_names, label, timeout_s)
     return ({n: files[n] for n in json_names},
             bracket(files["rounds_before.json"], files["rounds_after.json"]))
@@ -607,11 +631,11 @@ def measure_sync(config: SyncRunConfig, timeout_s: float = 900.0) -> dict:
     if config.launcher == "torchrun":
         command = _torchrun_command("real/sync.py", args, "multinode") + " --json {out}/sync.json"
         return _run(config, command, "sync.json", timeout_s)
-    command = rank_command("real/sync.py", args, "sync.json")
+    step = script_step("real/sync.py", args, "sync.json")
     if config.hosts < 2:
-        return _run(config, command, "sync.json", timeout_s)
+        return _run(config, host_command(step), "sync.json", timeout_s)
     from real.models import build_model, grad_bytes
-    files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), [command],
+    files, rounds = run_bracketed(testbed_config(config.hosts, config.bandwidth_bps), [step],
                                   ("sync.json",), config.label, timeout_s,
                                   gloo_round_sizes(config.hosts, grad_bytes(build_model(config.model, 0))))
     return {**files["sync.json"], "rounds": rounds}

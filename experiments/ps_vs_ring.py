@@ -37,7 +37,8 @@ from dsgd_sim.argparse_oneline import save_figure
 
 from .configs import MBIT, Experiment, push_window, replay_stored, rows_named, warmup_updates
 from .model import NetworkInputs, predict_allreduce_stream_s
-from .measure import gloo_round_sizes, rank_command, run_bracketed, run_collect, testbed_config
+from .measure import (gloo_round_sizes, rank_command, run_bracketed, run_collect, script_step,
+                      testbed_config)
 from .ps_model import profile_workload, reference_run, simulate_async
 
 SCHEMES = ("ring", "ps", "ps-pipelined")  # alpha_beta_s's schemes
@@ -125,7 +126,7 @@ def measure(point: PsVsRingConfig) -> dict:
     ring_args = ["--sizes", f"{n}B", "--algorithms", "backend", "--iters", str(point.iters),
                  "--warmup", "1", "--timeout", "120s"]
     files, rounds = run_bracketed(testbed_config(point.workers, point.bandwidth_bps),
-                                  [rank_command("real/allreduce.py", ring_args, "ring.json")],
+                                  [script_step("real/allreduce.py", ring_args, "ring.json")],
                                   ("ring.json",), f"ring {point.label}", TESTBED_TIMEOUT_S,
                                   gloo_round_sizes(point.workers, n))
     ring = files["ring.json"]["results"][0]

@@ -12,7 +12,7 @@ import torch
 from dist_helpers import run_function, run_script
 from dsgd_sim.collectives import RoundCosts
 from experiments import engine_rounds
-from experiments.measure import bracket, probe_command
+from experiments.measure import bracket, probe_step
 from experiments.model import NetworkInputs, predict_allreduce_s
 from experiments.probe_tables import engine_table
 from experiments.ring_probe import ENGINE_MAX_BYTES
@@ -88,8 +88,8 @@ def test_bracketing_keeps_the_cpp_rounds_only_where_both_probes_have_them():
 def test_the_test_beds_probes_time_the_cpp_rounds_and_the_runner_builds_them_only_for_probes():
     from experiments.configs import EXPERIMENTS
     from experiments.measure import runs_ring_probes
-    assert "--engine-rounds" in probe_command([64], 3, "r.json", 4).split()
-    words = probe_command([64], 3, "r.json", 4, engine_max=1 << 20).split()
+    assert "--engine-rounds" in probe_step([64], 3, "r.json", 4).split()
+    words = probe_step([64], 3, "r.json", 4, engine_max=1 << 20).split()
     assert words[words.index("--engine-max") + 1] == f"{1 << 20}B"
     assert runs_ring_probes([EXPERIMENTS["allreduce"](True)])
     assert runs_ring_probes([EXPERIMENTS["sync"](True)])

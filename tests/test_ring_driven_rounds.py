@@ -8,11 +8,12 @@ import statistics
 import pytest
 import torch
 
+from bed_helpers import sequence_steps
 from dist_helpers import run_function, run_script
 from test_engine_rounds import chains
 from experiments import measure
 from experiments.configs import AllReduceConfig
-from experiments.measure import bracket, probe_command
+from experiments.measure import bracket, probe_step
 from experiments.model import (NetworkInputs, own_work_s, predict_allreduce_s, refilled_after,
                                ring_call_extra)
 from experiments.probe_tables import ring_table
@@ -122,9 +123,9 @@ def test_the_links_idle_through_the_rings_own_work_and_the_bucket_refills():
 
 
 def test_only_the_all_reduce_points_with_the_ring_time_ring_driven_rounds(monkeypatch):
-    assert "--ring-rounds" not in probe_command([64], 3, "r.json", 4).split()
-    assert "--ring-rounds" in probe_command([64], 3, "r.json", 4, ring=True).split()
-    assert "--calls 64B" in probe_command([64], 3, "r.json", 4, ring=True, calls=(64,))
+    assert "--ring-rounds" not in probe_step([64], 3, "r.json", 4).split()
+    assert "--ring-rounds" in probe_step([64], 3, "r.json", 4, ring=True).split()
+    assert "--calls 64B" in probe_step([64], 3, "r.json", 4, ring=True, calls=(64,))
     commands = []
 
     def capture(_config, command, names, *_args, **_kwargs):
@@ -135,7 +136,7 @@ def test_only_the_all_reduce_points_with_the_ring_time_ring_driven_rounds(monkey
     monkeypatch.setattr(measure, "run_collect", capture)
     measure.measure_allreduce(AllReduceConfig(2, 1e9, (64_000,), algorithms=("ring", "backend")))
     measure.measure_allreduce(AllReduceConfig(2, 1e9, (64_000,), algorithms=("naive", "backend")))
-    probes = [[part for part in c.split(" && ") if "ring_probe.py" in part] for c in commands]
+    probes = [[part for part in sequence_steps(c) if "ring_probe.py" in part] for c in commands]
     assert [len(p) for p in probes] == [2, 2]
     assert all("--ring-rounds" in part and "--calls 64B" in part for part in probes[0])
     assert not any("--ring-rounds" in part or "--calls" in part for part in probes[1])

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from bed_helpers import sequence_steps
 from dist_helpers import run_script
 from dsgd_sim.collectives import RoundCosts
 from experiments.configs import AllReduceConfig, AsyncRunConfig, SyncRunConfig
 from experiments.configs import Experiment
 from experiments import measure
-from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, probe_command,
+from experiments.measure import (ROUND_SIZES_FULL, ROUND_SIZES_QUICK, bracket, probe_step,
                                  ring_bytes, ring_hosts, round_sizes_up_to)
 from experiments.ring_probe import SIZED_GAP_LEAST_CALLS, chain_rounds
 from experiments.model import NetworkInputs, predict_allreduce_s, predict_allreduce_stream_s
@@ -117,7 +118,7 @@ def test_round_sizes_reach_the_largest_round_and_stop_there():
 
 def test_probe_chains_are_as_long_as_a_ring_all_reduce_on_as_many_hosts():
     assert [chain_rounds(h) for h in (2, 3, 4, 8, 16)] == [4, 4, 6, 14, 30]
-    words = probe_command([64, 1 << 20], 3, "r.json", chain_rounds(8)).split()
+    words = probe_step([64, 1 << 20], 3, "r.json", chain_rounds(8)).split()
     assert words[words.index("--rounds") + 1] == "14"
     assert words[words.index("--sizes") + 1] == "64B,1048576B"
     assert words[words.index("--idle") + 1] == "0.000ms"  # by default chains back to back
@@ -157,9 +158,9 @@ def test_probe_interleaves_its_sizes_or_runs_each_sizes_chains_in_a_block(monkey
 
 def test_the_test_beds_probes_take_the_runs_order_of_sizes(monkeypatch):
     from experiments import run
-    assert "--order" not in probe_command([64], 3, "r.json", 4).split()  # the default, blocks
+    assert "--order" not in probe_step([64], 3, "r.json", 4).split()  # the default, blocks
     monkeypatch.setattr(measure, "PROBE_ORDER", "interleaved")  # run.py --probe-order interleaved
-    words = probe_command([64], 3, "r.json", 4).split()
+    words = probe_step([64], 3, "r.json", 4).split()
     assert words[words.index("--order") + 1] == "interleaved"
     assert run.parse_args(["--probe-order", "interleaved", "allreduce"]).probe_order == \
         "interleaved"
@@ -177,7 +178,7 @@ def test_the_test_beds_probes_idle_until_the_slowest_bucket_has_refilled_twice(m
     # one slower host: its bucket sets the idle
     slow = testbed_config(4, 1e9, slow_host_bps=50e6)
     assert probe_idle_s(slow) == pytest.approx(probe_idle_s(testbed_config(2, 50e6)))
-    words = probe_command([64], 3, "r.json", 6, idle_s=probe_idle_s(slow)).split()
+    words = probe_step([64], 3, "r.json", 6, idle_s=probe_idle_s(slow)).split()
     assert words[words.index("--idle") + 1] == "5.845ms"
 
 
@@ -389,7 +390,7 @@ def test_sync_and_ring_runs_are_bracketed_by_probes_of_their_gradients_rounds(mo
     assert len(bracketed) == 3
     n = grad_bytes(build_model("mlp", 0))
     for command, hosts, script in zip(bracketed, (8, 4, 2), ("sync.py", "allreduce.py", "sync.py")):
-        before, run, after = command.split(" && ")
+        before, run, after = sequence_steps(command)
         assert "rounds_before.json" in before and script in run and "rounds_after.json" in after
         words = before.split()
         sizes = [int(x[:-1]) for x in words[words.index("--sizes") + 1].split(",")]
