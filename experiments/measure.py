@@ -583,8 +583,9 @@ def run_bracketed(bed_config: TestbedConfig, steps: list[str], json_names: tuple
                   gap_sizes: tuple[int, ...] = ()) -> tuple[dict, dict]:
     """``steps`` (``script_step``s) one after the other on a fresh test bed, with ring rounds of
     ``round_sizes`` timed by ``experiments/ring_probe.py`` on the same hosts just before them and
-    again just after, all in one ``sequence_command``: the ``json_names`` files (as ``run_collect`` returns them) and the round table
-    (``bracket``: per size the median over both probes' chains), for the point's prediction.
+    again just after, all in one ``sequence_command``: the ``json_names`` files (as
+    ``run_collect`` returns them) and the round table (``bracket``: per size the median over both
+    probes' chains), for the point's prediction.
     With ``ring``, the probes also drive rounds as the hand-written ring does (``--ring-rounds``)
     and time that ring's own work beyond its rounds: its calls of ``RING_CALL_CHUNKS`` a rank
     against their chains (``--calls``; ``NetworkInputs.ring_call_extra_s``);
