@@ -30,6 +30,7 @@ import shlex
 import signal
 import sys
 import traceback
+import warnings
 
 if __package__ in (None, ""):  # run as a script: the repository on the path, not real/testbed
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     for name in PRELOADED:
         __import__(name)
+    # the one thread besides ours is numpy's OpenBLAS pool, which stops itself before a fork
+    # (its pthread_atfork handler); Python 3.12 warns of any thread at a fork
+    warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
+                            category=DeprecationWarning)
     # the parent only waits: Ctrl-C reaches every step through the terminal's process group,
     # and the parent ends with the step rather than with a traceback of its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
