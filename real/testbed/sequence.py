@@ -24,6 +24,7 @@ is killed when this process dies (``PR_SET_PDEATHSIG``), as a test bed's command
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import runpy
 import shlex
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     # (its pthread_atfork handler); Python 3.12 warns of any thread at a fork
     warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
                             category=DeprecationWarning)
+    gc.freeze()  # the imported objects out of the collector's walks: fewer pages a step copies
     # the parent only waits: Ctrl-C reaches every step through the terminal's process group,
     # and the parent ends with the step rather than with a traceback of its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
