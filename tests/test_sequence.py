@@ -6,6 +6,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from dist_helpers import run_script
@@ -102,3 +103,49 @@ def test_two_process_groups_one_after_another_in_forks_of_one_interpreter(tmp_pa
         results = json.loads((tmp_path / f"{name}.json").read_text())["results"]
         assert {r["algorithm"] for r in results} == {"ring", "backend"}
         assert all(r["time_s"] > 0 for r in results)
+
+
+def test_a_step_ends_as_python_does_atexit_handlers_run_and_threads_are_joined(tmp_path):
+    marks = tmp_path / "marks"
+    step = script(tmp_path, "ends.py", f"""\
+import atexit, threading, time
+def mark(text):
+    with open({str(marks)!r}, "a") as f:
+        f.write(text + "\\n")
+atexit.register(mark, "atexit")
+threading.Thread(target=lambda: (time.sleep(0.3), mark("thread"))).start()
+import sys
+sys.exit(4)
+""")
+    run = sequence(str(step))
+    assert run.returncode == 4, run.stderr
+    assert marks.read_text().splitlines() == ["thread", "atexit"]
+
+
+def test_sigterm_to_the_sequence_stops_its_step_and_the_steps_after(tmp_path):
+    mark, started = tmp_path / "ran", tmp_path / "started"
+    wait = script(tmp_path, "wait.py", f"import time\nopen({str(started)!r}, 'w').close()\n"
+                                        "time.sleep(60)\n")
+    touch = script(tmp_path, "touch.py", "import sys\nopen(sys.argv[1], 'a').write('x')\n")
+    process = subprocess.Popen([sys.executable, str(SEQUENCE), str(wait), f"{touch} {mark}"],
+                               cwd=REPO, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)  # the sequence alone, not its process group
+    assert process.wait(timeout=30) == 128 + signal.SIGTERM, process.stderr.read()
+    assert started.exists() and not mark.exists()
+
+
+def test_a_sequence_command_runs_through_the_test_beds_placeholders_and_shell(tmp_path):
+    from experiments.measure import script_step, sequence_command
+    from real.testbed.launch import substitute
+    report = script(tmp_path, "report.py", REPORT)
+    steps = [script_step(str(report), [], None) + " {out}/" + name for name in ("a.json", "b.json")]
+    command = substitute(sequence_command(steps), {"rank": 1, "hosts": 2, "out": str(tmp_path)})
+    run = subprocess.run(["sh", "-c", command], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    for name in ("a.json", "b.json"):
+        assert json.loads((tmp_path / name).read_text())["argv"] == [str(report),
+                                                                      f"{tmp_path}/{name}"]

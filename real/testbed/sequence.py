@@ -16,9 +16,13 @@ fork of an interpreter that has torch in memory starts in milliseconds. Forked b
 has made a thread pool or a process group, each step starts as a fresh ``python SCRIPT`` would,
 less the import.
 
-Every step is checked before the first runs (each a shell-quoted ``SCRIPT ARGS``, its script an
-existing file); a bad one is one line on stderr and exit 2, nothing run. A step forked from here
-is killed when this process dies (``PR_SET_PDEATHSIG``), as a test bed's command is.
+A step ends as ``python SCRIPT`` ends (atexit handlers, threads joined, streams flushed); what
+differs is only what the sequence imported before the fork (torch, ``PRELOADED``), already in
+``sys.modules``. A SIGTERM to the sequence is passed on to the running step, and a SIGTERM or a
+Ctrl-C ends the sequence after that step (status 128 + the signal). A step is killed when the
+sequence dies (``PR_SET_PDEATHSIG``). Every step is checked before the first runs (each a
+shell-quoted ``SCRIPT ARGS``, its script an existing file); a bad one is one line on stderr and
+exit 2, nothing run.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import runpy
 import shlex
 import signal
 import sys
-import traceback
 import warnings
 
 if __package__ in (None, ""):  # run as a script: the repository on the path, not real/testbed
@@ -63,51 +66,89 @@ def exit_status(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
-def run_step(argv: list[str], path: list[str]) -> int:
-    """In the forked child: ``argv[0]`` as ``__main__`` with ``argv``; its exit status, as
-    Python's own would be (an uncaught exception's traceback on stderr and 1, ``sys.exit``'s
-    code, a message's text on stderr and 1)."""
+class StepDone(BaseException):
+    """Raised in a step's process once its script has run, carrying its exit status: it unwinds
+    out of the sequence's own code to the top of this module, where the process ends as
+    ``python SCRIPT`` ends (``sys.exit``: atexit handlers run, threads joined, streams flushed)."""
+
+    def __init__(self, status) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def run_step(argv: list[str], path: list[str]):
+    """In the forked child: ``argv[0]`` as ``__main__`` with ``argv``; what ``sys.exit`` then takes
+    to end the process as Python would (``sys.exit``'s own code, 0 when the script returns; an
+    uncaught error's traceback, the script's frames only, and 1; 130 after a Ctrl-C)."""
     sys.argv = list(argv)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # as a fresh interpreter has them
-    sys.path[:] = [os.path.dirname(os.path.abspath(argv[0])), *path[1:]]
+    sys.path[:] = [os.path.dirname(os.path.realpath(argv[0])), *path[1:]]
     try:
         runpy.run_path(argv[0], run_name="__main__")
         return 0
     except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            return stop.code or 0
-        print(stop.code, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 128 + signal.SIGINT
+        return stop.code
     except BaseException as error:  # noqa: BLE001 - what Python prints for any uncaught error
-        frame, ours = error.__traceback__, (__file__, "<frozen runpy>")
+        frame, ours = error.__traceback__, {__file__, runpy.__file__, "<frozen runpy>"}
         while frame is not None and frame.tb_frame.f_code.co_filename in ours:
             frame = frame.tb_next  # the script's frames only, as ``python SCRIPT`` shows them
-        traceback.print_exception(type(error), error, frame)
-        return 1
+        sys.excepthook(type(error), error.with_traceback(frame), frame)
+        return 128 + signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
 
 
-def fork_step(argv: list[str], path: list[str]) -> int:
-    """Run one step in a child of this process; its exit status (``exit_status``)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the parent's code
-        status = 1
-        try:
+class Sequence:
+    """The steps' parent: forks each in turn and waits for it. A SIGTERM is passed on to the
+    running step and ends the sequence after it; so does a Ctrl-C, which reaches the step
+    through the terminal's process group itself. Each step starts with the SIGINT and SIGTERM
+    handling this process was started with."""
+
+    def __init__(self, path: list[str]) -> None:
+        self.path = path
+        self.child: int | None = None
+        self.stopped_by: int | None = None
+        self.inherited = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for signum, handling in self.inherited.items():
+            if handling is not signal.SIG_IGN:
+                signal.signal(signum, self._stop)
+
+    def _stop(self, signum, _frame) -> None:
+        self.stopped_by = self.stopped_by or signum
+        if signum == signal.SIGTERM and self.child is not None:
+            os.kill(self.child, signum)
+
+    def run(self, steps: list[list[str]]) -> int:
+        """Every step in turn; the first non-zero status (``exit_status``), or 128 + the signal
+        that stopped the sequence, or 0."""
+        for argv in steps:
+            status = self.fork(argv) if self.stopped_by is None else 0
+            if self.stopped_by is not None:
+                return status or 128 + self.stopped_by
+            if status:
+                return status
+        return 0
+
+    def fork(self, argv: list[str]) -> int:
+        """One step in a forked child; its exit status (``exit_status``)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        with warnings.catch_warnings():
+            # the one thread besides ours is numpy's OpenBLAS pool, which stops itself before a
+            # fork (its pthread_atfork handler); Python 3.12 warns of any thread at a fork
+            warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
+                                    category=DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the step's process: it never returns into the loop
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            status = run_step(argv, path)
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):  # a closed reader: its script's own concern
-                    pass
-            os._exit(status)
-    _, wait_status = os.waitpid(pid, 0)
-    return exit_status(wait_status)
+            if os.getppid() != parent:  # the sequence died before the line above
+                os._exit(128 + signal.SIGKILL)
+            for signum, handling in self.inherited.items():
+                signal.signal(signum, handling)
+            raise StepDone(run_step(argv, self.path))
+        self.child = pid
+        _, wait_status = os.waitpid(pid, 0)
+        self.child = None
+        return exit_status(wait_status)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,21 +165,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     for name in PRELOADED:
         __import__(name)
-    # the one thread besides ours is numpy's OpenBLAS pool, which stops itself before a fork
-    # (its pthread_atfork handler); Python 3.12 warns of any thread at a fork
-    warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
-                            category=DeprecationWarning)
     gc.freeze()  # the imported objects out of the collector's walks: fewer pages a step copies
-    # the parent only waits: Ctrl-C reaches every step through the terminal's process group,
-    # and the parent ends with the step rather than with a traceback of its own
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    path = list(sys.path)
-    for step in steps:
-        status = fork_step(step, path)
-        if status:
-            return status
-    return 0
+    return Sequence(list(sys.path)).run(steps)
 
 
 if __name__ == "__main__":
-    sys.exit(run_command_line(main, keep_status=True))
+    try:
+        status = run_command_line(main, keep_status=True)
+    except StepDone as done:  # a step's process: it ends as ``python SCRIPT`` would
+        sys.exit(done.status)
+    from real.local_launch import fast_exit  # the sequence: nothing of its own to tear down
+    fast_exit(status)
