@@ -22,7 +22,9 @@ From Python (what experiments use)::
 
 Modules: ``config`` (what a test bed is), ``network`` (namespaces, links, shapers, cleanup),
 ``launch`` (commands on hosts, output), ``bed`` (the ``Testbed`` that ties them together),
-``probe`` and ``calibrate`` (measuring the network). Needs root, iproute2 and util-linux.
+``probe`` and ``calibrate`` (measuring the network); ``sequence.py`` runs a host's scripts one
+after another as forks of one interpreter that imported torch once. Needs root, iproute2 and
+util-linux.
 """
 
 from real.testbed.bed import Host, Testbed, scratch_testbed, signals_raise
