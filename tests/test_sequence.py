@@ -105,23 +105,6 @@ def test_two_process_groups_one_after_another_in_forks_of_one_interpreter(tmp_pa
         assert all(r["time_s"] > 0 for r in results)
 
 
-def test_a_step_ends_as_python_does_atexit_handlers_run_and_threads_are_joined(tmp_path):
-    marks = tmp_path / "marks"
-    step = script(tmp_path, "ends.py", f"""\
-import atexit, threading, time
-def mark(text):
-    with open({str(marks)!r}, "a") as f:
-        f.write(text + "\\n")
-atexit.register(mark, "atexit")
-threading.Thread(target=lambda: (time.sleep(0.3), mark("thread"))).start()
-import sys
-sys.exit(4)
-""")
-    run = sequence(str(step))
-    assert run.returncode == 4, run.stderr
-    assert marks.read_text().splitlines() == ["thread", "atexit"]
-
-
 def test_sigterm_to_the_sequence_stops_its_step_and_the_steps_after(tmp_path):
     mark, started = tmp_path / "ran", tmp_path / "started"
     wait = script(tmp_path, "wait.py", f"import time\nopen({str(started)!r}, 'w').close()\n"

@@ -16,9 +16,10 @@ fork of an interpreter that has torch in memory starts in milliseconds. Forked b
 has made a thread pool or a process group, each step starts as a fresh ``python SCRIPT`` would,
 less the import.
 
-A step ends as ``python SCRIPT`` ends (atexit handlers, threads joined, streams flushed); what
-differs is only what the sequence imported before the fork (torch, ``PRELOADED``), already in
-``sys.modules``. A SIGTERM to the sequence is passed on to the running step, and a SIGTERM or a
+What differs from ``python SCRIPT``: what the sequence imported before the fork (torch,
+``PRELOADED``) is already in ``sys.modules``, and a step ends when its script does, its streams
+flushed (``os._exit``, as ``real/sync.py``'s ranks end): its atexit handlers do not run and its
+threads are not waited for. A SIGTERM to the sequence is passed on to the running step, and a SIGTERM or a
 Ctrl-C ends the sequence after that step (status 128 + the signal). A step is killed when the
 sequence dies (``PR_SET_PDEATHSIG``). Every step is checked before the first runs (each a
 shell-quoted ``SCRIPT ARGS``, its script an existing file); a bad one is one line on stderr and
@@ -66,20 +67,10 @@ def exit_status(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
-class StepDone(BaseException):
-    """Raised in a step's process once its script has run, carrying its exit status: it unwinds
-    out of the sequence's own code to the top of this module, where the process ends as
-    ``python SCRIPT`` ends (``sys.exit``: atexit handlers run, threads joined, streams flushed)."""
-
-    def __init__(self, status) -> None:
-        super().__init__(status)
-        self.status = status
-
-
-def run_step(argv: list[str], path: list[str]):
-    """In the forked child: ``argv[0]`` as ``__main__`` with ``argv``; what ``sys.exit`` then takes
-    to end the process as Python would (``sys.exit``'s own code, 0 when the script returns; an
-    uncaught error's traceback, the script's frames only, and 1; 130 after a Ctrl-C)."""
+def run_step(argv: list[str], path: list[str]) -> int:
+    """In the forked child: ``argv[0]`` as ``__main__`` with ``argv``; its exit status as Python's
+    would be (``sys.exit``'s code, a message's text on stderr and 1; an uncaught error's
+    traceback, the script's frames only, and 1; 130 after a Ctrl-C)."""
     sys.argv = list(argv)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # as a fresh interpreter has them
     sys.path[:] = [os.path.dirname(os.path.realpath(argv[0])), *path[1:]]
@@ -87,7 +78,10 @@ def run_step(argv: list[str], path: list[str]):
         runpy.run_path(argv[0], run_name="__main__")
         return 0
     except SystemExit as stop:
-        return stop.code
+        if stop.code is None or isinstance(stop.code, int):
+            return (stop.code or 0) & 0xFF
+        print(stop.code, file=sys.stderr)
+        return 1
     except BaseException as error:  # noqa: BLE001 - what Python prints for any uncaught error
         frame, ours = error.__traceback__, {__file__, runpy.__file__, "<frozen runpy>"}
         while frame is not None and frame.tb_frame.f_code.co_filename in ours:
@@ -142,9 +136,18 @@ class Sequence:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:  # the sequence died before the line above
                 os._exit(128 + signal.SIGKILL)
-            for signum, handling in self.inherited.items():
-                signal.signal(signum, handling)
-            raise StepDone(run_step(argv, self.path))
+            status = 1
+            try:
+                for signum, handling in self.inherited.items():
+                    signal.signal(signum, handling)
+                status = run_step(argv, self.path)
+            finally:  # never back into the loop: the step's streams flushed, the process gone
+                for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                    try:
+                        stream.flush()
+                    except (OSError, ValueError):  # a closed reader: its script's own concern
+                        pass
+                os._exit(status)
         self.child = pid
         _, wait_status = os.waitpid(pid, 0)
         self.child = None
@@ -170,9 +173,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        status = run_command_line(main, keep_status=True)
-    except StepDone as done:  # a step's process: it ends as ``python SCRIPT`` would
-        sys.exit(done.status)
+    status = run_command_line(main, keep_status=True)
     from real.local_launch import fast_exit  # the sequence: nothing of its own to tear down
     fast_exit(status)
