@@ -62,9 +62,8 @@ def parse_step(text: str) -> list[str]:
 
 def exit_status(wait_status: int) -> int:
     """A child's ``os.waitpid`` status as a shell gives it: its exit code, or 128 + the signal."""
-    if os.WIFSIGNALED(wait_status):
-        return 128 + os.WTERMSIG(wait_status)
-    return os.WEXITSTATUS(wait_status)
+    code = os.waitstatus_to_exitcode(wait_status)  # a signal's: minus the signal
+    return code if code >= 0 else 128 - code
 
 
 def run_step(argv: list[str], path: list[str]) -> int:
@@ -114,11 +113,9 @@ class Sequence:
         """Every step in turn; the first non-zero status (``exit_status``), or 128 + the signal
         that stopped the sequence, or 0."""
         for argv in steps:
-            status = self.fork(argv) if self.stopped_by is None else 0
-            if self.stopped_by is not None:
+            status = self.fork(argv)
+            if status or self.stopped_by is not None:
                 return status or 128 + self.stopped_by
-            if status:
-                return status
         return 0
 
     def fork(self, argv: list[str]) -> int:
