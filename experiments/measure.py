@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dsgd_sim.argparse_oneline import argparse_type
 from dsgd_sim.units import parse_bandwidth, parse_count
-from real.testbed import TestbedConfig, TestbedError, scratch_testbed
+from real.testbed import TestbedConfig, TestbedError, scratch_testbed, timeline
 from real.testbed.calibrate import calibrate, slow_link_reason, slowest_share, transfer_shares
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
                                  MAX_HOSTS)
@@ -190,8 +190,9 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
     where = f"calibration at {bandwidth_bps / 1e6:g} Mbit/s"
     kept, checks = None, []
     for attempt in range(1, len(CALIBRATION_PAUSES_S) + 2):
-        record = calibrate(config, CALIBRATION_SIZES_QUICK if quick else CALIBRATION_SIZES,
-                           pings=100 if quick else 200, repeats=3)
+        with timeline.span("TCP and Gloo transfers", "calibration", attempt=attempt):
+            record = calibrate(config, CALIBRATION_SIZES_QUICK if quick else CALIBRATION_SIZES,
+                               pings=100 if quick else 200, repeats=3)
         reason = busy_machine_reason(record)
         if reason is not None:
             if attempt > len(CALIBRATION_PAUSES_S) and kept is not None:  # slow, then busy
@@ -202,8 +203,9 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
                                    f"is keeping the cores busy; stop it and run again")
             pause_s, what = CALIBRATION_PAUSES_S[attempt - 1], "the machine is busy"
         else:
-            record["duplex"] = measure_duplex(config, sizes=DUPLEX_SIZES_QUICK if quick
-                                              else DUPLEX_SIZES)
+            with timeline.span("duplex", "calibration", attempt=attempt):
+                record["duplex"] = measure_duplex(config, sizes=DUPLEX_SIZES_QUICK if quick
+                                                  else DUPLEX_SIZES)
             checks.append(transfer_shares(record))
             if kept is None or slowest_share(record) > slowest_share(kept):
                 kept = record
@@ -213,7 +215,8 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
             pause_s, what = LINK_PAUSES_S[attempt - 1], "the link ran under its rate"
         print(f"{where}: {reason}: {what}; trying again in {pause_s:g} s",
               file=sys.stderr, flush=True)
-        time.sleep(pause_s)
+        with timeline.span("pause", "calibration", why=what):
+            time.sleep(pause_s)
     if reason is not None:
         tries = "its one attempt" if len(checks) == 1 else f"each of its {len(checks)} attempts"
         print(f"{where}: the link ran under its rate in {tries} on a quiet machine; going on "
@@ -222,10 +225,13 @@ def calibrate_rate(bandwidth_bps: float, quick: bool, hosts: list[int] = (),
     record = kept
     record["attempts"] = attempt
     record["link_rate_shares"] = checks
-    record["queue"] = measure_queue(testbed_config(3, bandwidth_bps))
+    with timeline.span("queue", "calibration"):
+        record["queue"] = measure_queue(testbed_config(3, bandwidth_bps))
     sizes = round_sizes_up_to(largest_bytes or math.inf, quick)
-    record["rounds"] = {str(h): measure_rounds(testbed_config(h, bandwidth_bps),
-                                               sizes) for h in hosts}
+    record["rounds"] = {}
+    for h in hosts:
+        with timeline.span(f"ring rounds on {h} hosts", "calibration"):
+            record["rounds"][str(h)] = measure_rounds(testbed_config(h, bandwidth_bps), sizes)
     return record
 
 
@@ -524,7 +530,7 @@ def run_collect(bed_config: TestbedConfig, command: str, json_name: str | tuple[
     the ``json_name`` file of the one host that wrote it, or with a tuple of names a dict of
     those files (all from that host). ``TestbedError`` naming ``label`` and the failing host's
     last line."""
-    with scratch_testbed(bed_config) as bed:
+    with timeline.span(label, "point"), scratch_testbed(bed_config) as bed:
         result = bed.run(command, timeout_s=timeout_s, echo=False)
         if not result.ok:
             raise TestbedError(f"{label}: exit {result.exit_status()}: {result.failure_line()}")

@@ -3,6 +3,7 @@
     sudo python experiments/run.py --quick            # the representative subset: 7-10 min on 2 cores
     sudo python experiments/run.py                    # the full grid
     sudo python experiments/run.py allreduce          # one experiment (names: experiments/configs.py)
+    sudo python experiments/run.py --quick --trace t.json --json s.json   # its timeline; its summary
     python experiments/run.py --report-only           # rewrite RESULTS.md from results/*.json
     python experiments/run.py --repredict allreduce   # its stored measurements, today's model
     sudo python experiments/run.py --out experiments/results/full   # the full grid, kept apart
@@ -40,11 +41,13 @@ from experiments.run_header import header_lines  # noqa: E402
 from experiments.single_process import RUNS  # noqa: E402
 from experiments.stage_samples import note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
-                                       check_output_dir, check_output_file, read_json,
-                                       run_command_line, write_text_atomically)
+                                       check_output_dir, check_output_file,
+                                       check_output_files, read_json, run_command_line,
+                                       write_json_output, write_text_atomically)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E402
                                  HOST_CORES_POLICIES, ADDRESS_LAYOUTS, SCHEDULING_POLICIES,
                                  parse_congestion_control)
+from real.testbed import timeline  # noqa: E402
 from real.testbed.network import check_congestion_control  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -325,6 +328,13 @@ def parse_args(argv=None):
                         help="predict the stored measurements of the named experiments again from "
                              f"their run's calibration, with today's model (only: "
                              f"{', '.join(REPREDICTABLE)}); measures nothing")
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write the summary (rows, median and worst |error|; a "
+                             "measuring run's wall time) as JSON to FILE")
+    parser.add_argument("--trace", metavar="FILE",
+                        help="a measuring run's timeline as a Chrome trace: the calibration's "
+                             "parts, each experiment, point and single-process run, each test "
+                             "bed's making, commands and unmaking (written however the run ends)")
     parser.add_argument("--out", metavar="DIR",
                         help="write results and their RESULTS.md into DIR (default: "
                              "experiments/results, and experiments/RESULTS.md)")
@@ -354,8 +364,12 @@ def parse_args(argv=None):
         args.names = list(dict.fromkeys(args.names))  # an experiment named twice runs once
         args.experiments = select(args.names, args.quick)
         check_output_dir("--out", args.out)
+        check_output_files({"--json": args.json, "--trace": args.trace})
     except ValueError as error:
         parser.error(str(error))
+    if args.trace and (args.report_only or args.repredict):
+        parser.error("--trace records a measuring run; --report-only and --repredict measure "
+                     "nothing")
     if args.report_only and (args.names or args.repredict or args.quick or args.probe_idle
                              or args.probe_order != PROBE_ORDERS[0]
                              or args.congestion_control != "reno" or args.scheduling != "batch"
@@ -399,9 +413,9 @@ def main(argv=None) -> int:
             print(f"experiments/run.py: --report-only: {error}", file=sys.stderr)
             return 2
         print(json.dumps(summary))
-        return 0
+        return write_json_output("experiments/run.py", "--json", args.json, summary)
     if args.repredict:
-        return repredict(args.names, args.out)
+        return repredict(args.names, args.out, args.json)
     try:  # a folder in an output's place, found now and not at the end of the run
         check_outputs([RESULTS / name for name in ("run.json", "calibration.json",
                                                    "fidelity.json")]
@@ -418,12 +432,15 @@ def main(argv=None) -> int:
         return 1
     from experiments import engine_rounds
     from experiments.measure import runs_ring_probes
+    if args.trace:
+        timeline.start("experiments/run.py")
     try:  # every ring probe times Gloo's rounds from C++ too: build them once, before any bed
         if runs_ring_probes(args.experiments):
-            engine_rounds.load()
+            with timeline.span("build the C++ ring rounds", "set-up"):
+                engine_rounds.load()
     except engine_rounds.EngineRoundsError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
-        return 1
+        return write_trace(args.trace) or 1
     RESULTS.mkdir(parents=True, exist_ok=True)
     started, meta = time.monotonic(), {}
     try:
@@ -431,7 +448,7 @@ def main(argv=None) -> int:
             measure_all(args, meta)
     except TestbedError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
-        return 1
+        return write_trace(args.trace) or 1
     except KeyboardInterrupt as exc:  # the test bed in use has been torn down on the way out
         how = f" ({exc})" if str(exc) else ""
         if meta:  # this run's run.json is written: say how far it got
@@ -439,16 +456,34 @@ def main(argv=None) -> int:
             write_run_json(meta)
         print(f"experiments/run.py: interrupted{how}; the experiments finished before it are "
               f"in {RESULTS} (`--report-only` reports them)", file=sys.stderr)
+        write_trace(args.trace)
         return 130
     meta["wall_s"] = time.monotonic() - started
     write_run_json(meta)
-    summary = regenerate(load_results(list(EXPERIMENTS)), meta)
+    with timeline.span("report", "report"):
+        summary = regenerate(load_results(list(EXPERIMENTS)), meta)
     print(f"fidelity: {summary['rows']} rows, median |error| {summary['median_abs_error']:.1%}, "
           f"worst {summary['worst_abs_error']:.1%} ({summary['worst_config']})")
+    return (write_trace(args.trace)
+            or write_json_output("experiments/run.py", "--json", args.json,
+                                 {**summary, "wall_s": meta["wall_s"]}))
+
+
+def write_trace(path: str | None) -> int:
+    """Write the timeline recorded since ``timeline.start`` to ``path`` (None: not asked for);
+    0, or 1 after one line saying why it could not be written."""
+    trace = timeline.stop()
+    if path is None or trace is None:
+        return 0
+    try:
+        trace.write(path)
+    except OSError as error:
+        print(f"experiments/run.py: error: --trace: {problem(error)}", file=sys.stderr)
+        return 1
     return 0
 
 
-def repredict(names: list[str], out: str | None = None) -> int:
+def repredict(names: list[str], out: str | None = None, json_path: str | None = None) -> int:
     """Predict the stored rows of ``names`` again from their run's calibration (``run.json``)
     and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
     try:
@@ -506,10 +541,11 @@ def repredict(names: list[str], out: str | None = None) -> int:
     for path, plot, module, result in updated.values():
         module.plot(result["rows"], plot)
         write_text_atomically(path, json.dumps(result, indent=1) + "\n")
-    print(json.dumps(write_report(*texts)))
+    summary = write_report(*texts)
+    print(json.dumps(summary))
     for note in notes:
         print(note, file=sys.stderr)
-    return 0
+    return write_json_output("experiments/run.py", "--json", json_path, summary)
 
 
 def same_inputs(stored: dict | None, net_by_rate: dict) -> bool:
@@ -563,8 +599,11 @@ def measure_all(args, meta: dict) -> list[dict]:
     note_machine(meta, "the calibration")
     # written before the calibration too, so that a stop during it is this run's to record
     write_run_json(meta)
-    calibration = [calibrate_rate(rate, args.quick, ring_hosts(points, rate),
-                                  ring_bytes(points, rate)) for rate in rates]
+    calibration = []
+    for rate in rates:
+        with timeline.span(f"calibration at {rate / 1e6:g} Mbit/s", "calibration"):
+            calibration.append(calibrate_rate(rate, args.quick, ring_hosts(points, rate),
+                                              ring_bytes(points, rate)))
     write_text_atomically(RESULTS / "calibration.json", json.dumps(calibration, indent=1) + "\n")
     net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in calibration}
     meta.update(calibration=calibration,
@@ -574,7 +613,8 @@ def measure_all(args, meta: dict) -> list[dict]:
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
         note_machine(meta, experiment.name)
-        result = run_experiment(experiment, net_by_rate, args.quick)
+        with timeline.span(f"experiment {experiment.name}", "experiment"):
+            result = run_experiment(experiment, net_by_rate, args.quick)
         result["command"] = meta["command"]
         result["inputs"] = {str(rate): net_by_rate[rate].as_dict() for rate in experiment.bandwidths_bps}
         result["repeatability"] = repeatability(result["rows"], RESULTS / f"{experiment.name}.json")

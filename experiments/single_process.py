@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from real.testbed import timeline
+
 KINDS = ("profile", "emulated_step", "paused_step", "sleeps")
 """What the store keeps: ``sync_model.single_process_profile``, ``sync_model.emulated_step``,
 ``sync_model.paused_step`` and ``ps_model.emulated_compute``'s sleeps."""
@@ -44,7 +46,8 @@ class SingleProcessRuns:
         if entry in self._loaded:
             return self._loaded[entry]
         if entry not in self._here:
-            self._here[entry] = measure()
+            with timeline.span(f"single-process {kind}", "single process", key=list(key)):
+                self._here[entry] = measure()
         if entry not in self.taken:
             self.taken.append(entry)
         return self._here[entry]

@@ -616,6 +616,21 @@ def test_report_only_takes_no_names_and_no_measuring_flags(argv, capsys):
     assert "--report-only rewrites" in usage_error(run.main, ["--report-only"] + argv, capsys)
 
 
+@pytest.mark.parametrize("argv", [["--report-only"], ["--repredict", "sync"]])
+def test_trace_is_refused_where_nothing_is_measured(argv, tmp_path, capsys):
+    from experiments import run
+    err = usage_error(run.main, argv + ["--trace", str(tmp_path / "t.json")], capsys)
+    assert "--trace records a measuring run" in err
+
+
+def test_a_json_or_trace_file_that_cannot_be_written_is_refused_before_any_work(tmp_path,
+                                                                               capsys):
+    from experiments import run
+    for flag in ("--json", "--trace"):
+        err = usage_error(run.main, ["multinode", flag, str(tmp_path)], capsys)
+        assert f"{flag} {str(tmp_path)!r} is not a file name" in err
+
+
 def test_an_experiment_named_twice_runs_once():
     from experiments import run
     assert [e.name for e in run.parse_args(["sync", "sync"]).experiments] == ["sync"]

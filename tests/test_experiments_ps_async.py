@@ -401,7 +401,7 @@ def _stored_run(folder, net, calibration):
 
 
 def test_run_repredict_rewrites_the_rows_plot_and_report_and_keeps_the_measurements(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, capsys):
     from experiments import run
     monkeypatch.setattr(pvr, "reference_run", lambda model, batch: REFERENCE)
     monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
@@ -409,7 +409,14 @@ def test_run_repredict_rewrites_the_rows_plot_and_report_and_keeps_the_measureme
     calibration = {**CALIBRATION, "rounds": _rounds({8: 0.5 * 188e6})}
     held = NetworkInputs.from_calibration(calibration)
     before = _stored_run(tmp_path, held, calibration)
-    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path)]) == 0
+    summary_path = tmp_path / "summary.json"
+    assert run.main(["--repredict", "ps_vs_ring", "--out", str(tmp_path),
+                     "--json", str(summary_path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert json.loads(summary_path.read_text()) == printed
+    assert printed["rows"] == len(before["rows"])
+    assert run.main(["--report-only", "--out", str(tmp_path), "--json", str(summary_path)]) == 0
+    assert json.loads(summary_path.read_text()) == json.loads(capsys.readouterr().out) == printed
     after = json.loads((tmp_path / "ps_vs_ring.json").read_text())
     assert [r["measured_s"] for r in after["rows"]] == [r["measured_s"] for r in before["rows"]]
     assert after["repredicted"] == ("python experiments/run.py --repredict ps_vs_ring "

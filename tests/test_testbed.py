@@ -284,6 +284,34 @@ def test_run_gives_every_host_its_identity_and_collects_output_and_json(tmp_path
     assert_nothing_left(bed.run_id)
 
 
+@needs_namespaces
+def test_the_timeline_holds_each_beds_making_commands_and_unmaking_nested_in_its_life(tmp_path):
+    from real.testbed import timeline
+    timeline.start("test")
+    try:
+        with timeline.span("point", "point"):
+            with Testbed(TestbedConfig(hosts=2, bandwidth_bps=100e6), tmp_path) as bed:
+                bed.run("true", timeout_s=30)
+                bed.run("exit 3", timeout_s=30)
+        with pytest.raises(ZeroDivisionError), timeline.span("broken"):
+            1 / 0
+    finally:
+        trace = timeline.stop()
+    assert not timeline.recording()
+    spans = [e for e in trace.to_json()["traceEvents"] if e["ph"] == "X"]
+    names = [e["name"] for e in spans]
+    assert names == ["make", "run", "run", "unmake", "test bed: 2 hosts at 100 Mbit/s", "point",
+                     "broken"]
+    make, ok, failed, unmake, life, point, broken = spans
+    assert [ok["args"]["exit_status"], failed["args"]["exit_status"]] == [0, 3]
+    assert failed["args"]["command"] == "exit 3" and failed["args"]["ranks"] == [0, 1]
+    assert broken["args"] == {"ended": "by ZeroDivisionError"}
+    for inner, outer in ((make, life), (ok, life), (failed, life), (unmake, life),
+                         (life, point)):
+        assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"]
+    assert make["ts"] + make["dur"] <= ok["ts"] and failed["ts"] + failed["dur"] <= unmake["ts"]
+
+
 def test_an_out_dir_whose_path_the_shell_would_split_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no spaces or shell characters"):
         Testbed(TestbedConfig(), tmp_path / "with space")

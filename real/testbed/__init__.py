@@ -22,7 +22,8 @@ From Python (what experiments use)::
 
 Modules: ``config`` (what a test bed is), ``network`` (namespaces, links, shapers, cleanup),
 ``launch`` (commands on hosts, output), ``bed`` (the ``Testbed`` that ties them together),
-``probe`` and ``calibrate`` (measuring the network); ``sequence.py`` runs a host's scripts one
+``probe`` and ``calibrate`` (measuring the network), ``timeline`` (where a program's time went,
+as a Chrome trace, off unless started); ``sequence.py`` runs a host's scripts one
 after another as forks of one interpreter that imported torch once. Needs root, iproute2 and
 util-linux.
 """

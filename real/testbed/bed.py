@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from real.testbed import launch, network
+from real.testbed import launch, network, timeline
 from real.testbed.config import TestbedConfig
 from real.testbed.launch import HostResult, OutputPump, RunResult
 
@@ -100,11 +100,21 @@ class Testbed:
         return self.hosts[0].address
 
     def __enter__(self) -> "Testbed":
+        self._entered_s = time.monotonic()
         self.up()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.down()
+        try:
+            self.down()
+        finally:
+            timeline.add(f"test bed: {self.label}", self._entered_s, time.monotonic(), "test bed",
+                         run_id=self.run_id)
+
+    @property
+    def label(self) -> str:
+        """``"4 hosts at 200 Mbit/s"``, for the timeline."""
+        return f"{self.config.hosts} hosts at {self.config.bandwidth_bps / 1e6:g} Mbit/s"
 
     def up(self) -> None:
         """Make the namespaces, links and shapers; on any failure, unmake what was made."""
@@ -113,7 +123,8 @@ class Testbed:
             raise network.TestbedError(reason)
         self._is_up = True
         try:
-            network.create(self.run_id, self.config)
+            with timeline.span("make", "test bed"):
+                network.create(self.run_id, self.config)
         except BaseException:
             self.down()
             raise
@@ -126,7 +137,7 @@ class Testbed:
         """
         if not self._is_up:
             return
-        with network.signals_deferred():
+        with network.signals_deferred(), timeline.span("unmake", "test bed"):
             for process in self._processes:
                 launch.signal_group(process, signal.SIGKILL)
             problems = network.destroy(self.run_id, self.config.hosts)
@@ -240,6 +251,8 @@ class Testbed:
             _stop(runs)
             hosts = [r.result(self) for r in runs]
             self.last_result = RunResult(command, hosts, time.monotonic() - started, timed_out, interrupted)
+            timeline.add("run", started, time.monotonic(), "test bed", command=command,
+                         ranks=list(ranks), exit_status=self.last_result.exit_status())
         return self.last_result
 
     def link_counters(self, rank: int) -> dict:
