@@ -10,7 +10,8 @@ all-reduce of 256 KiB 6.59 ms, 0.47 ms a round (its 14 rounds of 32 KiB; the com
 ``allreduce`` section of ``experiments/LOG.md``). This module compiles a
 small C++ loop (``engine_rounds.cpp``) against the installed torch at first use
 (``torch.utils.cpp_extension``: needs a C++ compiler, Python's headers and ninja, which
-``./install.sh dev`` installs; about 30 s, then kept in ``build_directory()``) and runs it
+``./install.sh dev`` installs; about 30 s, then kept in ``build_directory()`` for every
+checkout of the project, while the source is unchanged) and runs it
 through the communicator's process group. torch.distributed with Gloo only: an MPI library's
 all-reduce is its own C code, and these rounds say nothing about it.
 """
@@ -58,6 +59,24 @@ def remove_stale_lock(directory: Path, max_age_s: float = STALE_LOCK_S) -> bool:
     return False
 
 
+def kept_source(directory: Path) -> Path:
+    """A copy of ``SOURCE`` in ``directory``, the file the extension is built from, rewritten
+    only when ``SOURCE`` differs from it. The build names its source's path, so one made from
+    ``SOURCE`` itself would be made again (about 30 s) from every other checkout of the
+    project; built from the copy, it is kept while the source is unchanged."""
+    copy = directory / SOURCE.name
+    text = SOURCE.read_bytes()
+    try:
+        if copy.read_bytes() == text:
+            return copy
+    except FileNotFoundError:
+        pass
+    fresh = directory / f".{SOURCE.name}.{os.getpid()}"
+    fresh.write_bytes(text)
+    os.replace(fresh, copy)  # whole, even with another process building beside this one
+    return copy
+
+
 def build_error_line(error: BaseException) -> str:
     """The line of a failed build that says why (a compiler's ``error:``, ninja's ``FAILED``),
     else its first line, at most 300 characters."""
@@ -76,12 +95,13 @@ def load():
         directory = build_directory()
         directory.mkdir(parents=True, exist_ok=True)
         remove_stale_lock(directory)
+        source = kept_source(directory)
         # ninja installed by pip sits beside this Python, which sudo leaves off PATH
         here = os.path.dirname(sys.executable)
         if here not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
         try:
-            _module = load_extension(NAME, sources=[str(SOURCE)], extra_cflags=["-O2"],
+            _module = load_extension(NAME, sources=[str(source)], extra_cflags=["-O2"],
                                      build_directory=str(directory), verbose=False)
         except (OSError, RuntimeError, ImportError) as error:  # no compiler, no ninja, a failed build
             raise EngineRoundsError(f"cannot build the C++ ring rounds ({SOURCE.name}): "

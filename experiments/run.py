@@ -434,6 +434,7 @@ def main(argv=None) -> int:
     from experiments.measure import runs_ring_probes
     if args.trace:
         timeline.start("experiments/run.py")
+    started, meta = time.monotonic(), {}  # the run's time counts the build: a first run pays it
     try:  # every ring probe times Gloo's rounds from C++ too: build them once, before any bed
         if runs_ring_probes(args.experiments):
             with timeline.span("build the C++ ring rounds", "set-up"):
@@ -441,8 +442,8 @@ def main(argv=None) -> int:
     except engine_rounds.EngineRoundsError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return write_trace(args.trace) or 1
+    build_s = time.monotonic() - started
     RESULTS.mkdir(parents=True, exist_ok=True)
-    started, meta = time.monotonic(), {}
     try:
         with signals_raise():  # kill (SIGTERM), a closed terminal: the bed comes down as on Ctrl-C
             measure_all(args, meta)
@@ -452,13 +453,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as exc:  # the test bed in use has been torn down on the way out
         how = f" ({exc})" if str(exc) else ""
         if meta:  # this run's run.json is written: say how far it got
-            meta.update(wall_s=time.monotonic() - started, interrupted=str(exc) or "Ctrl-C")
+            meta.update(wall_s=time.monotonic() - started, build_s=build_s,
+                        interrupted=str(exc) or "Ctrl-C")
             write_run_json(meta)
         print(f"experiments/run.py: interrupted{how}; the experiments finished before it are "
               f"in {RESULTS} (`--report-only` reports them)", file=sys.stderr)
         write_trace(args.trace)
         return 130
-    meta["wall_s"] = time.monotonic() - started
+    meta.update(wall_s=time.monotonic() - started, build_s=build_s)
     write_run_json(meta)
     with timeline.span("report", "report"):
         summary = regenerate(load_results(list(EXPERIMENTS)), meta)

@@ -323,7 +323,10 @@ def test_a_worker_lost_inside_the_push_window_frees_its_slot_for_the_next_push()
 
 
 def start_self_launched(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, ENTRY, *args], cwd=REPO, env=child_env(),
+    # with faulthandler on, a hung job's processes write where each thread is when ``finish``
+    # sends SIGABRT, so that a hang seen once says where it hung
+    return subprocess.Popen([sys.executable, ENTRY, *args], cwd=REPO,
+                            env=child_env({"PYTHONFAULTHANDLER": "1"}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -349,8 +352,12 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=RUN_DEADLINE_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        os.killpg(proc.pid, signal.SIGABRT)  # each process's threads' stacks to stderr
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
         raise AssertionError(f"the job hung:\n{out}\n{err}")
     return proc.returncode, out, err
 

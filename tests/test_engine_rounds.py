@@ -3,6 +3,7 @@ the probe that times them (``ring_probe.py --engine-rounds``) and the model that
 all-reduce with them (``NetworkInputs.rounds_for``)."""
 
 import json
+import os
 import shutil
 from types import SimpleNamespace
 
@@ -103,6 +104,25 @@ def test_the_cpp_rounds_reach_the_size_a_link_carries_in_a_set_time_never_below_
     # at 50 Mbit/s 100 kB: the probe's grid has no size between 64 KiB and 128 KiB
     assert max(n for n in ROUND_SIZES_FULL if n <= engine_max_bytes(50e6)) == 64 << 10
     assert engine_max_bytes(1e9) == 2_000_000
+
+
+def test_the_build_source_is_one_copy_per_build_folder_rewritten_only_when_it_differs(
+        monkeypatch, tmp_path):
+    # the build names its source's path: built from the checkout's own file, every other
+    # checkout would build it again
+    source = tmp_path / "checkout" / "engine_rounds.cpp"
+    source.parent.mkdir()
+    source.write_text("int first;\n")
+    monkeypatch.setattr(engine_rounds, "SOURCE", source)
+    build = tmp_path / "build"
+    build.mkdir()
+    copy = engine_rounds.kept_source(build)
+    assert copy.parent == build and copy.read_text() == "int first;\n"
+    os.utime(copy, (1, 1))
+    assert engine_rounds.kept_source(build) == copy and copy.stat().st_mtime == 1  # untouched
+    source.write_text("int second;\n")
+    assert engine_rounds.kept_source(build).read_text() == "int second;\n"
+    assert sorted(p.name for p in build.iterdir()) == ["engine_rounds.cpp"]
 
 
 def test_a_failed_build_is_one_line_that_says_why(monkeypatch, tmp_path):
