@@ -479,11 +479,23 @@ BENCHMARK_FLAGS = ("--threads", "1", "--timeout", "120s", "--backend", "gloo")
 RANK_ENV = "RANK={rank} WORLD_SIZE={hosts}"  # every host's rank, from the test bed's placeholders
 
 
+SEED: int | None = None
+"""``experiments/run.py --seed``: the seed given to every trainer and benchmark the run starts
+(``SEEDED_SCRIPTS``: model init, data and its order, emulated compute draws, buffers' contents);
+None: each script's own default, 0."""
+SEEDED_SCRIPTS = ("real/sync.py", "real/async_ps.py", "real/allreduce.py")
+
+
+def seeded(script: str, args: list[str]) -> list[str]:
+    """``args``, and ``--seed SEED`` where the run sets one and ``script`` takes it."""
+    return [*args, "--seed", str(SEED)] if SEED is not None and script in SEEDED_SCRIPTS else args
+
+
 def script_step(script: str, args: list[str], json_name: str | None = None) -> str:
-    """``script`` (a path in the repository) with ``args`` as shell words; with ``json_name``,
-    writing ``{out}/json_name``: what ``python`` runs on a host (``rank_command``), or one step of
-    a sequence (``sequence_command``)."""
-    return (" ".join(shlex.quote(a) for a in [str(REPO / script), *args])
+    """``script`` (a path in the repository) with ``args`` as shell words (and the run's seed,
+    ``seeded``); with ``json_name``, writing ``{out}/json_name``: what ``python`` runs on a host
+    (``rank_command``), or one step of a sequence (``sequence_command``)."""
+    return (" ".join(shlex.quote(a) for a in [str(REPO / script), *seeded(script, args)])
             + (f" --json {{out}}/{json_name}" if json_name else ""))
 
 
@@ -511,7 +523,7 @@ def _torchrun_command(script: str, args: list[str], run_id: str) -> str:
     return (f"{python} -m torch.distributed.run --nnodes {{hosts}} --nproc-per-node 1 "
             f"--rdzv-backend c10d --rdzv-endpoint {{master}}:{{port}} --rdzv-id {run_id} "
             f"--max-restarts 0 {shlex.quote(str(REPO / script))} "
-            + " ".join(shlex.quote(a) for a in args))
+            + " ".join(shlex.quote(a) for a in seeded(script, args)))
 
 
 def _run(config, command: str, json_name: str | tuple[str, ...], timeout_s: float) -> dict:

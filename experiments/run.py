@@ -42,7 +42,8 @@ from experiments.single_process import RUNS  # noqa: E402
 from experiments.stage_samples import note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir, check_output_file,
-                                       check_output_files, read_json, run_command_line,
+                                       check_output_files, parse_seed, read_json,
+                                       run_command_line,
                                        write_json_output, write_text_atomically)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E402
                                  HOST_CORES_POLICIES, ADDRESS_LAYOUTS, SCHEDULING_POLICIES,
@@ -328,6 +329,11 @@ def parse_args(argv=None):
                         help="predict the stored measurements of the named experiments again from "
                              f"their run's calibration, with today's model (only: "
                              f"{', '.join(REPREDICTABLE)}); measures nothing")
+    parser.add_argument("--seed", type=argparse_type(parse_seed, "seed"), default=None,
+                        metavar="N",
+                        help="the seed of every trainer and benchmark the run starts (model "
+                             "init, data, emulated compute draws, buffers; default: each "
+                             "script's own, 0)")
     parser.add_argument("--json", metavar="FILE",
                         help="also write the summary (rows, median and worst |error|; a "
                              "measuring run's wall time) as JSON to FILE")
@@ -371,23 +377,24 @@ def parse_args(argv=None):
         parser.error("--trace records a measuring run; --report-only and --repredict measure "
                      "nothing")
     if args.report_only and (args.names or args.repredict or args.quick or args.probe_idle
-                             or args.probe_order != PROBE_ORDERS[0]
+                             or args.probe_order != PROBE_ORDERS[0] or args.seed is not None
                              or args.congestion_control != "reno" or args.scheduling != "batch"
                              or args.host_cores != DEFAULT_HOST_CORES
                              or args.address_layout != "fixed"):
         parser.error("--report-only rewrites the report of every stored experiment and "
-                     "measures nothing: it takes no experiment names and no other flag but --out")
+                     "measures nothing: it takes no experiment names and no other flag but --out "
+                     "and --json")
     if args.repredict and (not args.names or set(args.names) - set(REPREDICTABLE)):
         parser.error(f"--repredict takes the experiments to predict again, of: "
                      f"{', '.join(REPREDICTABLE)}")
     if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
                            or args.scheduling != "batch"
                            or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle
-                           or args.probe_order != PROBE_ORDERS[0]
+                           or args.probe_order != PROBE_ORDERS[0] or args.seed is not None
                            or args.address_layout != "fixed"):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
                      "--congestion-control, --scheduling, --host-cores, --address-layout, "
-                     "--probe-idle or --probe-order")
+                     "--probe-idle, --probe-order or --seed")
     try:
         check_congestion_control(args.congestion_control)  # else found on the first bed
     except ValueError as error:
@@ -577,6 +584,7 @@ def measure_all(args, meta: dict) -> list[dict]:
     measure.ADDRESS_LAYOUT = args.address_layout
     measure.PROBE_IDLE = args.probe_idle
     measure.PROBE_ORDER = args.probe_order
+    measure.SEED = args.seed
     rates = sorted({rate for e in args.experiments for rate in e.bandwidths_bps})
     points = [p for e in args.experiments for p in e.points]
     meta.update({"command": "python experiments/run.py" + (" --quick" if args.quick else "")
@@ -590,12 +598,13 @@ def measure_all(args, meta: dict) -> list[dict]:
                else "")
             + (" --probe-idle" if args.probe_idle else "")
             + (f" --probe-order {args.probe_order}" if args.probe_order != PROBE_ORDERS[0] else "")
+            + (f" --seed {args.seed}" if args.seed is not None else "")
             + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
             "scheduling": args.scheduling, "host_cores": args.host_cores,
             "address_layout": args.address_layout, "probe_idle": args.probe_idle,
-            "probe_order": args.probe_order,
+            "probe_order": args.probe_order, "seed": 0 if args.seed is None else args.seed,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": [], "inputs": {}, "wall_s": 0.0, "finished": []})
     note_machine(meta, "the calibration")

@@ -60,11 +60,13 @@ def run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str,
     ``flags``: its summary, and its layer profile (``--profile-out``) where asked for."""
     with tempfile.TemporaryDirectory() as tmp:
         layers, summary = Path(tmp, "profile.json"), Path(tmp, "summary.json")
-        argv = [sys.executable, str(REPO / "real/sync.py"), "--nproc-per-node", "1",
-                "--model", config.model, "--batch-size", str(config.batch_size),
-                "--steps", str(steps), "--warmup-steps", str(warmup_steps),
-                "--threads", str(THREADS), "--no-progress", *flags,
-                *(["--profile-out", str(layers)] if profile else []), "--json", str(summary)]
+        from experiments.measure import seeded
+        argv = [sys.executable, str(REPO / "real/sync.py"), *seeded("real/sync.py", [
+                "--nproc-per-node", "1", "--model", config.model,
+                "--batch-size", str(config.batch_size), "--steps", str(steps),
+                "--warmup-steps", str(warmup_steps), "--threads", str(THREADS), "--no-progress",
+                *flags, *(["--profile-out", str(layers)] if profile else []),
+                "--json", str(summary)])]
         subprocess.run(argv, check=True, capture_output=True, timeout=RUN_TIMEOUT_S,
                        env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
         return (json.loads(summary.read_text()),

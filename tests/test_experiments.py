@@ -610,7 +610,7 @@ def test_runner_refuses_a_congestion_control_the_machine_does_not_allow(tmp_path
 
 
 @pytest.mark.parametrize("argv", [["sync"], ["--quick"], ["--probe-idle"],
-                                  ["--scheduling", "normal"]])
+                                  ["--scheduling", "normal"], ["--seed", "1"]])
 def test_report_only_takes_no_names_and_no_measuring_flags(argv, capsys):
     from experiments import run
     assert "--report-only rewrites" in usage_error(run.main, ["--report-only"] + argv, capsys)
@@ -629,6 +629,29 @@ def test_a_json_or_trace_file_that_cannot_be_written_is_refused_before_any_work(
     for flag in ("--json", "--trace"):
         err = usage_error(run.main, ["multinode", flag, str(tmp_path)], capsys)
         assert f"{flag} {str(tmp_path)!r} is not a file name" in err
+
+
+def test_the_runs_seed_reaches_every_trainer_and_benchmark_and_no_probe(monkeypatch):
+    from experiments import measure, run
+    from experiments.configs import SyncRunConfig
+    monkeypatch.setattr(measure, "SEED", None)
+    assert "--seed" not in measure.script_step("real/sync.py", ["--steps", "3"], "s.json")
+    monkeypatch.setattr(measure, "SEED", 7)
+    for script in measure.SEEDED_SCRIPTS:
+        step = measure.script_step(script, ["--steps", "3"], "s.json")
+        assert step.endswith("--steps 3 --seed 7 --json {out}/s.json"), step
+    assert "--seed" not in measure.probe_step([64], 3, "rounds.json", 2)
+    assert measure._torchrun_command("real/sync.py", ["--steps", "3"], "id").endswith(
+        "--steps 3 --seed 7")
+    started = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: started.append(argv)
+                        or (_ for _ in ()).throw(RuntimeError("not run")))
+    with pytest.raises(RuntimeError, match="not run"):
+        from experiments.sync_model import run_alone
+        run_alone(SyncRunConfig(1, 1.0), 3, 1)
+    assert started[0][started[0].index("--seed") + 1] == "7"
+    assert run.parse_args(["--seed", "7", "sync"]).seed == 7
+    assert run.parse_args(["sync"]).seed is None
 
 
 def test_an_experiment_named_twice_runs_once():
