@@ -10,14 +10,15 @@ all-reduce of 256 KiB 6.59 ms, 0.47 ms a round (its 14 rounds of 32 KiB; the com
 ``allreduce`` section of ``experiments/LOG.md``). This module compiles a
 small C++ loop (``engine_rounds.cpp``) against the installed torch at first use
 (``torch.utils.cpp_extension``: needs a C++ compiler, Python's headers and ninja, which
-``./install.sh dev`` installs; about 30 s, then kept in ``build_directory()`` for every
-checkout of the project, while the source is unchanged) and runs it
+``./install.sh dev`` installs; 30-45 s, then kept in ``build_directory()`` for every
+checkout of the same source: ``kept_source``) and runs it
 through the communicator's process group. torch.distributed with Gloo only: an MPI library's
 all-reduce is its own C code, and these rounds say nothing about it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -59,22 +60,28 @@ def remove_stale_lock(directory: Path, max_age_s: float = STALE_LOCK_S) -> bool:
     return False
 
 
-def kept_source(directory: Path) -> Path:
-    """A copy of ``SOURCE`` in ``directory``, the file the extension is built from, rewritten
-    only when ``SOURCE`` differs from it. The build names its source's path, so one made from
-    ``SOURCE`` itself would be made again (about 30 s) from every other checkout of the
-    project; built from the copy, it is kept while the source is unchanged."""
-    copy = directory / SOURCE.name
+def kept_source(base: Path) -> tuple[Path, Path]:
+    """The build folder of this ``SOURCE`` and this torch (a folder of ``base`` named by a hash
+    of the source's contents and torch's install path) and the copy of ``SOURCE`` in it that
+    the extension is built from: ``(folder, copy)``.
+
+    The build names its source's path and torch's, so one made from ``SOURCE`` itself would be
+    made again (30-45 s) from every other checkout of the project; built from the copy, it is
+    kept for every checkout run with the same torch install by the same user (torch's cache is
+    the user's own: ``build_directory``), and a checkout of another source, or another
+    environment's torch, keeps its own beside it instead of rebuilding this one."""
     text = SOURCE.read_bytes()
-    try:
-        if copy.read_bytes() == text:
-            return copy
-    except FileNotFoundError:
-        pass
-    fresh = directory / f".{SOURCE.name}.{os.getpid()}"
-    fresh.write_bytes(text)
-    os.replace(fresh, copy)  # whole, even with another process building beside this one
-    return copy
+    folder = base / hashlib.sha256(text + os.fsencode(torch.__file__)).hexdigest()[:12]
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / SOURCE.name
+    if not copy.is_file() or copy.read_bytes() != text:  # a copy cut short is written again
+        fresh = folder / f".{SOURCE.name}.{os.getpid()}"
+        try:
+            fresh.write_bytes(text)
+            os.replace(fresh, copy)  # whole, even with another process beside this one
+        finally:
+            fresh.unlink(missing_ok=True)
+    return folder, copy
 
 
 def build_error_line(error: BaseException) -> str:
@@ -88,19 +95,17 @@ def build_error_line(error: BaseException) -> str:
 
 
 def load():
-    """The compiled extension (built on first use, then kept by torch)."""
+    """The compiled extension (built on first use, then kept: ``kept_source``)."""
     global _module
     if _module is None:
         from torch.utils.cpp_extension import load as load_extension
-        directory = build_directory()
-        directory.mkdir(parents=True, exist_ok=True)
-        remove_stale_lock(directory)
-        source = kept_source(directory)
         # ninja installed by pip sits beside this Python, which sudo leaves off PATH
         here = os.path.dirname(sys.executable)
         if here not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
-        try:
+        try:  # a cache folder that cannot be written, too, is one line
+            directory, source = kept_source(build_directory())
+            remove_stale_lock(directory)
             _module = load_extension(NAME, sources=[str(source)], extra_cflags=["-O2"],
                                      build_directory=str(directory), verbose=False)
         except (OSError, RuntimeError, ImportError) as error:  # no compiler, no ninja, a failed build

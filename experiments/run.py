@@ -56,6 +56,7 @@ RESULTS = HERE / "results"   # where results go (--out)
 # experiments whose stored rows can be predicted again: every one (``repredictor``)
 REPREDICTABLE = tuple(EXPERIMENTS)
 REPORT = HERE / "RESULTS.md"  # the report written from them
+BENCHMARK_MAX_SEED = 2**53  # real/allreduce.py's MAX_SEED (a rank's buffers: seed * 1000 + rank)
 
 
 def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
@@ -371,6 +372,9 @@ def parse_args(argv=None):
         args.experiments = select(args.names, args.quick)
         check_output_dir("--out", args.out)
         check_output_files({"--json": args.json, "--trace": args.trace})
+        if args.seed is not None and args.seed > BENCHMARK_MAX_SEED:
+            raise ValueError(f"--seed must be a whole number from 0 to {BENCHMARK_MAX_SEED:,} "
+                             f"(real/allreduce.py's largest), got {args.seed}")
     except ValueError as error:
         parser.error(str(error))
     if args.trace and (args.report_only or args.repredict):
@@ -423,24 +427,39 @@ def main(argv=None) -> int:
         return write_json_output("experiments/run.py", "--json", args.json, summary)
     if args.repredict:
         return repredict(args.names, args.out, args.json)
+    outputs = ([RESULTS / name for name in ("run.json", "calibration.json", "fidelity.json")]
+               + [RESULTS / f"{e.name}.{ext}" for e in args.experiments
+                  for ext in ("json", "png")] + [REPORT])
     try:  # a folder in an output's place, found now and not at the end of the run
-        check_outputs([RESULTS / name for name in ("run.json", "calibration.json",
-                                                   "fidelity.json")]
-                      + [RESULTS / f"{e.name}.{ext}" for e in args.experiments
-                         for ext in ("json", "png")] + [REPORT] if RESULTS.is_dir() else [])
+        check_outputs(outputs if RESULTS.is_dir() else [])
+        for flag, path in (("--json", args.json), ("--trace", args.trace)):
+            if path is not None and os.path.realpath(path) in map(os.path.realpath, outputs):
+                raise ValueError(f"{flag} {path!r} is one of the run's own outputs; name "
+                                 f"another file")
     except ValueError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return 2
-    from real.testbed import TestbedError, unavailable_reason
-    from real.testbed.bed import signals_raise
+    from real.testbed import unavailable_reason
     reason = unavailable_reason()
     if reason:
         print(f"experiments/run.py: the test bed is unavailable: {reason}", file=sys.stderr)
         return 1
-    from experiments import engine_rounds
-    from experiments.measure import runs_ring_probes
     if args.trace:
         timeline.start("experiments/run.py")
+    try:
+        status = measure_and_report(args)
+    finally:  # however the run ends (an error, Ctrl-C), the timeline of what it did
+        trace_status = write_trace(args.trace)
+    return status or trace_status
+
+
+def measure_and_report(args) -> int:
+    """Build the C++ rounds, calibrate, run ``args.experiments``, write run.json, the results,
+    fidelity.json, the report and ``--json``; the exit status."""
+    from real.testbed import TestbedError
+    from real.testbed.bed import signals_raise
+    from experiments import engine_rounds
+    from experiments.measure import runs_ring_probes
     started, meta = time.monotonic(), {}  # the run's time counts the build: a first run pays it
     try:  # every ring probe times Gloo's rounds from C++ too: build them once, before any bed
         if runs_ring_probes(args.experiments):
@@ -448,7 +467,7 @@ def main(argv=None) -> int:
                 engine_rounds.load()
     except engine_rounds.EngineRoundsError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
-        return write_trace(args.trace) or 1
+        return 1
     build_s = time.monotonic() - started
     RESULTS.mkdir(parents=True, exist_ok=True)
     try:
@@ -456,7 +475,7 @@ def main(argv=None) -> int:
             measure_all(args, meta)
     except TestbedError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
-        return write_trace(args.trace) or 1
+        return 1
     except KeyboardInterrupt as exc:  # the test bed in use has been torn down on the way out
         how = f" ({exc})" if str(exc) else ""
         if meta:  # this run's run.json is written: say how far it got
@@ -465,7 +484,6 @@ def main(argv=None) -> int:
             write_run_json(meta)
         print(f"experiments/run.py: interrupted{how}; the experiments finished before it are "
               f"in {RESULTS} (`--report-only` reports them)", file=sys.stderr)
-        write_trace(args.trace)
         return 130
     meta.update(wall_s=time.monotonic() - started, build_s=build_s)
     write_run_json(meta)
@@ -473,9 +491,8 @@ def main(argv=None) -> int:
         summary = regenerate(load_results(list(EXPERIMENTS)), meta)
     print(f"fidelity: {summary['rows']} rows, median |error| {summary['median_abs_error']:.1%}, "
           f"worst {summary['worst_abs_error']:.1%} ({summary['worst_config']})")
-    return (write_trace(args.trace)
-            or write_json_output("experiments/run.py", "--json", args.json,
-                                 {**summary, "wall_s": meta["wall_s"]}))
+    return write_json_output("experiments/run.py", "--json", args.json,
+                             {**summary, "wall_s": meta["wall_s"], "build_s": build_s})
 
 
 def write_trace(path: str | None) -> int:
@@ -503,6 +520,22 @@ def repredict(names: list[str], out: str | None = None, json_path: str | None = 
         print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: {problem(error)}",
               file=sys.stderr)
         return 2
+    seed = meta.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= BENCHMARK_MAX_SEED:
+        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: its seed {seed!r} "
+              f"is not a whole number from 0 to {BENCHMARK_MAX_SEED:,}", file=sys.stderr)
+        return 2
+    from experiments import measure
+    measure.SEED = seed or None  # a single-process run taken again runs as the stored run's did
+    try:
+        return repredict_with(names, out, json_path, meta, net_by_rate)
+    finally:
+        measure.SEED = None
+
+
+def repredict_with(names: list[str], out: str | None, json_path: str | None, meta: dict,
+                   net_by_rate: dict) -> int:
+    """``repredict`` once run.json is read."""
     updated = {}  # name -> (its file, its plot, its module, its result predicted again)
     notes = []  # the single-process runs taken here, said once the results are written
     for name in names:

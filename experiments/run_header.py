@@ -89,6 +89,8 @@ def attempts_note(calibration: list[dict]) -> str:
 def run_time(meta: dict) -> str:
     """How long the run took, and what it left out if it was interrupted."""
     took = f"in {meta['wall_s'] / 60:.1f} min"
+    if meta.get("build_s", 0) >= 1:  # a first run on a machine builds the C++ rounds
+        took += f" ({meta['build_s']:.0f} s of it building the C++ ring rounds)"
     if "interrupted" not in meta:
         return took
     missing = [name for name in meta["experiments"] if name not in meta.get("finished", [])]

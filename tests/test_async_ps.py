@@ -4,8 +4,10 @@ loss target on the default task, and bad input. Multi-process runs use 2–4 sma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -322,11 +324,15 @@ def test_a_worker_lost_inside_the_push_window_frees_its_slot_for_the_next_push()
     assert comm.most_open == 1
 
 
+def no_core_files() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the SIGABRT below leaves no core files
+
+
 def start_self_launched(args: list[str]) -> subprocess.Popen:
     # with faulthandler on, a hung job's processes write where each thread is when ``finish``
     # sends SIGABRT, so that a hang seen once says where it hung
     return subprocess.Popen([sys.executable, ENTRY, *args], cwd=REPO,
-                            env=child_env({"PYTHONFAULTHANDLER": "1"}),
+                            env=child_env({"PYTHONFAULTHANDLER": "1"}), preexec_fn=no_core_files,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -352,11 +358,13 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=RUN_DEADLINE_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGABRT)  # each process's threads' stacks to stderr
+        with contextlib.suppress(ProcessLookupError):  # each process's threads' stacks to stderr
+            os.killpg(proc.pid, signal.SIGABRT)
         try:
             out, err = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
         raise AssertionError(f"the job hung:\n{out}\n{err}")
     return proc.returncode, out, err

@@ -106,23 +106,27 @@ def test_the_cpp_rounds_reach_the_size_a_link_carries_in_a_set_time_never_below_
     assert engine_max_bytes(1e9) == 2_000_000
 
 
-def test_the_build_source_is_one_copy_per_build_folder_rewritten_only_when_it_differs(
+def test_each_source_is_built_from_its_own_copy_in_a_folder_named_by_its_contents(
         monkeypatch, tmp_path):
     # the build names its source's path: built from the checkout's own file, every other
-    # checkout would build it again
+    # checkout would build it again; two sources each keep their own folder, not one rebuilt
     source = tmp_path / "checkout" / "engine_rounds.cpp"
     source.parent.mkdir()
     source.write_text("int first;\n")
     monkeypatch.setattr(engine_rounds, "SOURCE", source)
-    build = tmp_path / "build"
-    build.mkdir()
-    copy = engine_rounds.kept_source(build)
-    assert copy.parent == build and copy.read_text() == "int first;\n"
+    base = tmp_path / "build"
+    first, copy = engine_rounds.kept_source(base)
+    assert copy == first / "engine_rounds.cpp" and copy.read_text() == "int first;\n"
     os.utime(copy, (1, 1))
-    assert engine_rounds.kept_source(build) == copy and copy.stat().st_mtime == 1  # untouched
+    assert engine_rounds.kept_source(base) == (first, copy) and copy.stat().st_mtime == 1
     source.write_text("int second;\n")
-    assert engine_rounds.kept_source(build).read_text() == "int second;\n"
-    assert sorted(p.name for p in build.iterdir()) == ["engine_rounds.cpp"]
+    second, other = engine_rounds.kept_source(base)
+    assert second != first and other.read_text() == "int second;\n"
+    assert copy.read_text() == "int first;\n"  # the first source's build is left as it was
+    copy.write_text("int fi")  # a copy cut short is written again
+    source.write_text("int first;\n")
+    assert engine_rounds.kept_source(base) == (first, copy) and copy.read_text() == "int first;\n"
+    assert sorted(p.name for p in first.iterdir()) == ["engine_rounds.cpp"]  # no stray file
 
 
 def test_a_failed_build_is_one_line_that_says_why(monkeypatch, tmp_path):
