@@ -59,6 +59,14 @@ REPORT = HERE / "RESULTS.md"  # the report written from them
 BENCHMARK_MAX_SEED = 2**53  # real/allreduce.py's MAX_SEED (a rank's buffers: seed * 1000 + rank)
 
 
+def check_run_seed(seed) -> None:
+    """``ValueError`` unless ``seed`` is one every script of a run takes (``--seed``, or a stored
+    run.json's): a whole number from 0 to ``BENCHMARK_MAX_SEED``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= BENCHMARK_MAX_SEED:
+        raise ValueError(f"--seed must be a whole number from 0 to {BENCHMARK_MAX_SEED:,} "
+                         f"(real/allreduce.py's largest), got {seed!r}")
+
+
 def sync_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
     """Seconds per step, each predicted from the ring rounds timed on its own test bed around
     the run where the measurement has them (``rounds``), else from the calibration's; each row
@@ -372,9 +380,8 @@ def parse_args(argv=None):
         args.experiments = select(args.names, args.quick)
         check_output_dir("--out", args.out)
         check_output_files({"--json": args.json, "--trace": args.trace})
-        if args.seed is not None and args.seed > BENCHMARK_MAX_SEED:
-            raise ValueError(f"--seed must be a whole number from 0 to {BENCHMARK_MAX_SEED:,} "
-                             f"(real/allreduce.py's largest), got {args.seed}")
+        if args.seed is not None:
+            check_run_seed(args.seed)
     except ValueError as error:
         parser.error(str(error))
     if args.trace and (args.report_only or args.repredict):
@@ -521,9 +528,11 @@ def repredict(names: list[str], out: str | None = None, json_path: str | None = 
               file=sys.stderr)
         return 2
     seed = meta.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= BENCHMARK_MAX_SEED:
-        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: its seed {seed!r} "
-              f"is not a whole number from 0 to {BENCHMARK_MAX_SEED:,}", file=sys.stderr)
+    try:
+        check_run_seed(seed)
+    except ValueError as error:
+        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: its {error}",
+              file=sys.stderr)
         return 2
     from experiments import measure
     measure.SEED = seed or None  # a single-process run taken again runs as the stored run's did

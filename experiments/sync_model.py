@@ -43,6 +43,7 @@ from dsgd_sim.sync import SyncConfig, SyncSimulation
 from dsgd_sim.workload import load_profile
 
 from .configs import SyncRunConfig
+from .measure import seeded
 from .model import NetworkInputs, allreduce_messages
 from .single_process import RUNS
 
@@ -60,7 +61,6 @@ def run_alone(config: SyncRunConfig, steps: int, warmup_steps: int, *flags: str,
     ``flags``: its summary, and its layer profile (``--profile-out``) where asked for."""
     with tempfile.TemporaryDirectory() as tmp:
         layers, summary = Path(tmp, "profile.json"), Path(tmp, "summary.json")
-        from experiments.measure import seeded
         argv = [sys.executable, str(REPO / "real/sync.py"), *seeded("real/sync.py", [
                 "--nproc-per-node", "1", "--model", config.model,
                 "--batch-size", str(config.batch_size), "--steps", str(steps),

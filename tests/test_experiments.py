@@ -644,10 +644,13 @@ def test_the_runs_seed_reaches_every_trainer_and_benchmark_and_no_probe(monkeypa
     assert measure._torchrun_command("real/sync.py", ["--steps", "3"], "id").endswith(
         "--steps 3 --seed 7")
     started = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: started.append(argv)
-                        or (_ for _ in ()).throw(RuntimeError("not run")))
+
+    def not_run(argv, **kwargs):  # what run_alone would start, without starting it
+        started.append(argv)
+        raise RuntimeError("not run")
+    monkeypatch.setattr(subprocess, "run", not_run)
+    from experiments.sync_model import run_alone
     with pytest.raises(RuntimeError, match="not run"):
-        from experiments.sync_model import run_alone
         run_alone(SyncRunConfig(1, 1.0), 3, 1)
     assert started[0][started[0].index("--seed") + 1] == "7"
     assert run.parse_args(["--seed", "7", "sync"]).seed == 7

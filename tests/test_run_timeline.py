@@ -144,3 +144,16 @@ def test_the_reports_run_time_says_how_much_of_it_was_the_build():
         "in 10.0 min (33 s of it building the C++ ring rounds)"
     assert run_time({"wall_s": 600.0, "build_s": 0.2}) == "in 10.0 min"  # kept from before
     assert run_time({"wall_s": 600.0}) == "in 10.0 min"  # a grid stored before build_s
+
+
+@pytest.mark.parametrize("seed", [-1, "7", True, 2**53 + 1])
+def test_repredict_of_a_run_json_with_a_bad_seed_is_one_line_and_status_2(tmp_path, capsys,
+                                                                          monkeypatch, seed):
+    from experiments import measure, run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    (tmp_path / "run.json").write_text(json.dumps({"calibration": [], "seed": seed}))
+    assert run.main(["--repredict", "sync", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad run.json" in err and "its --seed must be" in err
+    assert measure.SEED is None
