@@ -27,7 +27,8 @@ from pathlib import Path
 from dsgd_sim.argparse_oneline import argparse_type
 from dsgd_sim.units import parse_bandwidth, parse_count
 from real.testbed import TestbedConfig, TestbedError, scratch_testbed, timeline
-from real.testbed.calibrate import calibrate, slow_link_reason, slowest_share, transfer_shares
+from real.testbed.calibrate import (LINK_PAUSES_S, calibrate, slow_link_reason, slowest_share,
+                                    transfer_shares)
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP, HOST_CORES_POLICIES,
                                  MAX_HOSTS)
 
@@ -56,9 +57,6 @@ QUIET_ROUND_TRIP_S = 1e-3
 CALIBRATION_PAUSES_S = (30.0, 60.0)
 """The pauses between a calibration taken on a busy machine and the next try; after the last
 try the run stops."""
-LINK_PAUSES_S = (10.0, 20.0)
-"""The pauses between a calibration whose link ran slow and the next try; after the last try the
-run goes on with the attempt nearest the rate."""
 
 # ring rounds: the probe's own grid (experiments/ring_probe.py, SIZE_GRID), up to past the
 # largest round an experiment sends (naive ring: the whole buffer)

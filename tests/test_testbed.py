@@ -764,15 +764,69 @@ def test_calibrate_whose_json_cannot_be_written_after_all_says_so_in_one_line(
     (["--repeats", "-1"], "1 to 1,000 repeats"),
     (["--sizes", "4MB,1MB"], "increasing positive transfer sizes"),
     (["--sizes", "1MB,2GB"], "at most 1 GB"),
+    (["--attempts", "0"], "--attempts must be at least 1, got 0"),
 ])
 def test_calibrate_says_a_bad_value_before_it_looks_for_root_or_makes_anything(
         argv, said, monkeypatch, capsys):
     import real.testbed.__main__ as cli
     looked = []
     monkeypatch.setattr(cli, "unavailable", lambda: looked.append(1) or False)
-    monkeypatch.setattr(cli, "calibrate", lambda *a, **k: pytest.fail("calibrated a bad value"))
+    monkeypatch.setattr(cli, "calibrate_near_rate",
+                        lambda *a, **k: pytest.fail("calibrated a bad value"))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["calibrate", *argv])
     assert exit_info.value.code == 2 and looked == []
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and said in err[0]
+
+
+def test_a_calibration_whose_link_ran_slow_is_taken_again_and_the_nearest_kept(monkeypatch,
+                                                                                capsys):
+    from real.testbed import calibrate as module
+
+    def record(tcp, gloo):
+        return {"payload_efficiency_expected": 0.96, "payload_efficiency": tcp * 0.96,
+                "gloo": {"payload_efficiency": gloo * 0.96}}
+
+    def replay(*records):
+        left = list(records)
+        monkeypatch.setattr(module, "calibrate", lambda config, sizes, **k: dict(left.pop(0)))
+        return left
+
+    pauses = []
+    monkeypatch.setattr(module.time, "sleep", pauses.append)
+    config = TestbedConfig(hosts=2, bandwidth_bps=100e6)
+    # near the rate at once: one attempt, no pause
+    left = replay(record(0.99, 0.98), record(0.5, 0.5))
+    kept = module.calibrate_near_rate(config, [1, 2])
+    assert kept["attempts"] == 1 and pauses == [] and len(left) == 1
+    assert capsys.readouterr().err == ""
+    # slow, then near: the second is kept
+    replay(record(0.90, 0.99), record(0.995, 0.99))
+    kept = module.calibrate_near_rate(config, [1, 2])
+    assert kept["attempts"] == 2 and pauses == [module.LINK_PAUSES_S[0]]
+    assert kept["payload_efficiency"] == pytest.approx(0.995 * 0.96)
+    assert [round(s["TCP"], 3) for s in kept["link_rate_shares"]] == [0.9, 0.995]
+    assert capsys.readouterr().err == (
+        "calibration at 100 Mbit/s: its transfers carried under 0.97 of the rate less headers "
+        "(TCP 0.900): the link ran under its rate; trying again in 10 s (2 of 3)\n")
+    # slow every time, four attempts: the last pause again, and the nearest kept (by its
+    # slowest transfer, Gloo's here)
+    pauses.clear()
+    replay(record(0.95, 0.99), record(0.96, 0.965), record(0.99, 0.93), record(0.94, 0.99))
+    kept = module.calibrate_near_rate(config, [1, 2], attempts=4)
+    assert kept["attempts"] == 4 and pauses == [10.0, 20.0, 20.0]
+    assert kept["payload_efficiency"] == pytest.approx(0.96 * 0.96)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4 and lines[-1] == (
+        "calibration at 100 Mbit/s: the link ran under its rate in each of its 4 attempts; "
+        "keeping the nearest (its transfers carried under 0.97 of the rate less headers "
+        "(TCP 0.960, Gloo 0.965))")
+    # one attempt asked: taken once, slow or not, and nothing said
+    pauses.clear()
+    replay(record(0.5, 0.5))
+    kept = module.calibrate_near_rate(config, [1, 2], attempts=1)
+    assert kept["attempts"] == 1 and pauses == [] and capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="at least one attempt"):
+        module.calibrate_near_rate(config, [1, 2], attempts=0)
+

@@ -30,6 +30,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from real.testbed.bed import Testbed, scratch_testbed
@@ -172,6 +173,9 @@ MAX_TRANSFER_BYTES = 1_000_000_000       # ... and a 1 GB transfer is minutes at
 LINK_RATE_FLOOR = 0.97
 """The least share of the headers-only payload rate (``payload_efficiency_expected``) that each of
 a calibration's TCP, Gloo and duplex transfers must reach (``slow_link_reason``)."""
+LINK_PAUSES_S = (10.0, 20.0)
+"""The pauses between a calibration whose link ran slow and the next try (``slow_link_reason``);
+the run goes on with the attempt nearest the rate after the last (``calibrate_near_rate``)."""
 
 
 def transfer_shares(record: dict) -> dict[str, float]:
@@ -249,3 +253,36 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
     if raw_gloo is not None:
         record["gloo"] = summarise_gloo(raw_gloo, config)
     return record
+
+
+def calibrate_near_rate(config: TestbedConfig, sizes: list[int], attempts: int = 3,
+                        pauses_s: tuple[float, ...] = LINK_PAUSES_S, **kwargs) -> dict:
+    """``calibrate``, taken again where its link ran slower than its shaper lets through
+    (``slow_link_reason``: a busy moment of the machine's cores, not the link), at most
+    ``attempts`` times, each after ``pauses_s[i]`` (the last one again where there are more
+    attempts than pauses). The record of the attempt whose slowest transfer ran nearest the rate
+    (``slowest_share``), with ``attempts`` (how many were taken) and every attempt's
+    ``transfer_shares`` (``link_rate_shares``). ``kwargs`` go to ``calibrate``."""
+    if attempts < 1:
+        raise ValueError(f"calibration takes at least one attempt, got {attempts}")
+    kept, shares = None, []
+    for attempt in range(1, attempts + 1):
+        record = calibrate(config, sizes, **kwargs)
+        shares.append(transfer_shares(record))
+        if kept is None or slowest_share(record) > slowest_share(kept):
+            kept = record
+        reason = slow_link_reason(record)
+        if reason is None or attempt == attempts:
+            break
+        pause_s = pauses_s[min(attempt, len(pauses_s)) - 1] if pauses_s else 0.0
+        print(f"calibration at {config.bandwidth_bps / 1e6:g} Mbit/s: {reason}: the link ran "
+              f"under its rate; trying again in {pause_s:g} s ({attempt + 1} of {attempts})",
+              file=sys.stderr, flush=True)
+        time.sleep(pause_s)
+    if reason is not None and attempts > 1:
+        print(f"calibration at {config.bandwidth_bps / 1e6:g} Mbit/s: the link ran under its "
+              f"rate in each of its {attempts} attempts; keeping the nearest "
+              f"({slow_link_reason(kept)})", file=sys.stderr, flush=True)
+    kept["attempts"] = attempt
+    kept["link_rate_shares"] = shares
+    return kept
