@@ -746,14 +746,14 @@ def test_calibrate_whose_json_cannot_be_written_after_all_says_so_in_one_line(
     folder = tmp_path / "out"
     folder.mkdir()
 
-    def calibrated(config, sizes, pings, repeats, gloo):
+    def calibrated(config, sizes, attempts, pings, repeats, gloo):
         shutil.rmtree(folder)
         return {"bandwidth_bps": 1e8, "goodput_bps": 9.4e7, "payload_efficiency": 0.94,
                 "payload_efficiency_expected": 0.95, "latency_s": 1e-4, "rtt_s": {"count": 200},
                 "transfers": []}
 
     monkeypatch.setattr(cli, "unavailable", lambda: False)
-    monkeypatch.setattr(cli, "calibrate", calibrated)
+    monkeypatch.setattr(cli, "calibrate_near_rate", calibrated)
     assert cli.main(["calibrate", "--no-gloo", "--json", str(folder / "cal.json")]) == 1
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("testbed: error: --json: ") and "No such file or directory" in last
