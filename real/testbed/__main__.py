@@ -14,7 +14,7 @@ from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
 from real.testbed.bed import Testbed, signals_raise
-from real.testbed.calibrate import LINK_PAUSES_S, calibrate_near_rate, check_calibration
+from real.testbed.calibrate import LINK_ATTEMPTS, calibrate_near_rate, check_calibration
 from real.testbed.config import (ADDRESS_LAYOUTS, DEFAULT_HOST_CORES, HOST_CORES_HELP,
                                  HOST_CORES_POLICIES, SCHEDULING_POLICIES, TestbedConfig,
                                  parse_congestion_control)
@@ -83,10 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--pings", type=int, default=200, help="1-byte round trips (default 200)")
     cal.add_argument("--repeats", type=int, default=3, help="transfers per size (default 3)")
     cal.add_argument("--no-gloo", action="store_true", help="skip the torch.distributed (Gloo) measurement")
-    cal.add_argument("--attempts", type=int, default=1 + len(LINK_PAUSES_S),
+    cal.add_argument("--attempts", type=int, default=LINK_ATTEMPTS,
                      help="calibrations at most: one whose transfers ran under the rate less "
                           "headers (a busy moment of the cores) is taken again, and the nearest "
-                          f"kept (default {1 + len(LINK_PAUSES_S)}; 1: never again)")
+                          f"kept (default {LINK_ATTEMPTS}; 1: never again)")
     cal.add_argument("--json", metavar="FILE", help="write the calibration record here")
     clean = commands.add_parser("cleanup", help="remove what crashed test beds left behind")
     clean.add_argument("--all", action="store_true", help="also remove test beds whose owner still runs")

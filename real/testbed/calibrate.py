@@ -176,6 +176,8 @@ a calibration's TCP, Gloo and duplex transfers must reach (``slow_link_reason``)
 LINK_PAUSES_S = (10.0, 20.0)
 """The pauses between a calibration whose link ran slow and the next try (``slow_link_reason``);
 the run goes on with the attempt nearest the rate after the last (``calibrate_near_rate``)."""
+LINK_ATTEMPTS = 1 + len(LINK_PAUSES_S)
+"""Calibrations at most of one rate whose link ran slow, one after each pause."""
 
 
 def transfer_shares(record: dict) -> dict[str, float]:
@@ -255,7 +257,8 @@ def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats
     return record
 
 
-def calibrate_near_rate(config: TestbedConfig, sizes: list[int], attempts: int = 3,
+def calibrate_near_rate(config: TestbedConfig, sizes: list[int],
+                        attempts: int = LINK_ATTEMPTS,
                         pauses_s: tuple[float, ...] = LINK_PAUSES_S, **kwargs) -> dict:
     """``calibrate``, taken again where its link ran slower than its shaper lets through
     (``slow_link_reason``: a busy moment of the machine's cores, not the link), at most
