@@ -201,7 +201,6 @@ class Experiment:
     name: str
     question: str
     points: tuple
-    repeats: int = 1  # independent test beds per point; the runner reports their median
 
     @property
     def bandwidths_bps(self) -> list[float]:

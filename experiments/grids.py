@@ -15,7 +15,12 @@ whose error keeps one side over five grids or more (a bias of the model, not the
 measurement in every grid that holds it. ``--core-speed`` also prints, for every grid that
 sampled its cores before its all-reduce stage (``run.json``), their speed then and each kind of
 all-reduce row's median error (signed), slowest grid first, and Spearman's rank correlation of
-the two over those grids. Reads only; ``--json FILE`` writes the same figures.
+the two over those grids. ``--pool 1,3,5`` asks what a point measured on N independent test
+beds would give, its price and its measurement each the median over them: it takes the grids in
+the order named, in runs of N (a last, shorter run left out; each grid a bed of every point),
+prices every row the N grids all hold from their median price and median measurement, and
+prints per N the groups, the rows, the median |error|, the rows over the worst-row target and
+the groups with none over it. Reads only; ``--json FILE`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -160,6 +165,63 @@ def biases(grids: dict[str, list[dict]], min_grids: int = 5) -> list[dict]:
             out.append({"experiment": experiment, "config": config, "grids": len(errors),
                         "mean_error": mean, "sd_error": sd})
     return sorted(out, key=lambda b: -abs(b["mean_error"]))
+
+
+def pooled(grids: dict[str, list[dict]], beds: int) -> dict:
+    """The grids, in their order, in runs of ``beds`` (a last, shorter run left out), each run
+    taken as one grid whose every point was measured on ``beds`` test beds: a row the run's grids
+    all hold is priced at the median of their prices and measured at the median of their
+    measurements. Per ``beds``: the groups, the rows, the median |error|, the smallest and largest
+    worst |error| of a group, the rows over the worst-row target and the groups with none."""
+    if not 1 <= beds <= len(grids):
+        raise GridError(f"--pool takes 1 to {len(grids)} beds (the grids named), got {beds}")
+    names = list(grids)
+    worsts, errors = [], []
+    for start in range(0, len(names) - beds + 1, beds):
+        held: dict[tuple[str, str], list[dict]] = {}
+        for name in names[start:start + beds]:
+            for r in grids[name]:
+                if "predicted_s" in r and "measured_s" in r:
+                    held.setdefault((r["experiment"], r["config"]), []).append(r)
+        group = []
+        for rows in held.values():
+            if len(rows) == beds:
+                measured = statistics.median(r["measured_s"] for r in rows)
+                predicted = statistics.median(r["predicted_s"] for r in rows)
+                group.append(abs(predicted - measured) / measured)
+        if group:
+            errors += group
+            worsts.append(max(group))
+    if not errors:
+        raise GridError("no row carries its predicted and measured seconds to pool")
+    return {"beds": beds, "groups": len(worsts), "rows": len(errors),
+            "median_abs_error": statistics.median(errors),
+            "worst_abs_error_min": min(worsts), "worst_abs_error_max": max(worsts),
+            "over_target": sum(e > WORST_TARGET for e in errors),
+            "groups_within_target": sum(w <= WORST_TARGET for w in worsts)}
+
+
+def pooled_markdown(pools: list[dict]) -> str:
+    lines = ["| beds a point | groups | rows | median \\|error\\| | worst \\|error\\| of a group "
+             f"| over {WORST_TARGET:.0%} | groups with every row within {WORST_TARGET:.0%} |",
+             "|---|---|---|---|---|---|---|"]
+    for p in pools:
+        lines.append(f"| {p['beds']} | {p['groups']} | {p['rows'] / p['groups']:.0f} a group "
+                     f"| {p['median_abs_error']:.1%} "
+                     f"| {p['worst_abs_error_min']:.1%} to {p['worst_abs_error_max']:.1%} "
+                     f"| {p['over_target']} of {p['rows']} | {p['groups_within_target']} |")
+    return "\n".join(lines)
+
+
+def parse_beds(text: str) -> list[int]:
+    """``--pool``'s comma-separated counts of beds, each a whole number of at least 1."""
+    try:
+        beds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--pool takes whole numbers of beds separated by commas, got {text!r}")
+    if any(b < 1 for b in beds):
+        raise ValueError(f"--pool takes counts of at least 1 bed, got {text!r}")
+    return beds
 
 
 def row_history(grids: dict[str, list[dict]], name: str) -> list[dict]:
@@ -310,8 +372,18 @@ def parse_args(argv=None):
     parser.add_argument("--core-speed", action="store_true",
                         help="also set each all-reduce kind's median error against the cores' "
                              "speed before the all-reduce stage, grid by grid")
+    parser.add_argument("--pool", metavar="N[,N...]",
+                        help="also price each row from the median over N grids taken as N beds "
+                             "of each point (runs of N grids in the order named), e.g. 1,3,5")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
+    try:
+        args.pool = parse_beds(args.pool) if args.pool is not None else []
+    except ValueError as error:
+        parser.error(str(error))
+    if any(b > len(args.folders) for b in args.pool):
+        parser.error(f"--pool takes at most {len(args.folders)} beds (the grids named), "
+                     f"got {args.pool}")
     read = ("fidelity.json", "allreduce.json") + (("run.json",) if args.core_speed else ())
     check_folders(parser, args.folders, args.json, read)
     return args
@@ -329,6 +401,11 @@ def main(argv=None) -> int:
     if unheld:
         print(f"experiments.grids: no grid holds the row {unheld[0]!r} (name it as "
               "'EXPERIMENT: CONFIG', as the lists below the table do)", file=sys.stderr)
+        return 2
+    try:
+        pools = [pooled(grids, beds) for beds in args.pool]
+    except GridError as error:
+        print(f"experiments.grids: {error}", file=sys.stderr)
         return 2
     kinds, missed, biased = summarise_kinds(grids), misses(grids), biases(grids)
     print(markdown(kinds))
@@ -350,6 +427,10 @@ def main(argv=None) -> int:
         leans = speed_leans(grids, {str(f): stage_core_speed(f) for f in args.folders})
         print("\n" + speed_markdown(leans))
         figures["core_speed"] = leans
+    if pools:
+        print("\nEach row priced and measured as the median over N grids, taken as N test beds of "
+              "every point (runs of N grids in the order named):\n\n" + pooled_markdown(pools))
+        figures["pooled"] = pools
     return write_json_output("experiments.grids", "--json", args.json, figures)
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.grids import (ALL, allreduce_kind, biases, grid_rows, main, misses, spearman,
-                               speed_leans, stage_core_speed, summarise_kinds)
+from experiments.grids import (ALL, GridError, allreduce_kind, biases, grid_rows, main, misses,
+                               pooled, spearman, speed_leans, stage_core_speed, summarise_kinds)
 from tests.cli_helpers import usage_error
 
 
@@ -295,3 +295,48 @@ def test_cli_core_speed_prints_the_table_and_writes_it(tmp_path, capsys):
     assert "allreduce under 1 MB, 4 hosts, 1000 Mbit/s: -1.00" in printed
     written = json.loads(out.read_text())["core_speed"]
     assert [g["core_speed"] for g in written["grids"]] == [0.6, 0.9, 1.0]
+
+
+def test_pooling_prices_each_row_from_the_median_of_a_run_of_grids(tmp_path):
+    # one row, five grids: measured 1.0 each time, priced +20%, -2%, +1%, -15%, +3%
+    grids = {}
+    for i, predicted in enumerate([1.20, 0.98, 1.01, 0.85, 1.03]):
+        grids[str(i)] = grid_rows(write_grid(tmp_path / str(i), [], [("sync", predicted, 1.0)]))
+    one = pooled(grids, 1)
+    assert (one["groups"], one["rows"], one["over_target"], one["groups_within_target"]) == \
+        (5, 5, 2, 3)
+    assert one["worst_abs_error_max"] == pytest.approx(0.20)
+    three = pooled(grids, 3)  # grids 0-2 (median price 1.01), grid 3-4 left out
+    assert (three["groups"], three["rows"], three["over_target"]) == (1, 1, 0)
+    assert three["median_abs_error"] == pytest.approx(0.01)
+    two = pooled(grids, 2)  # medians of two: (1.20 + 0.98) / 2 and (1.01 + 0.85) / 2
+    assert two["groups"] == 2 and two["over_target"] == 1
+    assert two["worst_abs_error_min"] == pytest.approx(0.07)
+    assert two["worst_abs_error_max"] == pytest.approx(0.09)
+
+
+def test_pooling_prices_only_the_rows_every_grid_of_a_run_holds(tmp_path):
+    one = grid_rows(write_grid(tmp_path / "one", [], [("sync", 1.5, 1.0), ("async", 1.0, 1.0)]))
+    two = grid_rows(write_grid(tmp_path / "two", [], [("async", 1.02, 1.0)]))
+    pool = pooled({"one": one, "two": two}, 2)
+    assert pool["rows"] == 1 and pool["over_target"] == 0  # sync, in one grid only, is left out
+    with pytest.raises(GridError, match="1 to 2 beds"):
+        pooled({"one": one, "two": two}, 3)
+
+
+def test_cli_pool_prints_a_line_per_count_of_beds_and_writes_them(tmp_path, capsys):
+    folders = [str(write_grid(tmp_path / str(i), [], [("sync", p, 1.0)]))
+               for i, p in enumerate([1.10, 1.00, 0.99])]
+    out = tmp_path / "pooled.json"
+    assert main(folders + ["--pool", "1,3", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| 1 | 3 | 1 a group | 1.0% | 0.0% to 10.0% | 1 of 3 | 2 |" in text
+    assert "| 3 | 1 | 1 a group | 0.0% | 0.0% to 0.0% | 0 of 1 | 1 |" in text
+    assert [p["beds"] for p in json.loads(out.read_text())["pooled"]] == [1, 3]
+
+
+@pytest.mark.parametrize("pool, message", [
+    ("3,x", "whole numbers of beds"), ("0", "at least 1 bed"), ("4", "at most 3 beds")])
+def test_cli_refuses_a_pool_it_cannot_take_on_one_line(tmp_path, capsys, pool, message):
+    folders = [str(write_grid(tmp_path / str(i), [], [("sync", 1.0, 1.0)])) for i in range(3)]
+    assert message in usage_error(main, folders + ["--pool", pool], capsys)
