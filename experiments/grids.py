@@ -178,16 +178,16 @@ def pooled(grids: dict[str, list[dict]], beds: int) -> dict:
     names = list(grids)
     worsts, errors = [], []
     for start in range(0, len(names) - beds + 1, beds):
-        held: dict[tuple[str, str], list[dict]] = {}
+        held: dict[tuple[str, str], dict[str, dict]] = {}  # row -> grid -> the row there
         for name in names[start:start + beds]:
             for r in grids[name]:
                 if "predicted_s" in r and "measured_s" in r:
-                    held.setdefault((r["experiment"], r["config"]), []).append(r)
+                    held.setdefault((r["experiment"], r["config"]), {})[name] = r
         group = []
-        for rows in held.values():
-            if len(rows) == beds:
-                measured = statistics.median(r["measured_s"] for r in rows)
-                predicted = statistics.median(r["predicted_s"] for r in rows)
+        for by_grid in held.values():
+            if len(by_grid) == beds:
+                measured = statistics.median(r["measured_s"] for r in by_grid.values())
+                predicted = statistics.median(r["predicted_s"] for r in by_grid.values())
                 group.append(abs(predicted - measured) / measured)
         if group:
             errors += group
