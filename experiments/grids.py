@@ -213,14 +213,17 @@ def pooled_markdown(pools: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def parse_beds(text: str) -> list[int]:
-    """``--pool``'s comma-separated counts of beds, each a whole number of at least 1."""
+def parse_beds(text: str, most: int) -> list[int]:
+    """``--pool``'s comma-separated counts of beds, each a whole number from 1 to ``most`` (the
+    grids named)."""
     try:
         beds = [int(part) for part in text.split(",")]
     except ValueError:
         raise ValueError(f"--pool takes whole numbers of beds separated by commas, got {text!r}")
     if any(b < 1 for b in beds):
         raise ValueError(f"--pool takes counts of at least 1 bed, got {text!r}")
+    if any(b > most for b in beds):
+        raise ValueError(f"--pool takes at most {most} beds (the grids named), got {text!r}")
     return beds
 
 
@@ -378,12 +381,9 @@ def parse_args(argv=None):
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     try:
-        args.pool = parse_beds(args.pool) if args.pool is not None else []
+        args.pool = parse_beds(args.pool, len(args.folders)) if args.pool is not None else []
     except ValueError as error:
         parser.error(str(error))
-    if any(b > len(args.folders) for b in args.pool):
-        parser.error(f"--pool takes at most {len(args.folders)} beds (the grids named), "
-                     f"got {args.pool}")
     read = ("fidelity.json", "allreduce.json") + (("run.json",) if args.core_speed else ())
     check_folders(parser, args.folders, args.json, read)
     return args
