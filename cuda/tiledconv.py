@@ -274,13 +274,16 @@ class _GpuRunner:
             # Only kernels that read c_masks are sure to keep it in the module.
             self.c_masks_ptr = module.get_global("c_masks").ptr if self.constant_mask else None
         # c_masks is shared by every launch of this module: the event orders a
-        # launch on one stream after the previous launch on another.
+        # launch on one stream after the previous launch on another, and the lock
+        # keeps two host threads from both waiting on the same event and both
+        # copying their masks before either kernel runs.
         self.last_launch = None
+        self.launching = threading.Lock()
 
     def run(self, launches, image, mask, out, shape: ConvShape) -> None:
         cp, k2 = self.cp, self.mask_size**2
         stream = torch.cuda.current_stream(self.device)
-        with cp.cuda.Device(self.device.index), _cupy_stream(cp, stream):
+        with self.launching, cp.cuda.Device(self.device.index), _cupy_stream(cp, stream):
             if self.last_launch is not None:
                 stream.wait_event(self.last_launch)
             for launch in launches:

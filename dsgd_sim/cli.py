@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from . import convergence
 from .argparse_oneline import (OneLineArgumentParser, argparse_type as _typed,
-                               check_output_files, run_command_line, write_atomically)
+                               check_output_files, finite_json, run_command_line,
+                               write_atomically)
 from .cluster import ClusterConfig
 from .collectives import (ALGORITHM_NAMES, PARAMETER_SERVER, allreduce_time_s, load_round_costs,
                           round_cost_notes)
@@ -62,11 +63,12 @@ def _positive_int(text: str, what: str, maximum: int) -> int:
 
 
 def parse_replicas(text: str) -> list[int]:
-    """``16``, ``1,2,4,8`` or ``1,2,4,...,1024`` (a geometric or arithmetic series, continued)."""
+    """``16``, ``1,2,4,8`` or ``1,2,4,...,1024`` (a geometric or arithmetic series, continued),
+    in increasing order, each count once: a sweep's last run is its largest (the one traced)."""
     parts = [p.strip() for p in text.split(",")] if text.strip() else [""]
     if "..." in parts:
         return _expand_series(parts, text)
-    return [_positive_int(p, "replica count", MAX_REPLICAS) for p in parts]
+    return sorted({_positive_int(p, "replica count", MAX_REPLICAS) for p in parts})
 
 
 def _expand_series(parts: list[str], text: str) -> list[int]:
@@ -87,9 +89,9 @@ def _expand_series(parts: list[str], text: str) -> list[int]:
         raise ValueError(f"replica series {text!r} is neither geometric nor arithmetic")
     for following in readings:
         values = list(head)
-        while following(values[-1]) <= last:
-            values.append(int(following(values[-1])))
-        if values[-1] == last:
+        while (term := following(values[-1])) <= last and term == int(term):
+            values.append(int(term))
+        if values[-1] == last:  # a reading whose next term is no whole number stops short of it
             return values
     raise ValueError(f"replica series {text!r} does not reach {last}")
 
@@ -206,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parameter server's NIC, with --algorithm ps or async (default: as "
                         "--bandwidth)")
     p.add_argument("--bucket-size", type=_typed(parse_size, "size"),
-                   help="sync: gradient buckets as in DDP: 25MB")
+                   help="sync: gradient buckets, e.g. 25MiB (DDP's default cap; its "
+                        "first, 1 MiB bucket is not modelled)")
     p.add_argument("--overlap", action="store_true",
                    help="sync: all-reduce each bucket as soon as it is ready, during backward")
     p.add_argument("--stragglers", type=_typed(parse_stragglers, "stragglers"),
@@ -483,6 +486,7 @@ def write_outputs(args, runs: Runs) -> None:
     if runs.curves:
         document["convergence"] = {mode: c.points() for mode, c in runs.curves.items()}
         document["convergence_summary"] = runs.convergence
+    document = finite_json(document)  # a speedup over no time is null, not NaN: strict parsers
     if args.json == "-":
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -564,7 +568,7 @@ def check_flags_apply(args, given: dict[str, str]) -> None:
     if "overlap" in given and "bucket_size" not in given:
         raise ValueError("--overlap all-reduces each bucket during backward, and without "
                          "--bucket-size the gradient is one bucket, ready when backward ends: "
-                         "give --bucket-size (25MB, as DDP)")
+                         "give --bucket-size (25MiB is DDP's default cap)")
     if "ps_memory_bandwidth" in given and "ps_service_time" in given:
         raise ValueError("--ps-service-time gives the server's apply time, which "
                          "--ps-memory-bandwidth would otherwise set: give one of them")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .collectives import bus_bandwidth_factor
+from .collectives import PARAMETER_SERVER, bus_bandwidth_factor
 from .parameter_server import AsyncConfig, AsyncResult, timed_rate
 from .sync import SyncConfig, SyncResult, SyncSimulation
 from .units import (format_bandwidth_bps, format_bytes, format_count, format_rate_Bps,
@@ -55,7 +55,9 @@ def summarize(result: SyncResult, single_iteration_s: float) -> dict:
         "efficiency": speedup / p,
         "samples_per_s": samples_per_s,
         "algbw_Bps": algbw,
-        "busbw_Bps": algbw * bus_bandwidth_factor(p),
+        # nccl-tests' all-reduce factor: no figure for a parameter server's push and pull
+        "busbw_Bps": (None if config.algorithm == PARAMETER_SERVER
+                      else algbw * bus_bandwidth_factor(p)),
         "single_replica_iteration_time_s": single_iteration_s,
         "gradients_per_iteration": config.gradients_used,
     }
@@ -142,12 +144,17 @@ def format_single(config: SyncConfig, summary: dict) -> str:
         f"    idle           {format_time(max(summary['idle_time_s'], 0.0)):>10}   "
         f"{_share(max(summary['idle_time_s'], 0.0), t)}",
         f"  communication    {format_time(summary['comm_time_s']):>10}   "
-        f"algbw {format_rate_Bps(summary['algbw_Bps'])}, busbw {format_rate_Bps(summary['busbw_Bps'])}",
+        f"algbw {format_rate_Bps(summary['algbw_Bps'])}, busbw {_busbw(summary)}",
         f"  throughput       {summary['samples_per_s']:>10.4g}   samples/s",
         f"  speedup          {summary['speedup']:>10.3g}x  over one replica "
         f"(efficiency {summary['efficiency']:.0%})",
     ]
     return "\n".join(rows)
+
+
+def _busbw(summary: dict) -> str:
+    """The summary's bus bandwidth as read, or what stands for it where there is none."""
+    return "n/a (ps)" if summary["busbw_Bps"] is None else format_rate_Bps(summary["busbw_Bps"])
 
 
 def format_sweep(configs: list[SyncConfig], summaries: list[dict]) -> str:
@@ -161,7 +168,7 @@ def format_sweep(configs: list[SyncConfig], summaries: list[dict]) -> str:
                     f"{format_time(s['compute_time_s']):>10} {format_time(s['exposed_comm_s']):>10} "
                     f"{format_time(max(s['idle_time_s'], 0.0)):>10} {s['samples_per_s']:>10.4g} "
                     f"{s['speedup']:>7.3g}x {s['efficiency']:>7.0%} "
-                    f"{format_rate_Bps(s['busbw_Bps']):>11}")
+                    f"{_busbw(s):>11}")
     return "\n".join(rows)
 
 
@@ -327,7 +334,7 @@ def format_side_by_side(sync_config: SyncConfig, sync: dict, async_config: Async
               f"{pct(max(sync['idle_time_s'], 0.0))}", f"server queue "
               f"{format_time(asyn['queue_time_s'])}, apply {format_time(asyn['apply_time_s'])}"),
         _side("communication", f"{format_time(sync['comm_time_s'])}, busbw "
-              f"{format_rate_Bps(sync['busbw_Bps'])}", f"{format_bytes(async_config.shard_bytes)}"
+              f"{_busbw(sync)}", f"{format_bytes(async_config.shard_bytes)}"
               f" each way per server"),
         _side("throughput", f"{sync['samples_per_s']:.4g} samples/s",
               f"{asyn['samples_per_s']:.4g} samples/s"),

@@ -147,9 +147,10 @@ def load_profile(path: str) -> Workload:
     if not isinstance(samples, list) or not samples:
         raise ValueError(f"profile {path}: 'compute_s' must be a non-empty list of seconds")
     samples = tuple(_number(s, "compute_s entries", path, MAX_TIME_S) for s in samples)
+    if 0.0 in samples:  # an iteration of no time: a run drawing only these would divide by 0
+        raise ValueError(f"profile {path}: compute_s entry {samples.index(0.0)} is 0; every "
+                         f"measured compute time is more than 0 s")
     compute = Empirical(samples)
-    if compute.mean_s <= 0:
-        raise ValueError(f"profile {path}: compute times must not all be zero")
     if compute.mean_s < MIN_MEAN_S:
         raise ValueError(f"profile {path}: compute times must average at least {MIN_MEAN_S:g} s, "
                          f"got {compute.mean_s:g}")

@@ -121,8 +121,8 @@ def report_folders(tool: str, folders: list[str], errors_of, summary_of, what: s
     for folder in map(Path, folders):
         try:
             rows += errors_of(folder)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError,
-                ArithmeticError) as error:  # a file not as experiments/run.py writes it
+        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+                ArithmeticError, RecursionError) as error:  # a file not as run.py writes it
             print(f"{tool}: {folder}: {type(error).__name__}: {error}", file=sys.stderr)
             return 2
     if not rows:

@@ -93,11 +93,14 @@ def async_rows(experiment, net_by_rate: dict, measure, predict) -> list[dict]:
     rows = []
     for point in experiment.points:
         summary = measure(point)
+        rate = summary["updates_per_s"]
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise ValueError(f"{point.label}: updates_per_s {rate!r} is no rate of updates")
         predicted = predict(point, net_by_rate[point.bandwidth_bps])
         rows.append({"config": point.label, "hosts": point.hosts, "workers": point.workers,
                      "bandwidth_bps": point.bandwidth_bps, "mode": "async",
                      "predicted_s": predicted["per_update_s"],
-                     "measured_s": 1.0 / summary["updates_per_s"],
+                     "measured_s": 1.0 / rate,
                      "predicted_staleness_mean": predicted["staleness_mean"],
                      "measured_staleness_mean": summary["staleness_mean"], "measured": summary})
     return rows
@@ -424,6 +427,11 @@ def main(argv=None) -> int:
         print(f"experiments/run.py: {flag}: no run.json in {RESULTS} (run the experiments "
               "first)", file=sys.stderr)
         return 2
+    try:  # --json over a stored file would lose it, whatever the mode: measured or stored
+        check_not_stored({"--json": args.json, "--trace": args.trace})
+    except ValueError as error:
+        print(f"experiments/run.py: {error}", file=sys.stderr)
+        return 2
     if args.report_only:
         try:
             summary = regenerate_stored()
@@ -439,10 +447,6 @@ def main(argv=None) -> int:
                   for ext in ("json", "png")] + [REPORT])
     try:  # a folder in an output's place, found now and not at the end of the run
         check_outputs(outputs if RESULTS.is_dir() else [])
-        for flag, path in (("--json", args.json), ("--trace", args.trace)):
-            if path is not None and os.path.realpath(path) in map(os.path.realpath, outputs):
-                raise ValueError(f"{flag} {path!r} is one of the run's own outputs; name "
-                                 f"another file")
     except ValueError as error:
         print(f"experiments/run.py: {error}", file=sys.stderr)
         return 2
@@ -480,26 +484,44 @@ def measure_and_report(args) -> int:
     try:
         with signals_raise():  # kill (SIGTERM), a closed terminal: the bed comes down as on Ctrl-C
             measure_all(args, meta)
-    except TestbedError as error:
-        print(f"experiments/run.py: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:  # the test bed in use has been torn down on the way out
-        how = f" ({exc})" if str(exc) else ""
-        if meta:  # this run's run.json is written: say how far it got
+    except (TestbedError, KeyboardInterrupt) as exc:  # the bed in use is down on the way out
+        failed = isinstance(exc, TestbedError)
+        if meta:  # this run's run.json is written: say how far it got, and why it stopped
             meta.update(wall_s=time.monotonic() - started, build_s=build_s,
-                        interrupted=str(exc) or "Ctrl-C")
+                        interrupted=(f"test bed error: {exc}" if failed else str(exc) or "Ctrl-C"))
             write_run_json(meta)
-        print(f"experiments/run.py: interrupted{how}; the experiments finished before it are "
-              f"in {RESULTS} (`--report-only` reports them)", file=sys.stderr)
-        return 130
+        how = f": {exc}" if failed else f" ({exc})" if str(exc) else ""
+        print(f"experiments/run.py: {'stopped' if failed else 'interrupted'}{how}; the "
+              f"experiments finished before it are in {RESULTS} (`--report-only` reports them)",
+              file=sys.stderr)
+        return 1 if failed else 130
     meta.update(wall_s=time.monotonic() - started, build_s=build_s)
     write_run_json(meta)
-    with timeline.span("report", "report"):
-        summary = regenerate(load_results(list(EXPERIMENTS)), meta)
+    try:
+        with timeline.span("report", "report"):
+            summary = regenerate(load_results(list(EXPERIMENTS)), meta)
+    except BAD_RESULTS as error:  # another experiment's file in the folder, not as written
+        print(f"experiments/run.py: the report could not be made ({problem(error)}); this run's "
+              f"results are in {RESULTS}", file=sys.stderr)
+        return 1
     print(f"fidelity: {summary['rows']} rows, median |error| {summary['median_abs_error']:.1%}, "
           f"worst {summary['worst_abs_error']:.1%} ({summary['worst_config']})")
     return write_json_output("experiments/run.py", "--json", args.json,
                              {**summary, "wall_s": meta["wall_s"], "build_s": build_s})
+
+
+def check_not_stored(paths: dict[str, str | None]) -> None:
+    """``ValueError`` if a flag's file (``{flag: path}``, None: not given) is one the results
+    folder keeps (run.json, the calibration, fidelity.json, any experiment's JSON or plot, the
+    report): a run writes those itself, and ``--report-only`` and ``--repredict`` read them."""
+    kept = ([RESULTS / name for name in ("run.json", "calibration.json", "fidelity.json")]
+            + [RESULTS / f"{name}.{ext}" for name in EXPERIMENTS for ext in ("json", "png")]
+            + [REPORT])
+    kept = set(map(os.path.realpath, kept))
+    for flag, path in paths.items():
+        if path is not None and os.path.realpath(path) in kept:
+            raise ValueError(f"{flag} {path!r} is one of the run's own outputs in "
+                             f"{RESULTS}; name another file")
 
 
 def write_trace(path: str | None) -> int:

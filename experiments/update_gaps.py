@@ -15,7 +15,6 @@ does the bed (``experiments/LOG.md``, ``async``). Reads only.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgd_sim.argparse_oneline import argparse_type, run_command_line  # noqa: E402
+from dsgd_sim.argparse_oneline import argparse_type, read_json, run_command_line  # noqa: E402
 from dsgd_sim.units import format_time, parse_time  # noqa: E402
 from experiments.emulated_steps import folders_parser, report_folders  # noqa: E402
 
@@ -52,7 +51,7 @@ def spacing(row: dict, bubble_s: float) -> dict:
 
 def folder_lines(folder: Path, row_config: str, bubble_s: float) -> list[str]:
     """The line of ``folder``'s ``row_config`` row, or none where its run has no such row."""
-    rows = [r for r in json.loads((folder / "async.json").read_text())["rows"]
+    rows = [r for r in read_json(folder / "async.json")["rows"]
             if r["config"] == row_config]
     lines = []
     for row in rows:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from multiprocessing import connection as mp_connection
 
 if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
@@ -203,7 +204,10 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
     for proc in procs:
         proc.start()
     server, workers = procs[0], procs[1:]
-    wait_for_processes(server, workers, server_joined)
+    stuck = wait_for_processes(server, workers, server_joined, grace_s=config.timeout_s)
+    for rank in stuck:
+        say(f"{PROG}: rank {rank} was still running {config.timeout_s:g} s after the server "
+            f"ended (stopped or hung); killed it", sys.stderr)
     for proc in procs:
         proc.join()
     codes = [proc.exitcode for proc in procs]
@@ -212,15 +216,32 @@ def launch(config: AsyncConfig, address: str, port: int) -> int:
     return 1 if any(code and code > 0 for code in codes[1:]) else 0
 
 
-def wait_for_processes(server, workers: list, server_joined, wait=mp_connection.wait) -> None:
-    """Return once the server and every worker have ended; stop the workers if the server ends
-    before it joined the job. One look at which are alive per pass: a second look could find the
-    last one gone and leave ``wait`` an empty list, which it would wait on for ever."""
+def wait_for_processes(server, workers: list, server_joined, grace_s: float,
+                       wait=mp_connection.wait, clock=time.monotonic) -> list[int]:
+    """Return once the server and every worker have ended: the ranks of the workers killed.
+
+    Workers are stopped if the server ends before it joined the job (they would wait to join it
+    for good); once a server that served has ended, a worker still running ``grace_s`` later
+    (stopped or hung) is killed with SIGKILL, which a stopped process cannot hold back as it
+    can SIGTERM. One look at which are alive per pass: a second look could find the last one
+    gone and leave ``wait`` an empty list, which it would wait on for ever."""
+    deadline, killed = None, []
     while alive := [proc for proc in (server, *workers) if proc.is_alive()]:
-        wait([proc.sentinel for proc in alive])
-        if not server.is_alive() and not server_joined.is_set():
+        wait([proc.sentinel for proc in alive],
+             None if deadline is None else max(0.0, deadline - clock()))
+        if server.is_alive():
+            continue
+        if not server_joined.is_set():
             for worker in workers:
                 worker.terminate()
+        elif deadline is None:
+            deadline = clock() + grace_s
+        elif clock() >= deadline:
+            for rank, worker in enumerate(workers, start=1):
+                if rank not in killed and worker.is_alive():
+                    worker.kill()
+                    killed.append(rank)
+    return killed
 
 
 def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int,

@@ -73,7 +73,12 @@ def check_timeout(timeout_s: float, name: str = "timeout_s", given: str | None =
 
 
 class CommError(RuntimeError):
-    """A communication failed: a peer died or timed out, or ranks passed mismatched tensors."""
+    """A communication failed: a peer died or timed out, or ranks passed mismatched tensors.
+    ``timed_out`` is True when it failed because the communicator's timeout ran out."""
+
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class Work:

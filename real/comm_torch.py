@@ -215,10 +215,11 @@ class TorchCommunicator(Communicator):
         except CommError:
             raise
         except (RuntimeError, dist.DistError) as error:
-            raise CommError(f"rank {self.rank}: {what} failed after "
-                            f"{time.monotonic() - start:.1f} s (a peer died, hung past the "
-                            f"{self.timeout_s:g} s timeout, or called another operation): "
-                            f"{error}") from error
+            waited_s = time.monotonic() - start
+            raise CommError(f"rank {self.rank}: {what} failed after {waited_s:.1f} s (a peer "
+                            f"died, hung past the {self.timeout_s:g} s timeout, or called another "
+                            f"operation): {error}",
+                            timed_out=waited_s >= 0.99 * self.timeout_s) from error
 
     def world(self, rank: int) -> int:
         """This communicator's ``rank`` as a rank of the default (world) group."""

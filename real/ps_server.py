@@ -38,10 +38,13 @@ The loop, one push at a time:
    ``STOP``.
 
 A worker that dies fails its own posted receive (its TCP connection closes, at once), or the
-server's next send to it; it is counted in ``workers_lost`` and the others go on. So does a
-worker that pushes nothing within the timeout. (A single receive from *any* worker would not
-do: Gloo matches it to the first worker that announces a push, and if that worker dies before
-the push arrives, every later receive from any worker fails.) A bad header ends the job: every
+server's next send to it; it is counted in ``workers_lost`` and the others go on. (A single
+receive from *any* worker would not do: Gloo matches it to the first worker that announces a
+push, and if that worker dies before the push arrives, every later receive from any worker
+fails.) A worker that is alive but pushes nothing within the timeout (hung, or computing for
+longer) ends the job instead, with :class:`WorkersLost` naming it: a Gloo receive that times out
+closes every connection of the process, the healthy workers' too. (MPI receives have no
+timeout: there the others go on.) A bad header ends the job: every
 worker still alive gets ``ERROR``, and :class:`ProtocolError` carries the one-line reason.
 """
 
@@ -69,7 +72,7 @@ UPDATE_LOG_LIMIT = 100_000  # updates listed one by one in the summary
 
 
 class WorkersLost(RuntimeError):
-    """No worker is left to serve: all died or none pushed within the timeout."""
+    """No worker is left to serve (all died), or one pushed nothing within the timeout."""
 
 
 @dataclass
@@ -109,6 +112,7 @@ class ParameterServer:
         self.applied = {w: 0 for w in self.workers}
         self.lost: list[int] = []
         self.last_loss = "none"  # why the last worker was lost
+        self.timed_out: str | None = None  # why the first worker lost to the timeout was lost
         self.headers = {w: empty_header() for w in self.workers}  # each worker's next push:
         self.grads = {w: torch.zeros_like(self.weights) for w in self.workers}  # its gradient
         self.pending: dict[int, object] = {}  # worker -> the posted receive of that header
@@ -130,6 +134,8 @@ class ParameterServer:
             for worker in self.workers:
                 self.expect(worker)
             while not self.finished():
+                if self.timed_out is not None:
+                    raise WorkersLost(self.timed_out)
                 if not self.arrived:
                     self.take_header(self.first_header())
                     continue
@@ -343,6 +349,11 @@ class ParameterServer:
     def lose(self, worker: int, error: CommError) -> None:
         self.forget(worker)
         self.last_loss = f"rank {worker}: {error}"
+        if error.timed_out and self.timed_out is None and worker in self.alive:
+            self.timed_out = (f"rank {worker} pushed nothing within the "
+                              f"{self.config.timeout_s:g} s --timeout (hung, or computing for "
+                              f"longer); a receive that times out closes every connection of "
+                              f"the process, so the job ends")
         if worker in self.alive:
             self.alive.discard(worker)
             self.lost.append(worker)

@@ -402,6 +402,26 @@ def test_killed_worker_is_lost_and_the_rest_finish(tmp_path, window):
     assert_each_update_applied_once(summary)
 
 
+def test_a_stopped_worker_ends_the_job_naming_it_and_is_killed_once_the_server_has_ended():
+    """A worker that hangs without dying (here SIGSTOP) is found once its receive times out;
+    under Gloo that closes every connection, so the job ends with one line naming the hung
+    rank (it read "every worker was lost", naming whichever was lost last), and the launcher
+    kills the hung process the timeout after the server ended (it waited on it for ever)."""
+    proc = start_self_launched(["--nproc-per-node", "3", "--updates", "100000",
+                                "--emulate-compute", "20ms", "--timeout", "2s", "--no-progress"])
+    pids = wait_for_serving(proc)
+    time.sleep(0.3)
+    os.kill(pids["2"], signal.SIGSTOP)
+    code, out, err = finish(proc)
+    assert code == 1, err
+    said = [line for line in err.splitlines() if line.startswith("async_ps.py: error: rank 2 ")]
+    assert said == ["async_ps.py: error: rank 2 pushed nothing within the 2 s --timeout (hung, "
+                    "or computing for longer); a receive that times out closes every connection "
+                    "of the process, so the job ends"], err
+    assert "rank 2 was still running 2 s after the server ended (stopped or hung); killed it" \
+        in err, err
+
+
 def test_killed_server_makes_every_worker_exit_with_an_error():
     proc = start_self_launched(["--nproc-per-node", "3", "--time", "120s", "--emulate-compute",
                                 "20ms", "--timeout", "5s", "--no-progress"])
@@ -554,7 +574,7 @@ class FakeProcess:
     """A process the launcher watches: alive for its first ``looks`` calls of is_alive()."""
 
     def __init__(self, name: str, looks: int):
-        self.sentinel, self.looks, self.terminated = name, looks, False
+        self.sentinel, self.looks, self.terminated, self.killed = name, looks, False, False
 
     def is_alive(self) -> bool:
         self.looks -= 1
@@ -562,6 +582,9 @@ class FakeProcess:
 
     def terminate(self) -> None:
         self.terminated = True
+
+    def kill(self) -> None:
+        self.killed = True
 
 
 class Event:
@@ -579,18 +602,36 @@ def test_the_launcher_never_waits_on_an_empty_list_when_the_last_process_ends_be
     from real.async_ps import wait_for_processes
     waited = []
 
-    def wait(sentinels):
+    def wait(sentinels, timeout):
         assert sentinels, "wait() given no process: it would block for ever"
         waited.append(sentinels)
 
     # The server has ended (after joining); the worker is alive at one look and gone at the next.
     server, worker = FakeProcess("server", looks=0), FakeProcess("worker", looks=1)
-    wait_for_processes(server, [worker], Event(True), wait)
-    assert waited == [["worker"]] and not worker.terminated
+    assert wait_for_processes(server, [worker], Event(True), 30.0, wait) == []
+    assert waited == [["worker"]] and not worker.terminated and not worker.killed
 
 
 def test_the_launcher_stops_the_workers_when_the_server_ends_before_joining():
     from real.async_ps import wait_for_processes
     server, worker = FakeProcess("server", looks=1), FakeProcess("worker", looks=3)
-    wait_for_processes(server, [worker], Event(False), lambda sentinels: None)
+    wait_for_processes(server, [worker], Event(False), 30.0, lambda sentinels, timeout: None)
     assert worker.terminated
+
+
+def test_the_launcher_kills_a_worker_still_running_its_timeout_after_the_server_ended():
+    # A worker stopped (SIGSTOP) or hung: the server ended, and the launcher waited on it for
+    # ever. Now it waits the timeout, then kills it (SIGKILL: a stopped process
+    # holds SIGTERM back) and names its rank.
+    from real.async_ps import wait_for_processes
+    now, timeouts = [100.0], []
+
+    def wait(sentinels, timeout):  # nothing ends while the launcher waits: time passes
+        timeouts.append(timeout)
+        now[0] += 30.0 if timeout is None else timeout
+
+    server = FakeProcess("server", looks=1)
+    done, stuck = FakeProcess("done", looks=1), FakeProcess("stuck", looks=10)
+    killed = wait_for_processes(server, [done, stuck], Event(True), 5.0, wait, lambda: now[0])
+    assert killed == [2] and stuck.killed and not done.killed
+    assert timeouts[:2] == [None, 5.0] and not stuck.terminated

@@ -49,6 +49,15 @@ def test_json_has_the_documented_schema(tmp_path):
     assert sync["busbw_Bps"] == pytest.approx(1.5 * 10_000_000 / ring_s, rel=1e-9)
 
 
+def test_a_parameter_server_run_has_no_all_reduce_bus_bandwidth(tmp_path, capsys):
+    out = tmp_path / "ps.json"
+    assert main(["--mode", "sync", "--algorithm", "ps", "--replicas", "4", "--iterations", "3",
+                 "--json", str(out)]) == 0
+    sync = json.loads(out.read_text())["sync"]
+    assert sync["busbw_Bps"] is None and sync["algbw_Bps"] > 0
+    assert "busbw n/a (ps)" in capsys.readouterr().out
+
+
 def test_output_into_a_closed_pipe_ends_quietly_and_still_writes_its_json(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)  # as `| head` leaves it once it has its lines
@@ -89,10 +98,21 @@ def test_trace_and_plot_files_are_written(tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_sweep_named_out_of_order_runs_in_order_and_traces_its_largest_count(tmp_path):
+    trace, out = tmp_path / "t.json", tmp_path / "o.json"
+    assert main(["--mode", "sync", "--replicas", "8,2", "--iterations", "2", "--trace", str(trace),
+                 "--json", str(out)]) == 0
+    assert [run["config"]["replicas"] for run in json.loads(out.read_text())["runs"]] == [2, 8]
+    tracks = {e["tid"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert len(tracks) == 8
+
+
 @pytest.mark.parametrize("text, expected", [
     ("16", [16]), ("1,2,4", [1, 2, 4]), ("1,2,4,...,64", [1, 2, 4, 8, 16, 32, 64]),
     ("2,4,...,16", [2, 4, 8, 16]), ("4,8,12,...,20", [4, 8, 12, 16, 20]),
     ("1,3,...,7", [1, 3, 5, 7]), ("1,2,...,5", [1, 2, 3, 4, 5]),  # geometric would not reach
+    ("2,3,...,6", [2, 3, 4, 5, 6]),  # ratio 1.5: 4.5 is no replica count, so arithmetic
+    ("64,2", [2, 64]), ("4,2,4", [2, 4]),  # a sweep runs in increasing order, each count once
 ])
 def test_replica_lists_and_series(text, expected):
     assert parse_replicas(text) == expected
@@ -188,7 +208,9 @@ def test_bad_input_gives_one_line_and_status_2(args, named, capsys):
                                      '{"grad_bytes": 1e15}, {"grad_bytes": 1e15}]}',
                                      # once taken, and every sync figure came out NaN
                                      '{"compute_s": [5e-324], "layers": [{"grad_bytes": 1000, '
-                                     '"backward_s": 1.0}, {"grad_bytes": 1000, "backward_s": 1.0}]}'])
+                                     '"backward_s": 1.0}, {"grad_bytes": 1000, "backward_s": 1.0}]}',
+                                     # once taken: one replica drawing a 0 s step divided by 0
+                                     '{"compute_s": [0, 1.0], "grad_bytes": 4}'])
 def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
     path = tmp_path / "profile.json"
     path.write_text(content)
@@ -408,12 +430,12 @@ def test_a_sync_run_too_long_to_simulate_is_refused_at_once(argv, said):
     # every run of a sweep is small; together they are not
     (["--mode", "sync", "--replicas", "1,3,...,65535", "--iterations", "1"],
      "1,073,741,824 replica-iterations summed over 32,768 runs"),
-    # each run starts its 65,536 workers, however few updates it serves: ~3.5 s a run
-    (["--mode", "async", "--replicas", ",".join(["65536"] * 31), "--iterations", "1"],
-     "about 2,031,647 gradients"),
+    # each run starts its ~65,536 workers, however few updates it serves: ~3.5 s a run
+    (["--mode", "async", "--replicas", "65506,65507,...,65536", "--iterations", "1"],
+     "about 2,031,182 gradients"),
     # with --cores each run is within its bound, the sweep's three together are not
-    (["--mode", "sync", "--replicas", "65536,65536,65536", "--iterations", "30", "--cores", "16"],
-     "5,898,240 replica-iterations, summed over 3 runs, at most 5,000,000 with --cores"),
+    (["--mode", "sync", "--replicas", "65534,65535,65536", "--iterations", "30", "--cores", "16"],
+     "5,898,150 replica-iterations, summed over 3 runs, at most 5,000,000 with --cores"),
 ])
 def test_a_command_whose_runs_together_are_too_long_to_simulate_is_refused_at_once(argv, said):
     done = run_cli(*argv)  # each ran past two minutes, and to gigabytes, before the check

@@ -355,26 +355,44 @@ def test_runner_interrupted_says_so_in_one_line_and_exits_130(monkeypatch, tmp_p
     assert err.count("\n") == 1 and "interrupted" in err and str(tmp_path) in err
 
 
-def test_runner_interrupted_between_experiments_says_in_run_json_what_finished(
-        monkeypatch, tmp_path, capsys):
+def run_sync_then_async_failing(monkeypatch, tmp_path, failure: BaseException) -> int:
+    """Run the runner on sync and async, stored calibrations standing in for the test bed's,
+    with async raising ``failure``; its exit status."""
     import real.testbed
     from experiments import measure, run
     stored = json.loads((REPO / "experiments/results/full/run.json").read_text())["calibration"]
-    calls = []
 
-    def one_then_ctrl_c(experiment, net_by_rate, quick):
-        calls.append(experiment.name)
-        if len(calls) > 1:
-            raise KeyboardInterrupt
+    def sync_then_failure(experiment, net_by_rate, quick):
+        if experiment.name == "async":
+            raise failure
         return {"name": experiment.name, "rows": []}
 
     monkeypatch.setattr(real.testbed, "unavailable_reason", lambda: None)
     monkeypatch.setattr(measure, "calibrate_rate", lambda rate, *_: next(
         c for c in stored if c["bandwidth_bps"] == rate))
-    monkeypatch.setattr(run, "run_experiment", one_then_ctrl_c)
+    monkeypatch.setattr(run, "run_experiment", sync_then_failure)
     monkeypatch.setattr(run, "RESULTS", run.RESULTS)
     monkeypatch.setattr(run, "REPORT", run.REPORT)
-    assert run.main(["--out", str(tmp_path), "sync", "async"]) == 130
+    return run.main(["--out", str(tmp_path), "sync", "async"])
+
+
+def test_runner_stopped_by_a_test_bed_error_says_in_run_json_why_and_what_finished(
+        monkeypatch, tmp_path, capsys):
+    # run.json once kept its first write (0.0 min, nothing said): its report told of a whole run
+    from real.testbed import TestbedError
+    error = TestbedError("`ip link add` failed: no space")
+    assert run_sync_then_async_failing(monkeypatch, tmp_path, error) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stopped: `ip link add` failed: no space" in err
+    meta = json.loads((tmp_path / "run.json").read_text())
+    assert meta["finished"] == ["sync"] and meta["wall_s"] > 0
+    assert ", interrupted (test bed error: `ip link add` failed: no space) before async " \
+        "finished" in run_header.header_lines(meta)[0]
+
+
+def test_runner_interrupted_between_experiments_says_in_run_json_what_finished(
+        monkeypatch, tmp_path, capsys):
+    assert run_sync_then_async_failing(monkeypatch, tmp_path, KeyboardInterrupt()) == 130
     assert "--report-only" in capsys.readouterr().err
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta["finished"] == ["sync"] and meta["interrupted"] == "Ctrl-C"

@@ -128,6 +128,22 @@ def test_json_and_trace_may_not_name_one_of_the_runs_own_outputs(stood_in, tmp_p
     assert not (out / "run.json").exists()
 
 
+@pytest.mark.parametrize("argv", [["--report-only"], ["--repredict", "sync"], ["multinode"]])
+@pytest.mark.parametrize("kept", ["allreduce.json", "sync.png", "run.json", "RESULTS.md"])
+def test_json_may_not_name_a_file_the_results_folder_keeps(stood_in, tmp_path, capsys, argv,
+                                                           kept):
+    # --report-only and --repredict read the folder's files, and a run of one experiment keeps
+    # the others': their --json once wrote its summary over a stored result and lost it.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run.json").write_text("{}")
+    (out / kept).write_text("stored")
+    assert stood_in.main([*argv, "--out", str(out), "--json", str(out / kept)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "one of the run's own outputs" in err
+    assert (out / kept).read_text() == "stored"
+
+
 def test_a_seed_past_the_benchmarks_largest_is_refused_before_any_work(capsys):
     from experiments import run
     from real.allreduce import MAX_SEED

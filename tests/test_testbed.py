@@ -566,13 +566,14 @@ def test_exception_inside_the_block_still_tears_down(tmp_path):
     assert_nothing_left(bed.run_id, [process.pid])
 
 
-def start_cli_run(tmp_path: Path, hosts: int = 2) -> tuple[subprocess.Popen, str, list[int]]:
+def start_cli_run(tmp_path: Path, hosts: int = 2, *options: str
+                  ) -> tuple[subprocess.Popen, str, list[int]]:
     """Start ``run`` with a command that sleeps; return it, its run id and the sleepers' pids."""
     command = 'echo $TESTBED_RUN_ID > {out}/run_id; sleep 60 & echo $! > {out}/child.pid; wait'
     # Ctrl-C's default, even where these tests run in a shell's background job (which ignores
     # SIGINT, and Python then keeps ignoring it): the tests send it and expect the teardown.
-    process = cli("run", "--hosts", str(hosts), "--out-dir", str(tmp_path), "--quiet", "--", command,
-                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = cli("run", "--hosts", str(hosts), "--out-dir", str(tmp_path), "--quiet", *options,
+                  "--", command, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     files = [tmp_path / f"host{r}" / name for r in range(hosts) for name in ("run_id", "child.pid")]
     wait_for_files(files)
     run_id = (tmp_path / "host0" / "run_id").read_text().strip()
@@ -583,12 +584,16 @@ def start_cli_run(tmp_path: Path, hosts: int = 2) -> tuple[subprocess.Popen, str
 @needs_namespaces
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_cli_interrupted_by_a_signal_stops_every_host_and_tears_down(tmp_path, signum):
-    process, run_id, pids = start_cli_run(tmp_path)
+    record = tmp_path / "run.json"
+    process, run_id, pids = start_cli_run(tmp_path, 2, "--json", str(record))
     process.send_signal(signum)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 128 + signum, err
     assert "interrupted" in err
     assert_nothing_left(run_id, pids)
+    # the record says what the exit status says (it once said 130 for SIGTERM's 143)
+    written = json.loads(record.read_text())
+    assert written["interrupted"] and written["exit_status"] == 128 + signum
 
 
 @needs_namespaces
@@ -602,6 +607,24 @@ def test_cleanup_removes_what_a_killed_run_left_behind(tmp_path):
     assert done.returncode == 0, err
     assert f"removed test bed {run_id}" in err
     assert_nothing_left(run_id, pids)
+
+
+@needs_namespaces
+def test_cleanup_removes_a_hosts_files_whose_namespace_is_gone():
+    # After a reboot /etc/netns keeps a host's folder with no namespace: cleanup said "removed
+    # test bed RUN" each time it ran and removed nothing.
+    run_id = os.urandom(4).hex()
+    folder = network.ETC_NETNS / network.host_namespace(run_id, 0)
+    folder.mkdir(parents=True)
+    try:
+        (folder / "hosts").write_text("10.0.0.1 h0\n")
+        removed, _, problems = network.cleanup()
+        assert run_id in removed and not problems and not folder.exists()
+        assert run_id not in network.run_ids_present()
+    finally:
+        if folder.exists():
+            (folder / "hosts").unlink(missing_ok=True)
+            folder.rmdir()
 
 
 @needs_namespaces
@@ -718,6 +741,28 @@ def test_an_mpi_job_runs_each_rank_on_its_hosts_core(tmp_path):
         result = bed.run(bed.mpiexec_command(f"{sys.executable} -c '{show}'"), timeout_s=60, ranks=[0])
     assert result.ok, result.hosts[0].stderr()[-2000:]
     assert sorted(result.hosts[0].stdout().splitlines()) == [f"host0 [{cores[0]}]", f"host1 [{cores[1]}]"]
+
+
+def test_a_host_command_the_system_will_not_start_is_one_testbed_error(monkeypatch):
+    # A refused personality() (a seccomp filter, say) made Popen raise "Exception occurred in
+    # preexec_fn." past every handler: a traceback, not the test bed's one line.
+    def refused():
+        raise OSError(1, "personality(ADDR_NO_RANDOMIZE) failed")
+    monkeypatch.setattr(launch, "_fix_address_layout", refused)
+    with pytest.raises(network.TestbedError, match="could not be started: .* --address-layout"):
+        launch.start(["true"], dict(os.environ), subprocess.DEVNULL, subprocess.DEVNULL,
+                     address_layout="fixed")
+
+
+@pytest.mark.parametrize("placeholder", ["{rank}", "{addr}", "{hostname}"])
+def test_an_mpi_job_naming_a_hosts_own_placeholder_is_refused_in_one_line(placeholder, capsys):
+    # The job's one command line is filled in on host 0: every process would get host 0's value.
+    import real.testbed.__main__ as cli
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "--hosts", "2", "--mpi", "--", f"echo {placeholder}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert f"{placeholder} would be host 0's in every process" in err
 
 
 def test_an_mpi_job_without_mpichs_mpiexec_is_refused_in_one_line(tmp_path, monkeypatch, capsys):

@@ -18,6 +18,14 @@ def write_run(folder, gaps_s, workers=8, warmup=3, config=update_gaps.ROW):
     return folder
 
 
+def empty_point(folder):
+    """The folder with one point of its row's loss curve emptied: a file not as written."""
+    result = json.loads((folder / "async.json").read_text())
+    result["rows"][0]["measured"]["loss_curve"][4] = []
+    (folder / "async.json").write_text(json.dumps(result))
+    return folder
+
+
 def test_one_bubble_a_round_and_the_other_gaps_median(tmp_path, capsys):
     # 3 rounds of 8 pushes: seven 8 ms gaps and one of 15 ms each
     run = write_run(tmp_path / "run", ([0.008] * 7 + [0.015]) * 3)
@@ -50,6 +58,7 @@ def test_a_bad_bubble_is_one_line_and_status_2(tmp_path, capsys):
     (lambda folder: write_run(folder, [0.008] * 8, config="other"), "no async row"),
     (lambda folder: write_run(folder, [], warmup=0), "no gap to read"),
     (lambda folder: folder, "FileNotFoundError"),
+    (lambda folder: empty_point(write_run(folder, [0.008] * 8)), "IndexError"),
 ])
 def test_a_run_without_the_row_or_its_gaps_is_one_line_and_status_2(tmp_path, capsys, make,
                                                                       message):

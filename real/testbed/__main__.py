@@ -13,7 +13,7 @@ from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type as _
                                        write_json_output)
 from dsgd_sim.units import format_time, parse_bandwidth, parse_size, parse_time
 from real.testbed import network
-from real.testbed.bed import Testbed, signals_raise
+from real.testbed.bed import Testbed, check_mpi_command, signals_raise
 from real.testbed.calibrate import LINK_ATTEMPTS, calibrate_near_rate, check_calibration
 from real.testbed.config import (ADDRESS_LAYOUTS, DEFAULT_HOST_CORES, HOST_CORES_HELP,
                                  HOST_CORES_POLICIES, SCHEDULING_POLICIES, TestbedConfig,
@@ -137,6 +137,11 @@ def unavailable() -> bool:
 def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     config = config_from(args, parser)
     command = command_text(args.command, parser)
+    try:
+        if args.mpi:
+            check_mpi_command(command)
+    except ValueError as exc:
+        parser.error(str(exc))
     if unavailable():
         return 1
     try:

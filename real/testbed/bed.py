@@ -38,6 +38,18 @@ def mpiexec_candidates() -> list[str]:
             if path and os.access(path, os.X_OK)]
 
 
+def check_mpi_command(command: str) -> None:
+    """``ValueError`` if ``command``, to be run as one MPI job, names a host's own placeholder:
+    the job's one command line is filled in on host 0, so ``{rank}``, ``{addr}`` and
+    ``{hostname}`` would be host 0's in every process."""
+    own = sorted({m.group(1) for m in launch.PLACEHOLDER.finditer(command)}
+                 & {"rank", "addr", "hostname"})
+    if own:
+        raise ValueError(f"--mpi runs one command line, filled in on host 0: {{{own[0]}}} would "
+                         f"be host 0's in every process; an MPI process has its rank from MPI "
+                         f"(PMI_RANK) and its host from socket.gethostname()")
+
+
 def hydra_mpiexec() -> str:
     """MPICH's ``mpiexec`` (its process manager, Hydra, starts a proxy on each host through the
     bed's launcher; Open MPI's takes other options), the first of ``mpiexec_candidates`` that
@@ -222,7 +234,9 @@ class Testbed:
     def mpiexec_command(self, command: str) -> str:
         """``command`` as one MPI job, one process per host, for ``run(..., ranks=[0])``: mpiexec
         on host 0 starts Hydra's proxies on every host through ``hydra_launcher.sh``.
-        ``ValueError`` where no MPICH mpiexec is found (``hydra_mpiexec``)."""
+        ``ValueError`` where no MPICH mpiexec is found (``hydra_mpiexec``) or ``command`` names
+        a host's own placeholder (``check_mpi_command``)."""
+        check_mpi_command(command)
         hosts = ",".join(host.hostname for host in self.hosts)
         return shlex.join([hydra_mpiexec(), "-launcher", "ssh", "-launcher-exec",
                            str(HYDRA_LAUNCHER), "-hosts", hosts, "-ppn", "1",
@@ -242,15 +256,17 @@ class Testbed:
         started = time.monotonic()
         deadline = None if timeout_s is None else started + timeout_s
         timed_out = interrupted = False
+        signum = signal.SIGINT
         try:
             timed_out = _wait(runs, deadline, fail_fast)
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as exc:
+            interrupted, signum = True, getattr(exc, "signum", signal.SIGINT)
             raise
         finally:
             _stop(runs)
             hosts = [r.result(self) for r in runs]
-            self.last_result = RunResult(command, hosts, time.monotonic() - started, timed_out, interrupted)
+            self.last_result = RunResult(command, hosts, time.monotonic() - started, timed_out,
+                                         interrupted, signum)
             timeline.add("run", started, time.monotonic(), "test bed", command=command,
                          ranks=list(ranks), exit_status=self.last_result.exit_status())
         return self.last_result

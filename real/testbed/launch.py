@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsgd_sim.argparse_oneline import read_json
+from real.testbed import network
 
 PLACEHOLDER = re.compile(r"\{(rank|hosts|addr|hostname|master|port|out)\}")
 PR_SET_PDEATHSIG = 1
@@ -64,18 +65,20 @@ class RunResult:
     wall_s: float
     timed_out: bool = False
     interrupted: bool = False
+    signum: int = signal.SIGINT  # what interrupted it: Ctrl-C, or SIGTERM or SIGHUP
 
     @property
     def ok(self) -> bool:
         return not (self.timed_out or self.interrupted) and all(h.returncode == 0 for h in self.hosts)
 
     def exit_status(self) -> int:
-        """0 when every host succeeded; 124 on timeout, 130 on interruption; else the first failure
-        (a host killed by a signal gives 128 + the signal)."""
+        """0 when every host succeeded; 124 on timeout, 128 + the signal on interruption (130 for
+        Ctrl-C, 143 for SIGTERM); else the first failure (a host killed by a signal gives 128 + the
+        signal)."""
         if self.timed_out:
             return 124
         if self.interrupted:
-            return 130
+            return 128 + self.signum
         for host in self.hosts:
             if host.returncode and not host.stopped:
                 return host.returncode if host.returncode > 0 else 128 - host.returncode
@@ -135,8 +138,14 @@ def start(argv: list[str], env: dict[str, str], stdout, stderr, scheduling: str 
         if address_layout == "fixed":
             _fix_address_layout()
         _die_with_parent()
-    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            start_new_session=True, preexec_fn=setup)
+    try:
+        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=stderr, start_new_session=True, preexec_fn=setup)
+    except subprocess.SubprocessError:  # setup() failed in the child; Python keeps no reason
+        raise network.TestbedError(
+            f"a host's command could not be started: this system refused its scheduling "
+            f"({scheduling}), cores or address layout ({address_layout}); try --scheduling "
+            f"normal --address-layout random") from None
 
 
 def signal_group(process: subprocess.Popen, signum: int) -> None:

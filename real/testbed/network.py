@@ -33,6 +33,7 @@ PREFIX = "dsgd"
 NAMESPACE_PATTERN = re.compile(rf"^{PREFIX}-(?P<run>[0-9a-f]{{8}})-(?P<role>sw|h\d+)$")
 STATE_DIR = Path("/run/dsgd-testbed")
 ETC_NETNS = Path("/etc/netns")
+TOOL_TIMEOUT_S = 30  # an ip or tc command that takes longer has hung
 HOST_IFNAME = "eth0"
 BRIDGE = "br0"
 
@@ -67,7 +68,10 @@ def tc(namespace: str, *args: str, check: bool = True) -> subprocess.CompletedPr
 
 
 def _run_tool(argv: list[str], check: bool) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise TestbedError(f"`{' '.join(argv)}` did not finish in {TOOL_TIMEOUT_S} s") from None
     if check and done.returncode != 0:
         raise TestbedError(f"`{' '.join(argv)}` failed: {done.stderr.strip() or done.returncode}")
     return done
@@ -236,6 +240,9 @@ def destroy(run_id: str, hosts: int | None = None) -> list[str]:
     existing = set(list_namespaces())
     names = [host_namespace(run_id, r) for r in range(hosts)] if hosts is not None else []
     names += [n for n in existing if n.startswith(f"{PREFIX}-{run_id}-h") and n not in names]
+    if ETC_NETNS.is_dir():  # a host's files outlive its namespace (a reboot removes only that)
+        names += sorted(p.name for p in ETC_NETNS.iterdir()
+                        if p.name.startswith(f"{PREFIX}-{run_id}-h") and p.name not in names)
     names.append(switch_namespace(run_id))
     problems = []
     survivors = kill_namespace_processes([n for n in names if n in existing])
