@@ -67,11 +67,11 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, metavar="FILE", help="every run's record in one file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the buffers' contents")
     args = parser.parse_args(argv)
-    engines = args.engines.split(",")
+    engines = list(dict.fromkeys(args.engines.split(",")))  # each named once runs once
     if any(e not in ("torch", "mpi") for e in engines):
         parser.error(f"--engines: expected torch and/or mpi, got {args.engines!r}")
     try:
-        ranks = [int(n) for n in args.ranks.split(",")]
+        ranks = list(dict.fromkeys(int(n) for n in args.ranks.split(",")))
     except ValueError:
         parser.error(f"--ranks: not a list of integers: {args.ranks!r}")
     if not all(1 <= n <= MAX_RANKS for n in ranks):

@@ -79,8 +79,10 @@ def test_sweep_passes_its_seed_to_every_run_and_writes_all_runs_in_one_json(monk
     monkeypatch.setattr(sweep.subprocess, "run", run)
     folder = tmp_path / "not-yet"  # made by the sweep, --json inside it
     out = folder / "all.json"
-    assert sweep.main(["--engines", "torch", "--ranks", "2,4", "--seed", "7", "--out-dir",
-                       str(folder), "--json", str(out)]) == 0
+    # a count or an engine named twice runs once: its second run would overwrite the first's
+    # file and its table rows would stand twice
+    assert sweep.main(["--engines", "torch,torch", "--ranks", "2,4,2", "--seed", "7",
+                       "--out-dir", str(folder), "--json", str(out)]) == 0
     assert [cmd[cmd.index("--seed") + 1] for cmd in commands] == ["7", "7"]
     assert json.loads(out.read_text()) == {"runs": [{"backend": "gloo", "results": []}] * 2}
 

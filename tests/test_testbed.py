@@ -255,6 +255,34 @@ def test_calibration_refuses_no_pings_or_repeats_before_making_a_test_bed():
         calibrate(TestbedConfig(), [2_000_001, 16_000_000])
     with pytest.raises(ValueError, match=r"smallest transfer \(15140 B\) .* bucket \(15140 B\)"):
         calibrate(TestbedConfig(bandwidth_bps=100e6), [15_140, 16_000_000])
+    # 16 MB at 10 kbit/s: 3.6 hours of waiting for each transfer
+    with pytest.raises(ValueError, match=r"largest transfer \(16,000,000 B\) takes 12,800 s, "
+                                         r"over the 1200 s a probe may wait for one"):
+        calibrate(TestbedConfig(bandwidth_bps=10e3), [20_000, 16_000_000])
+
+
+def test_the_probes_wait_for_a_slow_links_transfers_as_long_as_they_take():
+    # they waited 10 s (TCP) and 30 s (Gloo) for any transfer, and 300 s for all: at 3 Mbit/s
+    # the default 16 MB transfer takes 43 s, so calibration failed below about 4 Mbit/s
+    from types import SimpleNamespace
+    from real.testbed import calibrate as module
+    assert module.probe_timeouts_s(TestbedConfig(bandwidth_bps=100e6), [2_000_000, 16_000_000],
+                                   3) == (30.0, 300.0)
+    transfer_s, whole_s = module.probe_timeouts_s(TestbedConfig(bandwidth_bps=3e6),
+                                                  [2_000_000, 16_000_000], 3)
+    assert transfer_s == pytest.approx(3 * 16e6 * 8 / 3e6) and transfer_s > 16e6 * 8 / 3e6
+    assert whole_s == pytest.approx(3 * 3 * 18e6 * 8 / 3e6)
+    commands = []
+
+    class Bed:
+        config, hosts = TestbedConfig(bandwidth_bps=3e6), [SimpleNamespace(address="10.77.0.2")] * 2
+
+        def run(self, command, timeout_s):
+            commands.append(command)
+            return SimpleNamespace(ok=True, hosts=[SimpleNamespace(json={"gloo.json": {}})])
+
+    module.measure_gloo(Bed(), [2_000_000, 16_000_000], 5, 3, whole_s)
+    assert f"--timeout {transfer_s:.1f}" in commands[0]
 
 
 def test_cli_without_ip_or_root_says_so_in_one_line(tmp_path):

@@ -36,6 +36,7 @@ from pathlib import Path
 from real.testbed.bed import Testbed, scratch_testbed
 from real.testbed.config import TestbedConfig
 from real.testbed.network import TestbedError
+from real.testbed.probe import MAX_SECONDS as PROBE_MAX_WAIT_S  # a probe's longest timeout
 
 PROBE = Path(__file__).with_name("probe.py")
 GLOO_PROBE = Path(__file__).with_name("gloo_probe.py")
@@ -61,16 +62,28 @@ def path_rate_bps(config: TestbedConfig, sender: int, receiver: int) -> float:
     return min(config.rate_bps(sender), config.rate_bps(receiver))
 
 
+def probe_timeouts_s(config: TestbedConfig, sizes: list[int], repeats: int) -> tuple[float, float]:
+    """How long the probes may wait for one transfer, and for all of their work: 30 s and 300 s,
+    or three times what the transfers take at the link's rate where that is longer (16 MB
+    takes 43 s at 3 Mbit/s)."""
+    rate_bps = path_rate_bps(config, 0, 1)
+    return (min(PROBE_MAX_WAIT_S, max(30.0, 3 * sizes[-1] * 8 / rate_bps)),
+            max(300.0, 3 * repeats * sum(sizes) * 8 / rate_bps))
+
+
 def measure(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeout_s: float,
             sender: int = 0, receiver: int = 1) -> dict:
-    """Run the probe client on host ``sender`` against a server on ``receiver``; its raw JSON."""
+    """Run the probe client on host ``sender`` against a server on ``receiver``; its raw JSON.
+    The probe waits for each transfer as long as ``probe_timeouts_s`` allows."""
     server = bed.spawn(receiver, [sys.executable, str(PROBE), "server", "--port", str(PROBE_PORT)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rate_bps = path_rate_bps(bed.config, sender, receiver)
     idle_s = 2 * bed.config.refill_s(rate_bps) + 0.02  # refill every bucket
+    transfer_s = probe_timeouts_s(bed.config, sizes, repeats)[0]
     client = bed.spawn(sender, [sys.executable, str(PROBE), "client", "--connect", bed.hosts[receiver].address,
                            "--port", str(PROBE_PORT), "--pings", str(pings), "--repeats", str(repeats),
-                           "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}"])
+                           "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}",
+                           "--connect-timeout", f"{transfer_s:.1f}"])
     try:
         out, err = client.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -133,8 +146,10 @@ def measure_gloo(bed: Testbed, sizes: list[int], pings: int, repeats: int, timeo
     """Run ``gloo_probe.py`` on both hosts of ``bed``; rank 0's raw JSON."""
     rate_bps = path_rate_bps(bed.config, 0, 1)
     idle_s = 2 * bed.config.refill_s(rate_bps) + 0.02
+    transfer_s = probe_timeouts_s(bed.config, sizes, repeats)[0]
     command = shlex.join([sys.executable, str(GLOO_PROBE), "--pings", str(pings), "--repeats", str(repeats),
-                          "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}"])
+                          "--sizes", ",".join(map(str, sizes)), "--idle", f"{idle_s:.4f}",
+                          "--timeout", f"{transfer_s:.1f}"])
     result = bed.run(command + " --json {out}/gloo.json", timeout_s=timeout_s)
     if not result.ok:
         tail = result.hosts[0].stderr().strip().splitlines()[-1:] or ["(no output)"]
@@ -236,6 +251,11 @@ def check_calibration(config: TestbedConfig, sizes: list[int], pings: int, repea
     if gloo and any(n % 4 for n in sizes):
         raise ValueError(f"the Gloo measurement sends float32 elements: its transfer sizes must "
                          f"be multiples of 4 bytes, got {next(n for n in sizes if n % 4):,} B")
+    largest_s = sizes[-1] * 8 / path_rate_bps(config, 0, 1)
+    if 3 * largest_s > PROBE_MAX_WAIT_S:
+        raise ValueError(f"at this link's rate the largest transfer ({sizes[-1]:,} B) takes "
+                         f"{largest_s:,.0f} s, over the {PROBE_MAX_WAIT_S / 3:g} s a probe may wait "
+                         f"for one: take smaller sizes")
     bucket_bytes = min(config.burst_for(config.rate_bps(rank)) for rank in range(2))
     if sizes[0] <= bucket_bytes:
         raise ValueError(f"the smallest transfer ({sizes[0]} B) must be larger than the shaper's "
@@ -244,10 +264,12 @@ def check_calibration(config: TestbedConfig, sizes: list[int], pings: int, repea
 
 
 def calibrate(config: TestbedConfig, sizes: list[int], pings: int = 200, repeats: int = 3,
-              gloo: bool = True, timeout_s: float = 300.0) -> dict:
+              gloo: bool = True, timeout_s: float | None = None) -> dict:
     """Make a 2-host test bed of ``config``, measure it (TCP, then Gloo), unmake it; the record.
     ``ValueError`` for settings ``check_calibration`` refuses."""
     check_calibration(config, sizes, pings, repeats, gloo)
+    if timeout_s is None:
+        timeout_s = probe_timeouts_s(config, sizes, repeats)[1]
     with scratch_testbed(config) as bed:
         raw = measure(bed, sizes, pings, repeats, timeout_s)
         raw_gloo = measure_gloo(bed, sizes, pings, repeats, timeout_s) if gloo else None

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from dsgd_sim.argparse_oneline import OneLineArgumentParser, check_output_file, write_atomically
 from real.local_launch import env_int
 from real.testbed.calibrate import MAX_PINGS, MAX_REPEATS, MAX_TRANSFER_BYTES
-from real.testbed.probe import MAX_IDLE_S, bounded, byte_counts
+from real.testbed.probe import MAX_IDLE_S, MAX_SECONDS, bounded, byte_counts
 
 WARMUP = 20
 
@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=bounded(int, 1, MAX_REPEATS, "a count"), default=3)
     parser.add_argument("--idle", type=bounded(float, 0, MAX_IDLE_S, "seconds"), default=0.05,
                         help="seconds idle before each transfer")
+    parser.add_argument("--timeout", type=bounded(float, 1, MAX_SECONDS, "seconds"), default=30.0,
+                        help="seconds Gloo waits for one operation (a slow link's large transfer "
+                             "needs more)")
     parser.add_argument("--json", required=True, help="where rank 0 writes the times")
     args = parser.parse_args(argv)
     odd = [n for n in args.sizes if n % 4 or n > MAX_TRANSFER_BYTES]
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"the Gloo probe runs on exactly 2 hosts, got NUM_HOSTS={world_size}")
     address = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=30))
+                            timeout=datetime.timedelta(seconds=args.timeout))
     try:
         record = {"ping_rtt_s": round_trips(rank, args.pings),
                   "all_reduce_s": small_all_reduces(args.pings),
