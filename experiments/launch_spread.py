@@ -134,9 +134,16 @@ def run_launches(args) -> list[dict]:
 
 def print_ranges(launches: list[dict]) -> None:
     for name in launches[0]:
-        values = [figures[name] * 1e3 for figures in launches]
-        print(f"{name}: {min(values):.3f} to {max(values):.3f} ms "
-              f"(median {statistics.median(values):.3f}, max/min {max(values) / min(values):.2f})")
+        print(range_line(name, [figures[name] * 1e3 for figures in launches]))
+
+
+def range_line(name: str, values: list[float]) -> str:
+    """One figure's range over the launches (ms). A gap is start to start less the slowest
+    call, which can come to zero or less: there a ratio means nothing, and the spread is given."""
+    low, high = min(values), max(values)
+    spread = f"max/min {high / low:.2f}" if low > 0 else f"max − min {high - low:.3f} ms"
+    return (f"{name}: {low:.3f} to {high:.3f} ms (median {statistics.median(values):.3f}, "
+            f"{spread})")
 
 
 def parse_args(argv=None):

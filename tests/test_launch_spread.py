@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.launch_spread import main, probe_figures, trace_gaps
+from experiments.launch_spread import main, probe_figures, range_line, trace_gaps
 from tests.bed_helpers import needs_namespaces
 from tests.cli_helpers import usage_error
 
@@ -45,6 +45,15 @@ def test_probe_figures_are_medians_of_each_drivers_chain_ends_and_of_the_gaps():
     sized = [{"bytes": 64000, "calls": "whole", "gaps_s": [3e-4, 1e-4, 2e-4, 9e-4]}]
     assert probe_figures({**record, "sized_stream_gaps": sized})["probe gap 64 KB"] == \
         pytest.approx(2.5e-4)
+
+
+def test_a_range_is_a_ratio_only_where_every_launchs_figure_is_positive():
+    # a gap at or under zero (start to start less the slowest call) gave a negative ratio, or
+    # ZeroDivisionError
+    assert range_line("probe gap", [0.2, 0.1, 0.4]) == \
+        "probe gap: 0.100 to 0.400 ms (median 0.200, max/min 4.00)"
+    assert range_line("benchmark gap 64 kB", [-0.05, 0.0, 0.1]) == \
+        "benchmark gap 64 kB: -0.050 to 0.100 ms (median 0.000, max − min 0.150 ms)"
 
 
 @pytest.mark.parametrize("argv, named", [
