@@ -318,14 +318,19 @@ MAX_SHARED_CORE_ITERATIONS = 5_000_000
 def check_event_work(configs: list[SyncConfig]) -> None:
     """``ValueError`` where the sync runs of ``configs`` (one per replica count of a command)
     would simulate too many events to finish, summed over the runs."""
+    # replica-iterations simulated one replica at a time: cores shared, or a parameter server's
+    # pushes (about 25,000 a second), where an all-reduce alone has a closed form
     bucket_events = shared_core_iterations = 0
+    flags = set()
     for config in configs:
         c = config.cluster
         buckets = len(make_buckets(config.workload, config.bucket_bytes))
         if buckets > 1 or config.overlap:
             bucket_events += config.iterations * c.replicas * buckets
-        if c.cores and c.cores < c.replicas:
+        shared = bool(c.cores and c.cores < c.replicas)
+        if shared or config.algorithm == PARAMETER_SERVER:
             shared_core_iterations += config.iterations * c.replicas
+            flags.add("--cores" if shared else "--algorithm ps")
     largest = max(configs, key=lambda config: config.cluster.replicas)
     runs = "" if len(configs) == 1 else f", summed over {len(configs):,} runs"
     if bucket_events > MAX_BUCKET_EVENTS:
@@ -335,11 +340,13 @@ def check_event_work(configs: list[SyncConfig]) -> None:
                          f"bucket transfers{runs}, at most {MAX_BUCKET_EVENTS:,} (fewer "
                          f"iterations, replicas or buckets)")
     if shared_core_iterations > MAX_SHARED_CORE_ITERATIONS:
+        cores = largest.cluster.cores
+        how = f"sharing {cores:,} cores" if cores and cores < largest.cluster.replicas else \
+            "and a parameter server"
         raise ValueError(f"{largest.iterations:,} iterations of {largest.cluster.replicas:,} "
-                         f"replicas sharing {largest.cluster.cores:,} cores are "
-                         f"{shared_core_iterations:,} replica-iterations{runs}, at most "
-                         f"{MAX_SHARED_CORE_ITERATIONS:,} with --cores (fewer iterations or "
-                         f"replicas)")
+                         f"replicas {how} are {shared_core_iterations:,} replica-iterations"
+                         f"{runs}, at most {MAX_SHARED_CORE_ITERATIONS:,} with "
+                         f"{' or '.join(sorted(flags))} (fewer iterations or replicas)")
 
 
 def input_notes(args, configs: list[SyncConfig]) -> list[str]:

@@ -201,7 +201,11 @@ class AsyncResult:
     dropped: int  # gradients discarded for exceeding max_staleness
     dropped_compute_s: float  # compute seconds spent on them
     cycle_s: dict[str, float] = field(default_factory=dict)  # mean seconds per gradient, by phase
-    drawn_s: np.ndarray | None = None  # each applied update's compute draw, at normal speed
+    # each served gradient's compute draw at normal speed, applied or dropped (one worker alone
+    # drops none: a staleness bound drops the long draws, and the applied ones alone are short),
+    # and how many updates had been applied when it was served
+    drawn_s: np.ndarray | None = None
+    drawn_after: np.ndarray | None = None
 
     @property
     def makespan_s(self) -> float:
@@ -260,7 +264,8 @@ class AsyncSimulation:
         self.ends: list[float] = []
         self.stale: list[int] = []
         self.who: list[int] = []
-        self.drawn: list[float] = []  # each applied update's compute draw, at normal speed
+        self.drawn: list[float] = []  # each served gradient's compute draw, at normal speed
+        self.drawn_after: list[int] = []  # ... and the updates applied before it was served
         self.dropped, self.dropped_compute_s = 0, 0.0
         self.totals = _Totals()
         self.finished = self.env.event()
@@ -304,9 +309,9 @@ class AsyncSimulation:
                 return  # the workload is done; this gradient is not needed
             arrival = env.now + self.latency_s
             busy_s = computed - compute_start
+            self.drawn.append(drawn)
+            self.drawn_after.append(self.accepted)
             staleness, head, end, version, last = self._serve(worker, version, arrival, busy_s)
-            if staleness is not None:
-                self.drawn.append(drawn)
             self._account(busy_s, computed, arrival, head, end)
             if self.trace is not None and len(self.ends) <= self.trace_updates:
                 self._trace_cycle(worker, compute_start, computed, arrival, head, end, staleness)
@@ -386,4 +391,4 @@ class AsyncSimulation:
                            np.asarray(self.stale, dtype=np.int64),
                            np.asarray(self.who, dtype=np.int64), self.dropped,
                            self.dropped_compute_s, self.totals.means(),
-                           np.asarray(self.drawn))
+                           np.asarray(self.drawn), np.asarray(self.drawn_after, dtype=np.int64))

@@ -39,7 +39,8 @@ def summarize(result: SyncResult, single_iteration_s: float) -> dict:
     comm = float(np.mean(result.comm_s))
     samples_per_s = config.gradients_used * config.workload.batch_size / iteration
     speedup = samples_per_s / (config.workload.batch_size / single_iteration_s)
-    algbw = config.workload.grad_bytes / comm if comm > 0 else 0.0
+    # no communication (one replica, no gradient): no rate, null in the JSON
+    algbw = config.workload.grad_bytes / comm if comm > 0 else math.nan
     idle = float(np.mean(result.idle_s))
     if abs(idle) <= 1e-9 * iteration:  # what is left of iteration - compute - exposed: rounding
         idle = 0.0
@@ -144,7 +145,7 @@ def format_single(config: SyncConfig, summary: dict) -> str:
         f"    idle           {format_time(max(summary['idle_time_s'], 0.0)):>10}   "
         f"{_share(max(summary['idle_time_s'], 0.0), t)}",
         f"  communication    {format_time(summary['comm_time_s']):>10}   "
-        f"algbw {format_rate_Bps(summary['algbw_Bps'])}, busbw {_busbw(summary)}",
+        f"algbw {_rate(summary['algbw_Bps'])}, busbw {_busbw(summary)}",
         f"  throughput       {summary['samples_per_s']:>10.4g}   samples/s",
         f"  speedup          {summary['speedup']:>10.3g}x  over one replica "
         f"(efficiency {summary['efficiency']:.0%})",
@@ -154,7 +155,12 @@ def format_single(config: SyncConfig, summary: dict) -> str:
 
 def _busbw(summary: dict) -> str:
     """The summary's bus bandwidth as read, or what stands for it where there is none."""
-    return "n/a (ps)" if summary["busbw_Bps"] is None else format_rate_Bps(summary["busbw_Bps"])
+    return "n/a (ps)" if summary["busbw_Bps"] is None else _rate(summary["busbw_Bps"])
+
+
+def _rate(bytes_per_s: float) -> str:
+    """A rate as read; "n/a" for none (no communication to divide by)."""
+    return format_rate_Bps(bytes_per_s) if math.isfinite(bytes_per_s) else "n/a"
 
 
 def format_sweep(configs: list[SyncConfig], summaries: list[dict]) -> str:
@@ -181,9 +187,10 @@ def summarize_async(result: AsyncResult) -> dict:
     applied = len(staleness)
     # as real/ps_server.py counts: after the first round (start-up), where more than a round is left
     skip, start_s, rate = timed_rate(result.update_end_s, config.cluster.replicas)
-    # the timed updates' own compute draws, as one worker alone would have drawn them: one
-    # worker's speedup is then exactly 1, and the draws' noise cancels in the ratio
-    drawn = result.drawn_s[skip:] if result.drawn_s is not None else []
+    # the compute draws of the gradients served in the timed window (dropped ones too), as one
+    # worker alone would have drawn them: one worker's speedup is then exactly 1, and the
+    # draws' noise cancels in the ratio
+    drawn = result.drawn_s[result.drawn_after >= skip] if result.drawn_s is not None else []
     single_s = config.single_worker_update_s(float(np.mean(drawn)) if len(drawn) else None)
     rate = result.updates_per_s if rate is None else rate
     cycle = result.cycle_s

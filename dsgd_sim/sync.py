@@ -108,6 +108,7 @@ class _Iteration:
         self.done = env.event()
         self.comm_spans: list[tuple[float, float]] = []  # shared (all-reduce) communication
         self.own_comm_s = np.zeros(len(compute_s))  # per-replica communication (ps pushes)
+        self.own_spans: list[tuple[int, float, float]] = []  # (replica, start, end) of each push
         self.pushing: set[int] = set()  # replicas whose ps push is in flight
         self.end_s = np.nan
 
@@ -241,12 +242,16 @@ class SyncSimulation:
         return exposed
 
     def _trace(self, it: _Iteration) -> None:
+        # a parameter server's shared phase is the pull: each replica's push is its own
+        shared = "pull" if self.config.algorithm == PARAMETER_SERVER else self.config.algorithm
         for rank in range(self.replicas):
             self.trace.span(rank, "compute", it.start_s, it.ready_s[rank] - it.start_s, "compute",
                             iteration=it.index)
             for start, end in it.comm_spans:
-                self.trace.span(rank, self.config.algorithm, start, end - start, "communication",
+                self.trace.span(rank, shared, start, end - start, "communication",
                                 iteration=it.index)
+        for rank, start, end in it.own_spans:  # a parameter server's pushes, each replica's own
+            self.trace.span(rank, "push", start, end - start, "communication", iteration=it.index)
 
     def run(self) -> SyncResult:
         if self.trace is not None:
@@ -349,6 +354,7 @@ class _ParameterServer:
             finally:
                 it.pushing.discard(rank)
                 it.own_comm_s[rank] += self.sim.env.now - start
+                it.own_spans.append((rank, start, self.sim.env.now))
         self.sim.count_arrival(it, bucket)
 
     def run(self, it: _Iteration):

@@ -58,6 +58,16 @@ def test_a_parameter_server_run_has_no_all_reduce_bus_bandwidth(tmp_path, capsys
     assert "busbw n/a (ps)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv", [["--replicas", "1"], ["--replicas", "4", "--grad-bytes", "0"]])
+def test_a_run_that_communicates_nothing_has_no_bandwidth(argv, tmp_path, capsys):
+    # one replica, or no gradient: algbw and busbw came out 0 B/s, a rate of nothing over no time
+    out = tmp_path / "none.json"
+    assert main(["--mode", "sync", "--iterations", "3", *argv, "--json", str(out)]) == 0
+    sync = json.loads(out.read_text())["sync"]
+    assert sync["comm_time_s"] == 0 and sync["algbw_Bps"] is None and sync["busbw_Bps"] is None
+    assert "algbw n/a, busbw n/a" in capsys.readouterr().out
+
+
 def test_output_into_a_closed_pipe_ends_quietly_and_still_writes_its_json(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)  # as `| head` leaves it once it has its lines
@@ -412,6 +422,10 @@ def test_an_input_through_a_pipe_is_read_as_it_comes(tmp_path):
      "bucket transfers, at most 200,000,000"),
     (["--replicas", "65536", "--iterations", "700", "--cores", "16"],
      "replica-iterations, at most 5,000,000 with --cores"),
+    # a parameter server simulates every replica's push (~25,000 a second): 34 minutes
+    (["--replicas", "1000", "--iterations", "50000", "--algorithm", "ps"],
+     "1,000 replicas and a parameter server are 50,000,000 replica-iterations, at most "
+     "5,000,000 with --algorithm ps"),
 ])
 def test_a_sync_run_too_long_to_simulate_is_refused_at_once(argv, said):
     done = run_cli("--mode", "sync", *argv)  # each would run for half an hour or more

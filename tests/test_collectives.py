@@ -101,6 +101,10 @@ def test_round_costs_interpolate_between_sizes_clamp_below_and_extend_the_last_s
     assert costs.next_round_s(3000) == pytest.approx(3.75)
     assert costs.first_round_s(10) == 1.0  # below the grid: the smallest message's cost
     assert costs.next_round_s(8000) == pytest.approx(5.0 + 2.5 / 2000 * 4000)  # last slope
+    # a table whose smallest size measured slowest: no larger size costs less than it
+    dipping = RoundCosts((1e3, 1e4, 1e5), (3e-4, 1e-4, 5e-4), (3e-4, 1e-4, 5e-4))
+    assert dipping.next_round_s(1e4) == 3e-4 and dipping.next_round_s(5e4) == 3e-4
+    assert dipping.next_round_s(1e5) == pytest.approx(5e-4)
 
 
 def test_allreduce_with_round_costs_charges_the_first_round_as_measured_idle_and_the_rest_back_to_back():

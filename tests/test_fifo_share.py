@@ -71,6 +71,23 @@ def test_a_lead_holds_the_jobs_place_before_its_units_flow():
     assert ends == pytest.approx({"first": 2.0, "second": 3.25, "third": 4.25})
 
 
+def test_a_capacity_of_whole_caps_gives_no_job_a_place_on_its_rounding_remainder():
+    # 7 shards' caps fill a 10 Gbit/s NIC; 7 × (1e10 / 7) leaves ~1e-6 of it, which gave an
+    # eighth job its place at 1e-6 bit/s and asked its lead at 0 instead of when a slot freed
+    env = simpy.Environment()
+    nic = FifoShare(env, 1e10, 1e10 / 7)
+    asked = []
+
+    def job(i):
+        yield nic.submit(1e10 / 7, lambda: asked.append((i, env.now)) or 0.0)
+
+    for i in range(8):
+        env.process(job(i))
+    env.run()
+    assert [i for i, _ in asked] == list(range(8))
+    assert [at for _, at in asked] == pytest.approx([0.0] * 7 + [1.0])
+
+
 def test_queued_time_counts_only_where_the_jobs_fill_the_capacity():
     env = simpy.Environment()
     nic = FifoShare(env, 4.0, 2.0)  # two jobs at their cap fill it

@@ -176,6 +176,20 @@ def test_replicas_sharing_cores_compute_slower(replicas, cores):
     assert result.iteration_s.mean() == pytest.approx(0.1 * max(1.0, replicas / cores))
 
 
+def test_a_parameter_servers_trace_shows_each_replicas_push_then_the_pull():
+    # the push was counted in the replicas' communication but left out of the trace and the
+    # timeline: each replica sat idle from its compute's end to the pull
+    workload = from_preset("resnet50")
+    trace = Trace()
+    SyncSimulation(SyncConfig(ClusterConfig(2), workload, "ps", 2), trace=trace).run()
+    spans = [e for e in trace.events if e["ph"] == "X"]
+    for rank in (0, 1):
+        own = sorted((e for e in spans if e["tid"] == rank), key=lambda e: e["ts"])
+        assert [e["name"] for e in own] == ["compute", "push", "pull"] * 2
+        for before, after in zip(own, own[1:]):  # back to back: no gap, no overlap
+            assert after["ts"] == pytest.approx(before["ts"] + before["dur"])
+
+
 def test_same_seed_same_run_and_other_seed_other_run():
     runs = [SyncSimulation(free_comm_config(4, 50, seed=s)).run().iteration_s for s in (7, 7, 8)]
     assert np.array_equal(runs[0], runs[1])
