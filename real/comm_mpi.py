@@ -51,6 +51,15 @@ _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int8: M
 _MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
+def mpi_error_text(error) -> str:
+    """One line for an MPI error: its class's words and the innermost line of MPICH's error
+    stack, where the detail is (the whole stack is several lines)."""
+    short = MPI.Get_error_string(error.Get_error_class())
+    lines = [line.strip() for line in error.Get_error_string().splitlines() if line.strip()]
+    detail = lines[-1].split(":", 1)[-1].strip() if len(lines) > 1 else ""
+    return f"{short}: {detail}" if detail and detail != short else short
+
+
 def abort_job(message: str) -> None:
     """Write ``message`` (one line) to stderr, give mpiexec's forwarders ``ABORT_GRACE_S`` to
     pass it and whatever this rank wrote before it on, then ``MPI_Abort`` the whole job."""
@@ -58,6 +67,7 @@ def abort_job(message: str) -> None:
     sys.stderr.flush()
     time.sleep(ABORT_GRACE_S)
     MPI.COMM_WORLD.Abort(1)
+    os._exit(1)  # MPICH's Abort can return where a peer has already left: go all the same
 
 
 def _abort_after(excepthook):
@@ -103,6 +113,14 @@ class Watchdog:
 
 
 _watchdog: Watchdog | None = None
+
+
+def mpi_op(op: str, tensor: torch.Tensor):
+    """The MPI reduction for ``op`` on ``tensor``'s dtype. MPI defines only logical reductions
+    on booleans: sum and max are OR, min is AND, as Gloo reduces them."""
+    if tensor.dtype == torch.bool:
+        return MPI.LAND if op == "min" else MPI.LOR
+    return _MPI_OPS[op]
 
 
 def byte_view(tensor: torch.Tensor) -> np.ndarray:
@@ -157,7 +175,12 @@ class MpiWork(Work):
         if self.done:
             return
         status = MPI.Status()
-        self.comm.call(self.what, lambda: self.request.Wait(status))
+        try:
+            self.comm.call(self.what, lambda: self.request.Wait(status))
+        except CommError as error:  # the request is spent: settle() must not touch it again
+            self.error = error
+            self.comm.pending.discard(self)
+            raise
         self.finish(status)
 
     def finish(self, status) -> None:
@@ -224,7 +247,7 @@ class MpiCommunicator(Communicator):
                 return action()
         except MPI.Exception as error:
             self.broken = True
-            raise CommError(f"rank {self.rank}: {what} failed: {error.Get_error_string()}") \
+            raise CommError(f"rank {self.rank}: {what} failed: {mpi_error_text(error)}") \
                 from error
 
     def check_tag(self, tag: int) -> None:
@@ -302,12 +325,12 @@ class MpiCommunicator(Communicator):
         self.check_signature("reduce", tensor, dst)
         if self.rank == dst:
             self.call(f"reduce({op})", lambda: self.mpi.Reduce(MPI.IN_PLACE, typed(tensor),
-                                                               _MPI_OPS[op], dst))
+                                                               mpi_op(op, tensor), dst))
             if op == "avg":
                 divide_for_avg(tensor, self.world_size)
         else:
             self.call(f"reduce({op})", lambda: self.mpi.Reduce(typed(tensor), None,
-                                                               _MPI_OPS[op], dst))
+                                                               mpi_op(op, tensor), dst))
 
     def all_reduce(self, tensor, op="sum", async_op=False):
         check_op(op)
@@ -315,12 +338,13 @@ class MpiCommunicator(Communicator):
         then = (lambda: divide_for_avg(tensor, self.world_size)) if op == "avg" else None
         what = f"all_reduce({op})"
         if not async_op:
-            self.call(what, lambda: self.mpi.Allreduce(MPI.IN_PLACE, typed(tensor), _MPI_OPS[op]))
+            self.call(what, lambda: self.mpi.Allreduce(MPI.IN_PLACE, typed(tensor),
+                                                       mpi_op(op, tensor)))
             if then is not None:
                 then()
             return None
         request = self.call(what, lambda: self.mpi.Iallreduce(MPI.IN_PLACE, typed(tensor),
-                                                              _MPI_OPS[op]))
+                                                              mpi_op(op, tensor)))
         return MpiWork(self, request, what, then=then)
 
     def scatter(self, tensor, scatter_list=None, src=0):
@@ -358,7 +382,7 @@ class MpiCommunicator(Communicator):
         recv = typed(output)  # rejects dtypes MPI cannot reduce, before any communication
         send = [self.stage(input_list, copy_in=True).numpy(), recv[2]]
         self.call(f"reduce_scatter({op})", lambda: self.mpi.Reduce_scatter_block(
-            send, recv, _MPI_OPS[op]))
+            send, recv, mpi_op(op, output)))
         if op == "avg":
             divide_for_avg(output, self.world_size)
 
@@ -427,6 +451,8 @@ class MpiCommunicator(Communicator):
         for work in list(self.pending):
             if work.expect_bytes is None:
                 UNFINISHED.append(work)
+                continue
+            if work.request == MPI.REQUEST_NULL:  # completed and freed by a failed wait
                 continue
             self.call(f"cancel the {work.what}", work.request.Cancel)
             status = MPI.Status()

@@ -29,6 +29,18 @@ _TORCH_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM,
               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
+def contiguous_output(tensor: torch.Tensor):
+    """``tensor`` and None where it is contiguous; else a contiguous buffer of its shape and
+    what copies that buffer into it once the operation is done. Gloo's scatter and
+    reduce_scatter write a tensor's memory in order whatever its strides: a column of a matrix
+    came back holding its neighbours' elements, with no error (the mpi engine refuses such a
+    tensor)."""
+    if tensor.is_contiguous():
+        return tensor, None
+    buffer = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return buffer, lambda: tensor.copy_(buffer)
+
+
 class TorchWork(Work):
     """A torch ``Work`` waited on with a timeout; ``then`` runs after completion (avg's division).
 
@@ -310,9 +322,10 @@ class TorchCommunicator(Communicator):
         if self.rank == src:
             self.check_list(scatter_list, tensor, "scatter_list")
         self.check_signature("scatter", tensor, src)
-        chunks = scatter_list if self.rank == src else None
+        chunks = [t.contiguous() for t in scatter_list] if self.rank == src else None
+        out, copy_back = contiguous_output(tensor)
         self.run("scatter", lambda: dist.scatter(
-            tensor, chunks, self.world(src), group=self.group, async_op=True))
+            out, chunks, self.world(src), group=self.group, async_op=True), copy_back)
 
     def gather(self, tensor, gather_list=None, dst=0):
         self.check_rank(dst, "gather: destination")
@@ -333,9 +346,16 @@ class TorchCommunicator(Communicator):
         check_op(op)
         self.check_list(input_list, output, "reduce_scatter input_list")
         self.check_signature("reduce_scatter", output)
-        then = (lambda: divide_for_avg(output, self.world_size)) if op == "avg" else None
+        out, copy_back = contiguous_output(output)
+
+        def then():
+            if op == "avg":
+                divide_for_avg(out, self.world_size)
+            if copy_back is not None:
+                copy_back()
+        inputs = [t.contiguous() for t in input_list]
         self.run(f"reduce_scatter({op})", lambda: dist.reduce_scatter(
-            output, input_list, op=_TORCH_OPS[op], group=self.group, async_op=True), then)
+            out, inputs, op=_TORCH_OPS[op], group=self.group, async_op=True), then)
 
     def barrier(self):
         self.run("barrier", lambda: dist.barrier(self.group, async_op=True))

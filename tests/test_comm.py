@@ -194,6 +194,37 @@ def check_reduce_scatter(comm):
         assert torch.allclose(out, torch.full((2,), (r + 1) * float(total))), (op, out)
 
 
+def check_scatter_and_reduce_scatter_of_strided_tensors(comm):
+    """Columns of a matrix. The torch engine gave rank r the elements after its column's start
+    in memory (Gloo writes a buffer's memory in order, whatever its strides), with no error; it
+    now stages them. The mpi engine stages a list and refuses a strided output tensor."""
+    p, r = comm.world_size, comm.rank
+    columns = list(torch.arange(3.0 * p).reshape(3, p).t())  # column i holds i, i + p, i + 2p
+    got = torch.zeros(3)
+    comm.scatter(got, columns if r == 0 else None, src=0)
+    assert torch.equal(got, torch.arange(3.0) * p + r), got
+    inputs = [torch.full((3,), float(i + r)) for i in range(p)]  # block i: i + r
+    grid = torch.zeros(3, 2)
+    if type(comm).__name__ == "MpiCommunicator":
+        with pytest.raises(ValueError, match="contiguous"):
+            comm.reduce_scatter(grid[:, 0], inputs, "sum")
+        return
+    comm.reduce_scatter(grid[:, 0], inputs, "avg")
+    assert torch.equal(grid[:, 0], torch.full((3,), r + (p - 1) / 2)) and not grid[:, 1].any()
+    comm.scatter(grid[:, 1], columns if r == 0 else None, src=0)
+    assert torch.equal(grid[:, 1], torch.arange(3.0) * p + r), grid
+
+
+def check_boolean_reductions_are_logical(comm):
+    """sum and max are OR, min is AND, on both engines (MPI's sum on C_BOOL was an error that
+    ended the job)."""
+    for op, want in (("sum", [True, True, False]), ("max", [True, True, False]),
+                     ("min", [True, False, False])):
+        t = torch.tensor([True, comm.rank == 0, False])
+        comm.all_reduce(t, op)
+        assert t.tolist() == want, (op, t)
+
+
 def check_barrier_waits_for_the_last_rank(comm):
     """No rank leaves the barrier before rank 0, which enters it 0.3 s late, has entered it."""
     if comm.rank == 0:
