@@ -175,7 +175,11 @@ def read_idx(path: str) -> np.ndarray:
             raise DataError(f"corrupt gzip file {path}: {exc}") from None
         data = np.frombuffer(raw, dtype=np.uint8)
     else:
-        data = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
+        try:
+            data = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) \
+                else np.zeros(0, np.uint8)
+        except OSError as exc:  # no permission to read it, a file that cannot be mapped
+            raise DataError(f"cannot read MNIST file {path}: {exc.strerror or exc}") from None
     return _parse_idx(data, path)
 
 

@@ -56,6 +56,14 @@ class GradSync:
             if p.grad is not None:
                 p.grad.zero_()
 
+    def forward(self, inputs):
+        """The model's output, and any communication that runs inside its forward pass."""
+        return self.module(inputs)
+
+    def backward(self, loss) -> None:
+        """``loss.backward()``: the gradients, and any communication that runs inside it."""
+        loss.backward()
+
     def finish(self) -> list[tuple[str, float, float]]:
         raise NotImplementedError
 
@@ -213,9 +221,20 @@ class DDPSync(GradSync):
         if algorithm != "backend":
             raise ValueError(f"--sync ddp uses the backend's all-reduce, not {algorithm!r}")
         super().__init__(comm, model, algorithm, bucket_bytes)
-        self.module = nn.parallel.DistributedDataParallel(
-            model, device_ids=device_ids, bucket_cap_mb=bucket_bytes / MiB,
-            gradient_as_bucket_view=True)
+        # DDP runs its collectives itself (the weights' broadcast here, the all-reduces inside
+        # backward), not through comm: the guard turns a lost peer into the CommError, one
+        # line, that every other strategy gives
+        self.module = comm.guard("DDP's broadcast of the weights", lambda: (
+            nn.parallel.DistributedDataParallel(
+                model, device_ids=device_ids, bucket_cap_mb=bucket_bytes / MiB,
+                gradient_as_bucket_view=True)))
+
+    def forward(self, inputs):
+        return self.comm.guard("DDP's forward (its buffers' broadcast)",
+                               lambda: self.module(inputs))
+
+    def backward(self, loss) -> None:
+        self.comm.guard("DDP's all-reduce in backward", loss.backward)
 
     def zero_grad(self):
         self.model.zero_grad(set_to_none=False)

@@ -209,7 +209,13 @@ def self_launch(worker, config, nproc: int, address: str | None, port: int) -> i
         while not context.join():
             pass
     except mp.ProcessExitedException as failure:
-        return failure.exit_code if failure.exit_code and failure.exit_code > 0 else 1
+        if failure.exit_code and failure.exit_code > 0:
+            return failure.exit_code  # the rank has said why in its own line
+        # killed by a signal it could not report (the OOM killer's SIGKILL, say): say it here
+        print(f"sync.py: error: rank {failure.error_index} was killed by "
+              f"{failure.signal_name or 'a signal'}; the other ranks were stopped",
+              file=sys.stderr)
+        return 1
     except mp.ProcessRaisedException as failure:  # a bug, not bad input: keep the traceback
         print(f"sync.py: error: a rank failed: {failure}", file=sys.stderr)
         return 1
@@ -245,6 +251,9 @@ def check_launch_settings(seed: int, master_port: int, nproc_per_node: int, thre
                           timeout_s: float, master_addr: str | None = None) -> None:
     """The launch settings sync.py and async_ps.py share; ``ValueError`` names the bad one,
     and the rendezvous flags given where no ``--nproc-per-node`` launch would use them."""
+    if nproc_per_node and (launched_by_mpi() or "RANK" in os.environ):
+        raise ValueError("--nproc-per-node launches the ranks itself: under torchrun or mpiexec, "
+                         "which have launched them, leave it out")
     if not nproc_per_node and (master_addr is not None or master_port):
         raise ValueError("--master-addr and --master-port set the rendezvous of the ranks "
                          "--nproc-per-node launches; under torchrun or mpiexec the launcher "

@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         try:  # check what can be checked once, here, before starting any process
             dataset = load_dataset(config.dataset_spec, config.num_samples, config.seed)
             ShardedBatches(len(dataset), config.batch_size, config.nproc_per_node, 0, config.seed)
+            del dataset  # each rank loads its own: this copy would stay for the whole run
             pick_device(config, 0, config.nproc_per_node)
             address, port = rendezvous(config.master_addr, config.master_port)
         except ValueError as error:
@@ -252,14 +253,14 @@ def train_step(step, dataset, batches, sync, optimizer, device, emulated, timer,
     images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
     sync.zero_grad()
     marks.append(clock(device))
-    output = sync.module(images)
+    output = sync.forward(images)
     loss = output if emulated else F.cross_entropy(output, labels)
     if timer:
         timer.backward_started()
     if floor:
         floor.pad(marks[1])
     backward_start_s = time.perf_counter()
-    loss.backward()
+    sync.backward(loss)
     marks.append(clock(device))
     if floor:
         floor.backward_done(marks[2] - backward_start_s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import dataclass, fields
 
 import torch
@@ -17,7 +18,7 @@ from dsgd_sim.compute import MAX_TIME_S
 from dsgd_sim.units import parse_time
 
 from .comm import launched_by_mpi
-from .data import DatasetSpec
+from .data import MNIST_FILES, DatasetSpec
 from .local_launch import RankArgumentParser, check_launch_settings
 from .grad_sync import STRATEGIES
 from .models import MODELS
@@ -26,6 +27,7 @@ ALLREDUCE_CHOICES = ("backend", "ring", "naive")
 BACKENDS = ("gloo", "nccl", "mpi")
 MAX_LR = float(torch.finfo(torch.float32).max)  # SGD scales float32 gradients by it (sync, async)
 MAX_STEPS = 100_000_000  # a run's steps beyond this are a typo, not a plan
+MAX_BUCKET_MB = 2**20  # a 1 TiB bucket is a typo; 1e308 overflowed turning into bytes
 
 
 @dataclass
@@ -86,6 +88,9 @@ class SyncConfig:
             raise ValueError(f"--sync ddp uses the backend's all-reduce, not {self.allreduce!r}")
         if not 0 < self.bucket_mb < math.inf:
             raise ValueError(f"--bucket-mb must be positive and finite, got {self.bucket_mb}")
+        if self.bucket_mb > MAX_BUCKET_MB:  # in bytes it overflowed, into a traceback
+            raise ValueError(f"--bucket-mb must be at most {MAX_BUCKET_MB:,} (1 TiB), got "
+                             f"{self.bucket_mb:g}")
         if not (0 < self.lr < math.inf) or not 0 <= self.momentum < 1:
             raise ValueError(f"need a finite lr > 0 and 0 <= momentum < 1, got {self.lr}, "
                              f"{self.momentum}")
@@ -175,10 +180,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_outputs(config: SyncConfig) -> None:
     """ValueError naming an output rank 0 could not write: a file in a missing folder, a folder
-    that is a file."""
-    check_output_files({"--json": config.json, "--trace": config.trace,
-                        "--profile-out": config.profile_out})
+    that is a file, an input the run reads (MNIST's files), the checkpoint folder."""
+    outputs = {"--json": config.json, "--trace": config.trace, "--profile-out": config.profile_out}
+    spec = DatasetSpec.parse(config.dataset)
+    check_output_files(outputs)
+    if spec.kind == "mnist":  # either of the names each file may have
+        for what, name in MNIST_FILES.items():
+            for candidate in (name, name + ".gz"):
+                check_output_files(outputs, {f"the MNIST {what} file":
+                                             os.path.join(spec.path, candidate)})
     check_output_dir("--checkpoint-dir", config.checkpoint_dir)
+    if config.checkpoint_dir is not None:
+        folder = os.path.realpath(config.checkpoint_dir)
+        for flag, path in outputs.items():
+            if path is not None and os.path.realpath(path) == folder:
+                raise ValueError(f"{flag} {path!r} is the --checkpoint-dir, where the run "
+                                 f"writes its checkpoints")
 
 
 def parse_args(argv: list[str] | None = None) -> SyncConfig:

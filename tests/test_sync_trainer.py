@@ -21,7 +21,7 @@ from real.local_launch import free_port
 from real.models import build_model
 from real.replica_state import weights_sha256
 from real.sync import pick_device, train
-from real.sync_config import SyncConfig, parse_args
+from real.sync_config import SyncConfig, check_outputs, parse_args
 from tests.dist_helpers import have_mpiexec, run_into_closed_pipe
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -233,12 +233,56 @@ def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
     assert json.load(open(out))["weights_sha256"] == json.load(open(tmp_path / "ref.json"))["weights_sha256"]
 
 
+@pytest.mark.parametrize("sync", ["ddp", "bucketed"])
+def test_a_peer_killed_mid_run_ends_the_other_rank_with_one_line(sync):
+    # DDP runs its collectives itself, inside backward: a dead peer gave a 27-line traceback
+    # where every other strategy gives one line
+    port, procs = free_port("127.0.0.1"), []
+    args = [SYNC, "--sync", sync, "--steps", "300", "--emulate-compute", "100ms", "--no-progress"]
+    for rank in (0, 1):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    watcher = OutputWatcher(procs[1])
+    deadline = time.monotonic() + 60
+    while 1 not in watcher.pids:
+        assert procs[1].poll() is None and time.monotonic() < deadline, "".join(watcher.lines)
+        time.sleep(0.05)
+    time.sleep(2.0)  # a few steps in
+    procs[1].kill()
+    procs[1].wait(timeout=30)
+    _, err = procs[0].communicate(timeout=120)
+    assert procs[0].returncode == 1, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("sync.py: error: rank 0: ") and "failed after" in err, err
+
+
+def test_a_self_launched_rank_killed_by_a_signal_is_named_in_one_line():
+    # the launcher ended the other rank and exited 1 without a word
+    process = subprocess.Popen([sys.executable, SYNC, "--nproc-per-node", "2", "--steps", "300",
+                                "--emulate-compute", "100ms", "--no-progress"], cwd=REPO,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watcher = OutputWatcher(process)
+    deadline = time.monotonic() + 60
+    while len(watcher.pids) < 2:
+        assert process.poll() is None and time.monotonic() < deadline, "".join(watcher.lines)
+        time.sleep(0.05)
+    os.kill(watcher.pids[1], signal.SIGKILL)
+    err = process.communicate(timeout=120)[1]
+    assert process.returncode == 1
+    assert err == "sync.py: error: rank 1 was killed by SIGKILL; the other ranks were stopped\n"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     (["--model", "resnet"], "unknown model 'resnet'"),
     (["--emulate-compute", "80"], "time '80' needs a unit"),
     (["--sync", "ddp", "--allreduce", "ring"], "--sync ddp uses the backend's all-reduce"),
     (["--bucket-mb", "inf"], "--bucket-mb must be positive and finite"),
+    (["--bucket-mb", "1e308"], "--bucket-mb must be at most 1,048,576 (1 TiB), got 1e+308"),
     (["--timeout", "1e300s"], "--timeout must be at most"),
     (["--threads", "100000000"], "--threads must be at most 1024"),
     (["--emulate-compute", "1e300s"], "--emulate-compute must be 0 to"),
@@ -246,12 +290,59 @@ def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
     (["--emulate-comm", "40"], "time '40' needs a unit"),
     (["--nproc-per-node", "2", "--checkpoint-dir", __file__], "is not a folder"),  # self-launch
 ])
-def test_bad_flag_gives_one_error_line_and_exit_status_2(argv, message, capsys):
+def test_bad_flag_gives_one_error_line_and_exit_status_2(argv, message, capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("sync.py: error: ") and message in lines[0]
+
+
+@pytest.mark.parametrize("name", ["train-labels-idx1-ubyte", "train-images-idx3-ubyte.gz"])
+def test_an_output_on_an_mnist_input_file_or_the_checkpoint_folder_is_refused(tmp_path, name,
+                                                                              capsys):
+    # --json on the labels file overwrote it (the next run: "not an IDX file"); --json on the
+    # checkpoint folder failed with "Is a directory" after the whole run, its summary lost
+    for argv, said in [
+            (["--dataset", f"mnist:{tmp_path}", "--json", str(tmp_path / name)],
+             f"is the MNIST {'labels' if 'labels' in name else 'images'} file, which this run "
+             f"reads"),
+            (["--checkpoint-dir", str(tmp_path / "ck"), "--trace", str(tmp_path / "ck")],
+             "is the --checkpoint-dir, where the run writes its checkpoints")]:
+        config = parse_args(argv)
+        with pytest.raises(ValueError, match=said):
+            check_outputs(config)
+
+
+def test_an_mnist_file_that_cannot_be_read_is_a_data_error(tmp_path, monkeypatch):
+    # os.path.getsize and np.memmap raised OSError (no permission, a file that cannot be
+    # mapped): a traceback under --nproc-per-node, every rank's line and status 1 under torchrun
+    import real.data
+    from real.data import DataError, read_idx
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(b"\0\0\x08\x01\0\0\0\0")
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(real.data.np, "memmap", refused)
+    with pytest.raises(DataError, match=f"cannot read MNIST file {path}: Permission denied"):
+        read_idx(str(path))
+
+
+@pytest.mark.parametrize("launcher_env", [{"RANK": "0", "WORLD_SIZE": "2"}, {"PMI_RANK": "0"}])
+def test_nproc_per_node_under_a_launcher_is_refused_in_one_line(launcher_env, monkeypatch,
+                                                                  capsys):
+    # each torchrun worker started a nested job of its own on torchrun's port
+    for name in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in launcher_env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--nproc-per-node", "2"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--nproc-per-node launches the ranks itself" in err
 
 
 @pytest.mark.parametrize("env, argv, message", [
