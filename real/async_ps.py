@@ -46,7 +46,7 @@ from dsgd_sim.argparse_oneline import run_command_line
 from real.comm import CommError, init
 from real.comm_cli import InputError, default_threads, first_failed_rank
 from real.data import ShardedBatches, load_dataset
-from real.local_launch import (env_rank, launcher_local_ranks, rendezvous, report_error,
+from real.local_launch import (env_rank, fast_exit, launcher_local_ranks, rendezvous, report_error,
                                report_join_error, say)
 from real.ps_config import AsyncConfig, parse_args
 from real.ps_protocol import ProtocolError
@@ -221,7 +221,7 @@ def wait_for_processes(server, workers: list, server_joined, grace_s: float,
     """Return once the server and every worker have ended: the ranks of the workers killed.
 
     Workers are stopped if the server ends before it joined the job (they would wait to join it
-    for good); once a server that served has ended, a worker still running ``grace_s`` later
+    for good); once the server has ended, a worker still running ``grace_s`` later
     (stopped or hung) is killed with SIGKILL, which a stopped process cannot hold back as it
     can SIGTERM. One look at which are alive per pass: a second look could find the last one
     gone and leave ``wait`` an empty list, which it would wait on for ever."""
@@ -233,8 +233,8 @@ def wait_for_processes(server, workers: list, server_joined, grace_s: float,
             continue
         if not server_joined.is_set():
             for worker in workers:
-                worker.terminate()
-        elif deadline is None:
+                worker.terminate()  # a stopped one holds SIGTERM back: it is killed below
+        if deadline is None:
             deadline = clock() + grace_s
         elif clock() >= deadline:
             for rank, worker in enumerate(workers, start=1):
@@ -248,7 +248,9 @@ def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int,
            joined=None) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
-    sys.exit(run_command_line(lambda: run_process(config, joined), keep_status=True))
+    # no interpreter teardown: with torch loaded it takes seconds, and it can wait on Gloo's
+    # threads (a server whose receive timed out once never left it, its launcher waiting on it)
+    fast_exit(run_command_line(lambda: run_process(config, joined), keep_status=True))
 
 
 if __name__ == "__main__":
