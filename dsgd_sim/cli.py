@@ -312,7 +312,7 @@ def build_configs(args) -> list[SyncConfig]:
 # about 20,000 replica-iterations a second (`--replicas 65536 --iterations 10 --cores 16`: 31 s).
 # Past these it runs for minutes on end: a typo, or a job to split.
 MAX_BUCKET_EVENTS = 200_000_000
-MAX_SHARED_CORE_ITERATIONS = 5_000_000
+MAX_EVENT_ITERATIONS = 5_000_000  # replica-iterations simulated one replica at a time (--cores, ps)
 
 
 def check_event_work(configs: list[SyncConfig]) -> None:
@@ -320,7 +320,7 @@ def check_event_work(configs: list[SyncConfig]) -> None:
     would simulate too many events to finish, summed over the runs."""
     # replica-iterations simulated one replica at a time: cores shared, or a parameter server's
     # pushes (about 25,000 a second), where an all-reduce alone has a closed form
-    bucket_events = shared_core_iterations = 0
+    bucket_events = event_iterations = 0
     flags = set()
     for config in configs:
         c = config.cluster
@@ -329,7 +329,7 @@ def check_event_work(configs: list[SyncConfig]) -> None:
             bucket_events += config.iterations * c.replicas * buckets
         shared = bool(c.cores and c.cores < c.replicas)
         if shared or config.algorithm == PARAMETER_SERVER:
-            shared_core_iterations += config.iterations * c.replicas
+            event_iterations += config.iterations * c.replicas
             flags.add("--cores" if shared else "--algorithm ps")
     largest = max(configs, key=lambda config: config.cluster.replicas)
     runs = "" if len(configs) == 1 else f", summed over {len(configs):,} runs"
@@ -339,13 +339,13 @@ def check_event_work(configs: list[SyncConfig]) -> None:
                          f"replicas with {buckets:,} buckets each simulate {bucket_events:,} "
                          f"bucket transfers{runs}, at most {MAX_BUCKET_EVENTS:,} (fewer "
                          f"iterations, replicas or buckets)")
-    if shared_core_iterations > MAX_SHARED_CORE_ITERATIONS:
+    if event_iterations > MAX_EVENT_ITERATIONS:
         cores = largest.cluster.cores
         how = f"sharing {cores:,} cores" if cores and cores < largest.cluster.replicas else \
             "and a parameter server"
         raise ValueError(f"{largest.iterations:,} iterations of {largest.cluster.replicas:,} "
-                         f"replicas {how} are {shared_core_iterations:,} replica-iterations"
-                         f"{runs}, at most {MAX_SHARED_CORE_ITERATIONS:,} with "
+                         f"replicas {how} are {event_iterations:,} replica-iterations"
+                         f"{runs}, at most {MAX_EVENT_ITERATIONS:,} with "
                          f"{' or '.join(sorted(flags))} (fewer iterations or replicas)")
 
 

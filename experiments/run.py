@@ -442,9 +442,7 @@ def main(argv=None) -> int:
         return write_json_output("experiments/run.py", "--json", args.json, summary)
     if args.repredict:
         return repredict(args.names, args.out, args.json)
-    outputs = ([RESULTS / name for name in ("run.json", "calibration.json", "fidelity.json")]
-               + [RESULTS / f"{e.name}.{ext}" for e in args.experiments
-                  for ext in ("json", "png")] + [REPORT])
+    outputs = kept_files([e.name for e in args.experiments])
     try:  # a folder in an output's place, found now and not at the end of the run
         check_outputs(outputs if RESULTS.is_dir() else [])
     except ValueError as error:
@@ -510,14 +508,19 @@ def measure_and_report(args) -> int:
                              {**summary, "wall_s": meta["wall_s"], "build_s": build_s})
 
 
+def kept_files(names: list[str]) -> list[Path]:
+    """The files the results folder keeps for the experiments ``names``: run.json, the
+    calibration, fidelity.json, each one's JSON and plot, and the report."""
+    return ([RESULTS / name for name in ("run.json", "calibration.json", "fidelity.json")]
+            + [RESULTS / f"{name}.{ext}" for name in names for ext in ("json", "png")]
+            + [REPORT])
+
+
 def check_not_stored(paths: dict[str, str | None]) -> None:
     """``ValueError`` if a flag's file (``{flag: path}``, None: not given) is one the results
     folder keeps (run.json, the calibration, fidelity.json, any experiment's JSON or plot, the
     report): a run writes those itself, and ``--report-only`` and ``--repredict`` read them."""
-    kept = ([RESULTS / name for name in ("run.json", "calibration.json", "fidelity.json")]
-            + [RESULTS / f"{name}.{ext}" for name in EXPERIMENTS for ext in ("json", "png")]
-            + [REPORT])
-    kept = set(map(os.path.realpath, kept))
+    kept = set(map(os.path.realpath, kept_files(list(EXPERIMENTS))))
     for flag, path in paths.items():
         if path is not None and os.path.realpath(path) in kept:
             raise ValueError(f"{flag} {path!r} is one of the run's own outputs in "

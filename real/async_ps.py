@@ -248,8 +248,8 @@ def _child(rank: int, config: AsyncConfig, nproc: int, address: str, port: int,
            joined=None) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=address, MASTER_PORT=str(port))
-    # no interpreter teardown: with torch loaded it takes seconds, and it can wait on Gloo's
-    # threads (a server whose receive timed out once never left it, its launcher waiting on it)
+    # no interpreter teardown: with torch loaded it takes seconds, and after a Gloo receive
+    # timed out a server seemingly never finished it (once, its launcher waiting on it)
     fast_exit(run_command_line(lambda: run_process(config, joined), keep_status=True))
 
 
