@@ -220,8 +220,8 @@ def wait_for_processes(server, workers: list, server_joined, grace_s: float,
                        wait=mp_connection.wait, clock=time.monotonic) -> list[int]:
     """Return once the server and every worker have ended: the ranks of the workers killed.
 
-    Workers are stopped if the server ends before it joined the job (they would wait to join it
-    for good); once the server has ended, a worker still running ``grace_s`` later
+    Workers are killed if the server ends before it joined the job (they would wait to join it
+    for good); once a server that joined has ended, a worker still running ``grace_s`` later
     (stopped or hung) is killed with SIGKILL, which a stopped process cannot hold back as it
     can SIGTERM. One look at which are alive per pass: a second look could find the last one
     gone and leave ``wait`` an empty list, which it would wait on for ever."""
@@ -231,9 +231,10 @@ def wait_for_processes(server, workers: list, server_joined, grace_s: float,
              None if deadline is None else max(0.0, deadline - clock()))
         if server.is_alive():
             continue
-        if not server_joined.is_set():
+        if not server_joined.is_set():  # they wait to join a job that will not start
             for worker in workers:
-                worker.terminate()  # a stopped one holds SIGTERM back: it is killed below
+                worker.kill()  # SIGTERM could wait in the store's connect, up to the timeout
+            continue
         if deadline is None:
             deadline = clock() + grace_s
         elif clock() >= deadline:

@@ -615,8 +615,11 @@ def test_the_launcher_never_waits_on_an_empty_list_when_the_last_process_ends_be
 def test_the_launcher_stops_the_workers_when_the_server_ends_before_joining():
     from real.async_ps import wait_for_processes
     server, worker = FakeProcess("server", looks=1), FakeProcess("worker", looks=3)
-    wait_for_processes(server, [worker], Event(False), 30.0, lambda sentinels, timeout: None)
-    assert worker.terminated
+    # SIGKILL: a worker sent SIGTERM could sit in the store's connect until its timeout (120 s)
+    waits = []
+    wait_for_processes(server, [worker], Event(False), 30.0,
+                       lambda sentinels, timeout: waits.append(timeout))
+    assert worker.killed and not worker.terminated and set(waits) == {None}
 
 
 def test_the_launcher_kills_a_worker_still_running_its_timeout_after_the_server_ended():
