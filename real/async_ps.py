@@ -223,25 +223,29 @@ def wait_for_processes(server, workers: list, server_joined, grace_s: float,
     Workers are killed if the server ends before it joined the job (they would wait to join it
     for good); once a server that joined has ended, a worker still running ``grace_s`` later
     (stopped or hung) is killed with SIGKILL, which a stopped process cannot hold back as it
-    can SIGTERM. One look at which are alive per pass: a second look could find the last one
-    gone and leave ``wait`` an empty list, which it would wait on for ever."""
-    deadline, killed = None, []
+    can SIGTERM. One look at which are alive per pass, and the decision made before the pass's
+    wait: a second look could find the last one gone and leave ``wait`` an empty list, and a
+    server that had already ended at the first look would leave ``wait`` on workers that wait
+    for it; either waits for ever."""
+    deadline, killed, stopped = None, [], set()
     while alive := [proc for proc in (server, *workers) if proc.is_alive()]:
-        wait([proc.sentinel for proc in alive],
-             None if deadline is None else max(0.0, deadline - clock()))
-        if server.is_alive():
-            continue
-        if not server_joined.is_set():  # they wait to join a job that will not start
-            for worker in workers:
-                worker.kill()  # SIGTERM could wait in the store's connect, up to the timeout
-            continue
-        if deadline is None:
-            deadline = clock() + grace_s
-        elif clock() >= deadline:
-            for rank, worker in enumerate(workers, start=1):
-                if rank not in killed and worker.is_alive():
-                    worker.kill()
-                    killed.append(rank)
+        timeout = None
+        if server not in alive:
+            if not server_joined.is_set():  # they wait to join a job that will not start
+                for rank, worker in enumerate(workers, start=1):
+                    if worker in alive and rank not in stopped:
+                        worker.kill()  # SIGTERM could wait in the store's connect, up to the timeout
+                        stopped.add(rank)
+            else:
+                deadline = clock() + grace_s if deadline is None else deadline
+                timeout = deadline - clock()
+                if timeout <= 0:
+                    timeout = None  # the workers killed now end without fail
+                    for rank, worker in enumerate(workers, start=1):
+                        if worker in alive and rank not in killed:
+                            worker.kill()
+                            killed.append(rank)
+        wait([proc.sentinel for proc in alive], timeout)
     return killed
 
 

@@ -638,3 +638,16 @@ def test_the_launcher_kills_a_worker_still_running_its_timeout_after_the_server_
     killed = wait_for_processes(server, [done, stuck], Event(True), 5.0, wait, lambda: now[0])
     assert killed == [2] and stuck.killed and not done.killed
     assert timeouts[:2] == [None, 5.0] and not stuck.terminated
+
+
+def test_the_launcher_stops_the_workers_of_a_server_that_ended_before_its_first_look():
+    # Under load the server could fail to join (its port taken) before the launcher first
+    # looked; the launcher then waited on the worker alone, which waited to join for good.
+    from real.async_ps import wait_for_processes
+    server, worker = FakeProcess("server", looks=0), FakeProcess("worker", looks=2)
+
+    def wait(sentinels, timeout):  # blocks until a listed process ends: only a killed one will
+        assert worker.killed, f"waited on {sentinels} for a server that has already ended"
+
+    wait_for_processes(server, [worker], Event(False), 30.0, wait)
+    assert worker.killed

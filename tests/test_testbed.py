@@ -728,7 +728,10 @@ def test_calibrate_writes_the_simulator_inputs_for_tcp_and_gloo(tmp_path):
     assert gaps["count"] == 20 - 1 and 0 < gaps["p10"] <= gaps["median"] <= gaps["p90"] < 0.1
 
 
+# Each rank writes its line in one write: mpiexec sets PYTHONUNBUFFERED, and the pieces of two
+# ranks' print() calls can interleave in the one stdout they share.
 MPI_SCRIPT = """
+import os
 import socket
 import numpy as np
 from mpi4py import MPI
@@ -736,7 +739,7 @@ comm = MPI.COMM_WORLD
 values = np.full(250_000, comm.rank + 1.0)
 total = np.empty_like(values)
 comm.Allreduce(values, total)
-print(comm.rank, comm.size, socket.gethostname(), total[0], flush=True)
+os.write(1, f"{comm.rank} {comm.size} {socket.gethostname()} {total[0]}\\n".encode())
 """
 
 
@@ -764,9 +767,11 @@ def test_mpi_allreduce_runs_one_rank_per_host_over_the_shaped_links(tmp_path):
 def test_an_mpi_job_runs_each_rank_on_its_hosts_core(tmp_path):
     # mpiexec runs on host 0, but starts each host's proxy through hydra_launcher.sh, which pins it
     cores = sorted(os.sched_getaffinity(0))
-    show = "import os, socket; print(socket.gethostname(), sorted(os.sched_getaffinity(0)))"
+    script = tmp_path / "show.py"
+    script.write_text("import os, socket\n"
+                      "os.write(1, f'{socket.gethostname()} {sorted(os.sched_getaffinity(0))}\\n'.encode())\n")
     with Testbed(TestbedConfig(hosts=2), tmp_path / "out") as bed:
-        result = bed.run(bed.mpiexec_command(f"{sys.executable} -c '{show}'"), timeout_s=60, ranks=[0])
+        result = bed.run(bed.mpiexec_command(f"{sys.executable} {script}"), timeout_s=60, ranks=[0])
     assert result.ok, result.hosts[0].stderr()[-2000:]
     assert sorted(result.hosts[0].stdout().splitlines()) == [f"host0 [{cores[0]}]", f"host1 [{cores[1]}]"]
 
