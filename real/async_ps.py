@@ -227,24 +227,24 @@ def wait_for_processes(server, workers: list, server_joined, grace_s: float,
     wait: a second look could find the last one gone and leave ``wait`` an empty list, and a
     server that had already ended at the first look would leave ``wait`` on workers that wait
     for it; either waits for ever."""
-    deadline, killed, stopped = None, [], set()
+    deadline, killed = None, []
     while alive := [proc for proc in (server, *workers) if proc.is_alive()]:
         timeout = None
-        if server not in alive:
-            if not server_joined.is_set():  # they wait to join a job that will not start
+        if server not in alive and not server_joined.is_set():
+            # they wait to join a job that will not start; SIGTERM could wait in the store's
+            # connect, up to the timeout (a second SIGKILL to a dying worker does nothing)
+            for worker in alive:
+                worker.kill()
+        elif server not in alive:
+            now = clock()
+            deadline = now + grace_s if deadline is None else deadline
+            if now < deadline:
+                timeout = deadline - now
+            else:  # the workers killed now end without fail: wait for them with no timeout
                 for rank, worker in enumerate(workers, start=1):
-                    if worker in alive and rank not in stopped:
-                        worker.kill()  # SIGTERM could wait in the store's connect, up to the timeout
-                        stopped.add(rank)
-            else:
-                deadline = clock() + grace_s if deadline is None else deadline
-                timeout = deadline - clock()
-                if timeout <= 0:
-                    timeout = None  # the workers killed now end without fail
-                    for rank, worker in enumerate(workers, start=1):
-                        if worker in alive and rank not in killed:
-                            worker.kill()
-                            killed.append(rank)
+                    if worker in alive and rank not in killed:
+                        worker.kill()
+                        killed.append(rank)
         wait([proc.sentinel for proc in alive], timeout)
     return killed
 
