@@ -39,12 +39,13 @@ from experiments.notes import NOTES  # noqa: E402
 from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
 from experiments.run_header import header_lines  # noqa: E402
 from experiments.single_process import RUNS  # noqa: E402
-from experiments.stage_samples import note_machine  # noqa: E402
+from experiments.stage_samples import QUIET_WAIT_S, note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
                                        check_output_dir, check_output_file,
                                        check_output_files, parse_seed, read_json,
                                        run_command_line,
                                        write_json_output, write_text_atomically)
+from dsgd_sim.units import parse_time  # noqa: E402
 from real.testbed.config import (DEFAULT_HOST_CORES, HOST_CORES_HELP,  # noqa: E402
                                  HOST_CORES_POLICIES, ADDRESS_LAYOUTS, SCHEDULING_POLICIES,
                                  parse_congestion_control)
@@ -377,6 +378,11 @@ def parse_args(argv=None):
                              "back, each on what the one before it left)")
     parser.add_argument("--probe-order", choices=PROBE_ORDERS, default=PROBE_ORDERS[0],
                         help=PROBE_ORDER_HELP + ", for every probe of the run")
+    parser.add_argument("--wait-quiet", type=argparse_type(parse_time, "time"),
+                        default=QUIET_WAIT_S, metavar="TIME",
+                        help="before each stage, wait up to TIME for other processes that keep "
+                             "the cores busy to finish, then go on with a warning (default "
+                             f"{QUIET_WAIT_S / 60:g}min; 0: do not wait)")
     args = parser.parse_args(argv)
     try:
         args.names = list(dict.fromkeys(args.names))  # an experiment named twice runs once
@@ -394,7 +400,8 @@ def parse_args(argv=None):
                              or args.probe_order != PROBE_ORDERS[0] or args.seed is not None
                              or args.congestion_control != "reno" or args.scheduling != "batch"
                              or args.host_cores != DEFAULT_HOST_CORES
-                             or args.address_layout != "fixed"):
+                             or args.address_layout != "fixed"
+                             or args.wait_quiet != QUIET_WAIT_S):
         parser.error("--report-only rewrites the report of every stored experiment and "
                      "measures nothing: it takes no experiment names and no other flag but --out "
                      "and --json")
@@ -405,10 +412,11 @@ def parse_args(argv=None):
                            or args.scheduling != "batch"
                            or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle
                            or args.probe_order != PROBE_ORDERS[0] or args.seed is not None
-                           or args.address_layout != "fixed"):
+                           or args.address_layout != "fixed"
+                           or args.wait_quiet != QUIET_WAIT_S):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
                      "--congestion-control, --scheduling, --host-cores, --address-layout, "
-                     "--probe-idle, --probe-order or --seed")
+                     "--probe-idle, --probe-order, --seed or --wait-quiet")
     try:
         check_congestion_control(args.congestion_control)  # else found on the first bed
     except ValueError as error:
@@ -666,15 +674,17 @@ def measure_all(args, meta: dict) -> list[dict]:
             + (" --probe-idle" if args.probe_idle else "")
             + (f" --probe-order {args.probe_order}" if args.probe_order != PROBE_ORDERS[0] else "")
             + (f" --seed {args.seed}" if args.seed is not None else "")
+            + (f" --wait-quiet {args.wait_quiet:g}s" if args.wait_quiet != QUIET_WAIT_S else "")
             + "".join(f" {n}" for n in args.names),
             "experiments": [e.name for e in args.experiments], "machine": platform.node(),
             "cpus": os.cpu_count(), "congestion_control": args.congestion_control or "system",
             "scheduling": args.scheduling, "host_cores": args.host_cores,
             "address_layout": args.address_layout, "probe_idle": args.probe_idle,
             "probe_order": args.probe_order, "seed": 0 if args.seed is None else args.seed,
+            "wait_quiet_s": args.wait_quiet,
             "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "calibration": [], "inputs": {}, "wall_s": 0.0, "finished": []})
-    note_machine(meta, "the calibration")
+    note_machine(meta, "the calibration", args.wait_quiet)
     # written before the calibration too, so that a stop during it is this run's to record
     write_run_json(meta)
     calibration = []
@@ -690,7 +700,7 @@ def measure_all(args, meta: dict) -> list[dict]:
     results = []
     for experiment in args.experiments:
         print(f"experiment {experiment.name}: {len(experiment.points)} test beds", flush=True)
-        note_machine(meta, experiment.name)
+        note_machine(meta, experiment.name, args.wait_quiet)
         with timeline.span(f"experiment {experiment.name}", "experiment"):
             result = run_experiment(experiment, net_by_rate, args.quick)
         result["command"] = meta["command"]

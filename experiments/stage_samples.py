@@ -1,6 +1,7 @@
 """How the machine stood before each stage of a run, with no test bed up: how many cores other
-processes kept busy (``note_busy_cores``), and how steadily each core ran a fixed piece of work
-(``note_core_speed``, ``experiments.core_speed``); and the report header's sentences on both.
+processes kept busy (``note_busy_cores``, which first waits a while for them to finish), and how
+steadily each core ran a fixed piece of work (``note_core_speed``, ``experiments.core_speed``);
+and the report header's sentences on both.
 A 2-core machine's measurements share its cores with whatever else runs, and a virtual
 machine's cores slow down from work outside it that no busy count shows."""
 
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 from experiments import core_speed
+from real.testbed import timeline
 
 
 BUSY_CORES_WARNING = 0.5
@@ -45,15 +47,46 @@ def busy_cores(interval_s: float = 1.0) -> float | None:
     return cpus * (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
 
 
-def note_busy_cores(meta: dict, stage: str) -> None:
-    """Record in ``meta`` how busy the machine is before ``stage``, warning past
-    ``BUSY_CORES_WARNING``."""
-    cores = busy_cores()
+QUIET_WAIT_S = 120.0
+"""How long a run waits, by default, before each stage for other processes to leave the cores
+(``experiments/run.py --wait-quiet``)."""
+QUIET_CHECK_S = 10.0  # how often it looks again while it waits
+
+
+def is_busy(cores: float | None) -> bool:
+    return cores is not None and cores >= BUSY_CORES_WARNING
+
+
+def note_busy_cores(meta: dict, stage: str, wait_s: float = 0.0) -> None:
+    """Record in ``meta`` how busy the machine is before ``stage``. Past ``BUSY_CORES_WARNING``
+    it waits up to ``wait_s`` for the other processes, looking again every ``QUIET_CHECK_S``
+    (the seconds it waited go in ``meta["quiet_waits"]``), and warns if they are still there:
+    the stage then runs beside them, slow."""
+    cores, waited = busy_cores(), 0.0
+    if is_busy(cores) and wait_s > 0:
+        print(f"experiments/run.py: before {stage}, other processes keep {cores:.1f} of the "
+              f"machine's {os.cpu_count()} cores busy; waiting up to {format_wait(wait_s)} for "
+              f"them to finish", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        while is_busy(cores) and waited < wait_s:
+            time.sleep(min(QUIET_CHECK_S, wait_s - waited))
+            cores = busy_cores()
+            waited = time.monotonic() - start
+        meta.setdefault("quiet_waits", {})[stage] = round(waited, 1)
+        if not is_busy(cores):
+            print(f"experiments/run.py: the machine is quiet after {format_wait(waited)}; "
+                  f"starting {stage}", file=sys.stderr, flush=True)
     meta.setdefault("busy_cores", {})[stage] = None if cores is None else round(cores, 2)
-    if cores is not None and cores >= BUSY_CORES_WARNING:
+    if is_busy(cores):
         print(f"experiments/run.py: warning: before {stage}, other processes kept {cores:.1f} "
-              f"of the machine's {os.cpu_count()} cores busy; measurements beside them run "
-              f"slow", file=sys.stderr, flush=True)
+              f"of the machine's {os.cpu_count()} cores busy"
+              + (f" (after waiting {format_wait(waited)})" if waited else "")
+              + "; measurements beside them run slow", file=sys.stderr, flush=True)
+
+
+def format_wait(seconds: float) -> str:
+    """``45 s``, ``2.0 min``: a wait as a person reads it."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 CORE_SPEED_SECONDS = 1.5     # per core, before each stage (``note_core_speed``) ...
@@ -78,19 +111,25 @@ def note_core_speed(meta: dict, stage: str) -> None:
         for r in records]
 
 
-def note_machine(meta: dict, stage: str) -> None:
-    """``note_busy_cores`` and ``note_core_speed`` before ``stage``."""
-    note_busy_cores(meta, stage)
-    note_core_speed(meta, stage)
+def note_machine(meta: dict, stage: str, wait_s: float = 0.0) -> None:
+    """``note_busy_cores`` (waiting up to ``wait_s`` for a quiet machine) and
+    ``note_core_speed`` before ``stage``; a span of the run's timeline (``--trace``)."""
+    with timeline.span(f"the machine before {stage}", "machine"):
+        note_busy_cores(meta, stage, wait_s)
+        note_core_speed(meta, stage)
 
 
 def busy_note(meta: dict) -> str:
-    """The header's sentence on the stages before which other processes kept the cores busy
-    (``note_busy_cores``); empty when none did."""
+    """The header's sentences on the stages before which the run waited for other processes to
+    leave the cores, and those before which they still kept them busy (``note_busy_cores``);
+    empty when there were none."""
+    waits = [f"{format_wait(s)} before {stage}" for stage, s in meta.get("quiet_waits", {}).items()]
     busy = [f"{cores:.1f} cores before {stage}" for stage, cores in meta.get("busy_cores", {}).items()
-            if cores is not None and cores >= BUSY_CORES_WARNING]
-    return (f" Other processes kept the machine busy: {', '.join(busy)}; the measurements beside "
-            "them ran slow." if busy else "")
+            if is_busy(cores)]
+    return ((f" The run waited for other processes to leave the cores: {', '.join(waits)}."
+             if waits else "")
+            + (f" Other processes kept the machine busy: {', '.join(busy)}; the measurements "
+               "beside them ran slow." if busy else ""))
 
 
 def core_speed_note(meta: dict) -> str:

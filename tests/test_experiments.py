@@ -373,7 +373,7 @@ def run_sync_then_async_failing(monkeypatch, tmp_path, failure: BaseException) -
     monkeypatch.setattr(run, "run_experiment", sync_then_failure)
     monkeypatch.setattr(run, "RESULTS", run.RESULTS)
     monkeypatch.setattr(run, "REPORT", run.REPORT)
-    return run.main(["--out", str(tmp_path), "sync", "async"])
+    return run.main(["--out", str(tmp_path), "--wait-quiet", "0", "sync", "async"])
 
 
 def test_runner_stopped_by_a_test_bed_error_says_in_run_json_why_and_what_finished(
@@ -1274,9 +1274,10 @@ def test_runner_interrupted_while_calibrating_marks_its_own_run_json(monkeypatch
     monkeypatch.setattr(measure, "calibrate_rate", ctrl_c)
     monkeypatch.setattr(run, "RESULTS", run.RESULTS)
     monkeypatch.setattr(run, "REPORT", run.REPORT)
-    assert run.main(["--out", str(tmp_path), "sync"]) == 130
+    assert run.main(["--out", str(tmp_path), "--wait-quiet", "0", "sync"]) == 130
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta["command"].startswith("python experiments/run.py --out ")
+    assert meta["command"].endswith(" --wait-quiet 0s sync") and meta["wait_quiet_s"] == 0.0
     assert meta["interrupted"] == "Ctrl-C" and meta["finished"] == [] and meta["calibration"] == []
     header = run_header.header_lines(meta)
     assert "interrupted (Ctrl-C) before sync finished" in header[0]
@@ -1445,3 +1446,74 @@ def test_busy_cores_reads_the_machines_ticks_and_the_report_names_a_busy_stage(m
                                              "before sync; the measurements beside them ran slow.")
     assert stage_samples.busy_note({"busy_cores": {"sync": 0.1, "async": None}}) == ""
     assert stage_samples.busy_note({}) == ""
+
+
+class FakeClock:
+    """time.sleep and time.monotonic for a wait that takes no real time."""
+
+    def __init__(self):
+        self.now, self.sleeps = 0.0, []
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def monotonic(self):
+        return self.now
+
+
+def test_a_stage_waits_for_other_processes_to_leave_the_cores(monkeypatch, capsys):
+    clock, samples = FakeClock(), iter([1.6, 1.2, 0.2])
+    monkeypatch.setattr(stage_samples.time, "sleep", clock.sleep)
+    monkeypatch.setattr(stage_samples.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(stage_samples, "busy_cores", lambda: next(samples))
+    meta = {}
+    stage_samples.note_busy_cores(meta, "sync", wait_s=120.0)
+    assert clock.sleeps == [stage_samples.QUIET_CHECK_S] * 2
+    assert meta == {"busy_cores": {"sync": 0.2}, "quiet_waits": {"sync": 20.0}}
+    assert capsys.readouterr().err.splitlines() == [
+        f"experiments/run.py: before sync, other processes keep 1.6 of the machine's "
+        f"{os.cpu_count()} cores busy; waiting up to 2.0 min for them to finish",
+        "experiments/run.py: the machine is quiet after 20 s; starting sync"]
+    assert stage_samples.busy_note(meta) == (" The run waited for other processes to leave the "
+                                             "cores: 20 s before sync.")
+
+
+def test_a_stage_waits_no_longer_than_it_was_given_then_warns(monkeypatch, capsys):
+    clock = FakeClock()
+    monkeypatch.setattr(stage_samples.time, "sleep", clock.sleep)
+    monkeypatch.setattr(stage_samples.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(stage_samples, "busy_cores", lambda: 1.0)
+    meta = {}
+    stage_samples.note_busy_cores(meta, "async", wait_s=25.0)
+    assert clock.sleeps == [10.0, 10.0, 5.0]  # the last look falls at the end of the wait
+    assert meta == {"busy_cores": {"async": 1.0}, "quiet_waits": {"async": 25.0}}
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"experiments/run.py: warning: before async, other processes kept 1.0 of the machine's "
+        f"{os.cpu_count()} cores busy (after waiting 25 s); measurements beside them run slow")
+    assert stage_samples.busy_note(meta) == (
+        " The run waited for other processes to leave the cores: 25 s before async. Other "
+        "processes kept the machine busy: 1.0 cores before async; the measurements beside them "
+        "ran slow.")
+    meta = {}  # --wait-quiet 0, or a quiet machine: no wait, none recorded
+    stage_samples.note_busy_cores(meta, "async", wait_s=0.0)
+    monkeypatch.setattr(stage_samples, "busy_cores", lambda: 0.1)
+    stage_samples.note_busy_cores(meta, "sync", wait_s=120.0)
+    assert clock.sleeps == [10.0, 10.0, 5.0] and "quiet_waits" not in meta
+    assert meta == {"busy_cores": {"async": 1.0, "sync": 0.1}}
+
+
+def test_wait_quiet_takes_a_time_and_only_on_a_measuring_run(capsys):
+    from experiments import run
+    assert run.parse_args(["sync"]).wait_quiet == stage_samples.QUIET_WAIT_S
+    assert run.parse_args(["--wait-quiet", "30s", "sync"]).wait_quiet == 30.0
+    assert run.parse_args(["--wait-quiet", "0", "sync"]).wait_quiet == 0.0
+    for argv, message in ((["--wait-quiet", "5"], "time '5' needs a unit"),
+                          (["--wait-quiet", "-1min"], "negative time"),
+                          (["--report-only", "--wait-quiet", "1min"], "--report-only rewrites"),
+                          (["--repredict", "allreduce", "--wait-quiet", "0"],
+                           "or --wait-quiet")):
+        with pytest.raises(SystemExit) as stop:
+            run.parse_args(argv)
+        assert stop.value.code == 2
+        assert message in capsys.readouterr().err
