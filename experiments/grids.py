@@ -15,7 +15,9 @@ whose error keeps one side over five grids or more (a bias of the model, not the
 measurement in every grid that holds it. ``--core-speed`` also prints, for every grid that
 sampled its cores before its all-reduce stage (``run.json``), their speed then and each kind of
 all-reduce row's median error (signed), slowest grid first, and Spearman's rank correlation of
-the two over those grids. ``--pool 1,3,5`` asks what a point measured on N independent test
+the two over those grids; and for every other experiment its median error against the cores'
+speed in units of work a second before its own stage: the correlation over the grids, and the
+median error in the slower and the faster half of them. ``--pool 1,3,5`` asks what a point measured on N independent test
 beds would give, its price and its measurement each the median over them: it takes the grids in
 the order named, in runs of N (a last, shorter run left out; each grid a bed of every point),
 prices every row the N grids all hold from their median price and median measurement, and
@@ -311,6 +313,75 @@ def speed_leans(grids: dict[str, list[dict]], speeds: dict[str, float | None]) -
     return {"kinds": kinds, "grids": per_grid, "spearman": correlation}
 
 
+def stage_units_per_s(folder: Path, stage: str) -> float | None:
+    """The mean over the cores of each one's median speed in units of work a second, sampled
+    just before ``stage`` (``run.json``'s ``core_speed``; grids since 2e75ca7 keep it); None
+    where the grid kept none. Unlike the fraction of a core's fastest (``stage_core_speed``:
+    how steady it ran within its sample), this sets one grid's cores beside another's: a slow
+    hour of the machine shows in it."""
+    try:
+        speeds = [core["median_units_per_s"]
+                  for core in read_json(folder / "run.json")["core_speed"][stage]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not speeds or not all(_number(x) and x > 0 for x in speeds):
+        return None
+    return statistics.mean(speeds)
+
+
+def experiment_speed_leans(grids: dict[str, list[dict]],
+                           speeds: dict[str, dict[str, float | None]]) -> list[dict]:
+    """Per experiment but the all-reduce (in the order they first appear), over the grids with a
+    speed before its own stage (``speeds[grid][experiment]``, ``stage_units_per_s``): each
+    grid's speed and the experiment's median error there (signed), Spearman's correlation of
+    the two, and the median of those errors in the slower and in the faster half of the grids
+    (the middle grid of an odd count in neither)."""
+    names = list(dict.fromkeys(r["experiment"] for rows in grids.values() for r in rows
+                               if r["experiment"] != "allreduce"))
+    out = []
+    for name in names:
+        held = []
+        for grid, rows in grids.items():
+            errors = [r["error"] for r in rows if r["experiment"] == name]
+            speed = speeds.get(grid, {}).get(name)
+            if errors and speed is not None:
+                held.append({"grid": grid, "units_per_s": speed,
+                             "median_error": statistics.median(errors)})
+        held.sort(key=lambda g: g["units_per_s"])
+        half = len(held) // 2
+        slower, faster = held[:half], held[len(held) - half:]
+
+        def median_of(part, key):
+            return statistics.median(g[key] for g in part) if part else None
+        out.append({"experiment": name, "grids": held,
+                    "spearman": spearman([g["units_per_s"] for g in held],
+                                         [g["median_error"] for g in held]),
+                    "slower_half": {"units_per_s": median_of(slower, "units_per_s"),
+                                    "median_error": median_of(slower, "median_error")},
+                    "faster_half": {"units_per_s": median_of(faster, "units_per_s"),
+                                    "median_error": median_of(faster, "median_error")}})
+    return out
+
+
+def experiment_speed_markdown(leans: list[dict]) -> str:
+    held = [e for e in leans if len(e["grids"]) >= 2]
+    if not held:
+        return ("--core-speed: no two grids sampled their cores' speed in units of work a second "
+                "before the same experiment (run.json)")
+    lines = ["Each other experiment's median error (signed) against the cores' speed before its "
+             "own stage, in units of work a second (the mean over the cores of each one's "
+             "median), over the grids that sampled it:", "",
+             "| experiment | grids | Spearman | slower half: speed, median error "
+             "| faster half: speed, median error |", "|---|---|---|---|---|"]
+    for e in held:
+        rho = "—" if e["spearman"] is None else f"{e['spearman']:+.2f}"
+        halves = [f"{h['units_per_s']:,.0f}, {h['median_error']:+.1%}"
+                  for h in (e["slower_half"], e["faster_half"])]
+        lines.append(f"| {e['experiment']} | {len(e['grids'])} | {rho} | " + " | ".join(halves)
+                     + " |")
+    return "\n".join(lines)
+
+
 def speed_markdown(leans: dict) -> str:
     kinds = leans["kinds"]
     if not kinds or not leans["grids"]:
@@ -374,7 +445,9 @@ def parse_args(argv=None):
                              "(repeatable; named as the lists name a row)")
     parser.add_argument("--core-speed", action="store_true",
                         help="also set each all-reduce kind's median error against the cores' "
-                             "speed before the all-reduce stage, grid by grid")
+                             "speed before the all-reduce stage, grid by grid, and each other "
+                             "experiment's against their speed in units of work a second "
+                             "before its own")
     parser.add_argument("--pool", metavar="N[,N...]",
                         help="also price each row from the median over N grids taken as N beds "
                              "of each point (runs of N grids in the order named), e.g. 1,3,5")
@@ -427,6 +500,11 @@ def main(argv=None) -> int:
         leans = speed_leans(grids, {str(f): stage_core_speed(f) for f in args.folders})
         print("\n" + speed_markdown(leans))
         figures["core_speed"] = leans
+        names = {r["experiment"] for rows in grids.values() for r in rows}
+        others = experiment_speed_leans(grids, {str(f): {n: stage_units_per_s(f, n) for n in names}
+                                                for f in args.folders})
+        print("\n" + experiment_speed_markdown(others))
+        figures["core_speed_by_experiment"] = others
     if pools:
         print("\nEach row priced and measured as the median over N grids, taken as N test beds of "
               "every point (runs of N grids in the order named):\n\n" + pooled_markdown(pools))

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.grids import (ALL, GridError, allreduce_kind, biases, grid_rows, main, misses,
-                               pooled, spearman, speed_leans, stage_core_speed, summarise_kinds)
+from experiments.grids import (ALL, GridError, allreduce_kind, biases, experiment_speed_leans,
+                               experiment_speed_markdown, grid_rows, main, misses, pooled,
+                               spearman, speed_leans, stage_core_speed, stage_units_per_s,
+                               summarise_kinds)
 from tests.cli_helpers import usage_error
 
 
@@ -295,6 +297,72 @@ def test_cli_core_speed_prints_the_table_and_writes_it(tmp_path, capsys):
     assert "allreduce under 1 MB, 4 hosts, 1000 Mbit/s: -1.00" in printed
     written = json.loads(out.read_text())["core_speed"]
     assert [g["core_speed"] for g in written["grids"]] == [0.6, 0.9, 1.0]
+
+
+def with_stage_speeds(folder, speeds):
+    """``folder``'s run.json holding, per stage, each core's median speed in units of work a
+    second (``speeds``: stage -> one figure per core)."""
+    (folder / "run.json").write_text(json.dumps({"core_speed": {
+        stage: [{"core": i, "median": 0.9, "median_units_per_s": x} for i, x in enumerate(xs)]
+        for stage, xs in speeds.items()}}))
+    return folder
+
+
+def test_a_stages_speed_in_units_a_second_is_the_mean_over_its_cores_or_none(tmp_path):
+    grid = with_stage_speeds(write_grid(tmp_path / "g", []), {"async": (8000, 12000)})
+    assert stage_units_per_s(grid, "async") == pytest.approx(10000)
+    assert stage_units_per_s(grid, "sync") is None  # not sampled before that stage
+    for speeds in ([], ["fast"], [None], [float("nan")], [0], [-5], [True]):
+        (grid / "run.json").write_text(json.dumps({"core_speed": {"async": [
+            {"core": 0, "median_units_per_s": x} for x in speeds]}}))
+        assert stage_units_per_s(grid, "async") is None, speeds
+    (grid / "run.json").write_text(json.dumps({"core_speed": {"async": [{"median": 0.9}]}}))
+    assert stage_units_per_s(grid, "async") is None  # a grid from before the figure was kept
+    (grid / "run.json").write_text("{not json")
+    assert stage_units_per_s(grid, "async") is None
+
+
+def test_each_experiment_is_set_against_the_cores_speed_before_its_own_stage(tmp_path):
+    # ps is measured slower than priced on slow cores; sync does not care; the all-reduce rows
+    # are not this table's
+    cases = (("a", 6000, 14000, -0.10, 0.00), ("b", 8000, 13000, -0.04, 0.02),
+             ("c", 12000, 7000, 0.00, -0.01), ("d", 14000, 9000, 0.01, 0.01),
+             ("e", 10000, 10000, -0.02, 0.00))
+    folders = []
+    for name, ps_speed, sync_speed, ps_error, sync_error in cases:
+        folders.append(with_stage_speeds(write_grid(
+            tmp_path / name, [allreduce_row("ring 4MB H=2 200Mbps", 4_000_000, 2, 200, 1.5, 1.0)],
+            [("ps", 1.0 + ps_error, 1.0), ("sync", 1.0 + sync_error, 1.0)]),
+            {"ps": (ps_speed,) * 2, "sync": (sync_speed, sync_speed), "allreduce": (1000,)}))
+    folders.append(write_grid(tmp_path / "unsampled", [], [("ps", 2.0, 1.0)]))  # left out
+    grids = {str(f): grid_rows(f) for f in folders}
+    speeds = {str(f): {n: stage_units_per_s(f, n) for n in ("ps", "sync", "allreduce")}
+              for f in folders}
+    leans = experiment_speed_leans(grids, speeds)
+    assert [e["experiment"] for e in leans] == ["ps", "sync"]
+    ps, sync = leans
+    assert [g["grid"] for g in ps["grids"]] == [str(tmp_path / n) for n in "abecd"]
+    assert ps["spearman"] == pytest.approx(1.0)  # slower cores, measured further over the price
+    # five grids: the two slowest and the two fastest, the middle one in neither half
+    assert ps["slower_half"] == {"units_per_s": 7000, "median_error": pytest.approx(-0.07)}
+    assert ps["faster_half"] == {"units_per_s": 13000, "median_error": pytest.approx(0.005)}
+    assert sync["slower_half"]["median_error"] == pytest.approx(0.0)
+    table = experiment_speed_markdown(leans)
+    assert "| ps | 5 | +1.00 | 7,000, -7.0% | 13,000, +0.5% |" in table
+    assert "allreduce |" not in table
+    assert experiment_speed_markdown(experiment_speed_leans(grids, {})).startswith(
+        "--core-speed: no two grids sampled")
+
+
+def test_cli_core_speed_sets_every_other_experiment_against_its_stages_speed(tmp_path, capsys):
+    grids = [with_stage_speeds(write_grid(tmp_path / f"g{i}", [], [("async", 1.0 + e, 1.0)]),
+                               {"async": (x,)})
+             for i, (x, e) in enumerate(((7000, -0.05), (9000, -0.02), (14000, 0.0)))]
+    out = tmp_path / "kinds.json"
+    assert main([*map(str, grids), "--core-speed", "--json", str(out)]) == 0
+    assert "| async | 3 | +1.00 | 7,000, -5.0% | 14,000, +0.0% |" in capsys.readouterr().out
+    written = json.loads(out.read_text())["core_speed_by_experiment"]
+    assert [g["units_per_s"] for g in written[0]["grids"]] == [7000, 9000, 14000]
 
 
 def test_pooling_prices_each_row_from_the_median_of_a_run_of_grids(tmp_path):
