@@ -255,16 +255,33 @@ def history_lines(name: str, history: list[dict]) -> list[str]:
 SPEED_STAGE = "allreduce"  # the stage whose cores' speed --core-speed sets against the rows
 
 
-def stage_core_speed(folder: Path, stage: str = SPEED_STAGE) -> float | None:
-    """The mean over the cores of each one's median speed (a fraction of its fastest) sampled
-    just before ``stage`` (``run.json``'s ``core_speed``); None where the grid kept none."""
+def core_samples(folder: Path) -> dict:
+    """A stored grid's samples of its cores, per stage (``run.json``'s ``core_speed``, read once
+    for every figure taken from it); empty where the grid kept none."""
     try:
-        medians = [core["median"] for core in read_json(folder / "run.json")["core_speed"][stage]]
+        samples = read_json(folder / "run.json")["core_speed"]
     except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return samples if isinstance(samples, dict) else {}
+
+
+def _stage_mean(samples: dict, stage: str, key: str, valid) -> float | None:
+    """The mean over the cores sampled before ``stage`` of their ``key``; None where none was
+    sampled or a core's figure is not a number ``valid`` takes."""
+    try:
+        values = [core[key] for core in samples[stage]]
+    except (KeyError, TypeError):
         return None
-    if not medians or not all(_number(m) and 0 < m <= 1 for m in medians):
-        return None  # none sampled, or not fractions of a fastest: not a speed to rank
-    return statistics.mean(medians)
+    if not values or not all(_number(v) and valid(v) for v in values):
+        return None
+    return statistics.mean(values)
+
+
+def stage_core_speed(samples: dict, stage: str = SPEED_STAGE) -> float | None:
+    """The mean over the cores of each one's median speed (a fraction of its fastest) sampled
+    just before ``stage`` (``core_samples``); None where the grid kept none, or not fractions of
+    a fastest: not a speed to rank."""
+    return _stage_mean(samples, stage, "median", lambda m: 0 < m <= 1)
 
 
 def _ranks(values: list[float]) -> list[float]:
@@ -313,20 +330,17 @@ def speed_leans(grids: dict[str, list[dict]], speeds: dict[str, float | None]) -
     return {"kinds": kinds, "grids": per_grid, "spearman": correlation}
 
 
-def stage_units_per_s(folder: Path, stage: str) -> float | None:
+def stage_units_per_s(samples: dict, stage: str) -> float | None:
     """The mean over the cores of each one's median speed in units of work a second, sampled
-    just before ``stage`` (``run.json``'s ``core_speed``; grids since 2e75ca7 keep it); None
-    where the grid kept none. Unlike the fraction of a core's fastest (``stage_core_speed``:
-    how steady it ran within its sample), this sets one grid's cores beside another's: a slow
-    hour of the machine shows in it."""
-    try:
-        speeds = [core["median_units_per_s"]
-                  for core in read_json(folder / "run.json")["core_speed"][stage]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not speeds or not all(_number(x) and x > 0 for x in speeds):
-        return None
-    return statistics.mean(speeds)
+    just before ``stage`` (``core_samples``; grids since 2e75ca7 keep it); None where the grid
+    kept none. Unlike the fraction of a core's fastest (``stage_core_speed``: how steady it ran
+    within its sample), this sets one grid's cores beside another's: a slow hour of the machine
+    shows in it."""
+    return _stage_mean(samples, stage, "median_units_per_s", lambda x: x > 0)
+
+
+def _median_of(grids: list[dict], key: str) -> float | None:
+    return statistics.median(g[key] for g in grids) if grids else None
 
 
 def experiment_speed_leans(grids: dict[str, list[dict]],
@@ -349,17 +363,13 @@ def experiment_speed_leans(grids: dict[str, list[dict]],
                              "median_error": statistics.median(errors)})
         held.sort(key=lambda g: g["units_per_s"])
         half = len(held) // 2
-        slower, faster = held[:half], held[len(held) - half:]
-
-        def median_of(part, key):
-            return statistics.median(g[key] for g in part) if part else None
+        halves = {"slower_half": held[:half], "faster_half": held[len(held) - half:]}
         out.append({"experiment": name, "grids": held,
                     "spearman": spearman([g["units_per_s"] for g in held],
                                          [g["median_error"] for g in held]),
-                    "slower_half": {"units_per_s": median_of(slower, "units_per_s"),
-                                    "median_error": median_of(slower, "median_error")},
-                    "faster_half": {"units_per_s": median_of(faster, "units_per_s"),
-                                    "median_error": median_of(faster, "median_error")}})
+                    **{which: {key: _median_of(part, key)
+                               for key in ("units_per_s", "median_error")}
+                       for which, part in halves.items()}})
     return out
 
 
@@ -497,12 +507,13 @@ def main(argv=None) -> int:
     figures = {"grids": list(grids), "kinds": kinds, "misses": missed, "biases": biased,
                "rows": histories}
     if args.core_speed:
-        leans = speed_leans(grids, {str(f): stage_core_speed(f) for f in args.folders})
+        samples = {str(f): core_samples(f) for f in args.folders}
+        leans = speed_leans(grids, {f: stage_core_speed(s) for f, s in samples.items()})
         print("\n" + speed_markdown(leans))
         figures["core_speed"] = leans
         names = {r["experiment"] for rows in grids.values() for r in rows}
-        others = experiment_speed_leans(grids, {str(f): {n: stage_units_per_s(f, n) for n in names}
-                                                for f in args.folders})
+        others = experiment_speed_leans(grids, {f: {n: stage_units_per_s(s, n) for n in names}
+                                                for f, s in samples.items()})
         print("\n" + experiment_speed_markdown(others))
         figures["core_speed_by_experiment"] = others
     if pools:

@@ -330,6 +330,12 @@ def write_report(rows: list[dict], report: str) -> dict:
     return summarise(rows)
 
 
+MEASURING_FLAGS = ("quick", "congestion_control", "scheduling", "host_cores", "address_layout",
+                   "probe_idle", "probe_order", "seed", "wait_quiet")
+"""The flags only a measuring run reads: --report-only and --repredict refuse any of them set
+away from its default."""
+
+
 def parse_args(argv=None):
     parser = OneLineArgumentParser(
         description="Run experiments on the test bed; compare with the model.")
@@ -396,24 +402,15 @@ def parse_args(argv=None):
     if args.trace and (args.report_only or args.repredict):
         parser.error("--trace records a measuring run; --report-only and --repredict measure "
                      "nothing")
-    if args.report_only and (args.names or args.repredict or args.quick or args.probe_idle
-                             or args.probe_order != PROBE_ORDERS[0] or args.seed is not None
-                             or args.congestion_control != "reno" or args.scheduling != "batch"
-                             or args.host_cores != DEFAULT_HOST_CORES
-                             or args.address_layout != "fixed"
-                             or args.wait_quiet != QUIET_WAIT_S):
+    measuring = any(getattr(args, flag) != parser.get_default(flag) for flag in MEASURING_FLAGS)
+    if args.report_only and (args.names or args.repredict or measuring):
         parser.error("--report-only rewrites the report of every stored experiment and "
                      "measures nothing: it takes no experiment names and no other flag but --out "
                      "and --json")
     if args.repredict and (not args.names or set(args.names) - set(REPREDICTABLE)):
         parser.error(f"--repredict takes the experiments to predict again, of: "
                      f"{', '.join(REPREDICTABLE)}")
-    if args.repredict and (args.report_only or args.quick or args.congestion_control != "reno"
-                           or args.scheduling != "batch"
-                           or args.host_cores != DEFAULT_HOST_CORES or args.probe_idle
-                           or args.probe_order != PROBE_ORDERS[0] or args.seed is not None
-                           or args.address_layout != "fixed"
-                           or args.wait_quiet != QUIET_WAIT_S):
+    if args.repredict and (args.report_only or measuring):
         parser.error("--repredict measures nothing: it takes no --report-only, --quick, "
                      "--congestion-control, --scheduling, --host-cores, --address-layout, "
                      "--probe-idle, --probe-order, --seed or --wait-quiet")

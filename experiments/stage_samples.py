@@ -124,8 +124,8 @@ def busy_note(meta: dict) -> str:
     leave the cores, and those before which they still kept them busy (``note_busy_cores``);
     empty when there were none."""
     waits = [f"{format_wait(s)} before {stage}" for stage, s in meta.get("quiet_waits", {}).items()]
-    busy = [f"{cores:.1f} cores before {stage}" for stage, cores in meta.get("busy_cores", {}).items()
-            if is_busy(cores)]
+    busy = [f"{cores:.1f} cores before {stage}"
+            for stage, cores in meta.get("busy_cores", {}).items() if is_busy(cores)]
     return ((f" The run waited for other processes to leave the cores: {', '.join(waits)}."
              if waits else "")
             + (f" Other processes kept the machine busy: {', '.join(busy)}; the measurements "

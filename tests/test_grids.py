@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.grids import (ALL, GridError, allreduce_kind, biases, experiment_speed_leans,
-                               experiment_speed_markdown, grid_rows, main, misses, pooled,
+from experiments.grids import (ALL, GridError, allreduce_kind, biases, core_samples,
+                               experiment_speed_leans, experiment_speed_markdown, grid_rows,
+                               main, misses, pooled,
                                spearman, speed_leans, stage_core_speed, stage_units_per_s,
                                summarise_kinds)
 from tests.cli_helpers import usage_error
@@ -238,7 +239,7 @@ def test_speed_leans_order_grids_slowest_first_with_each_kinds_signed_median(tmp
     folders.append(write_grid(tmp_path / "unsampled", [  # no run.json: left out
         allreduce_row("ring 0.064MB H=8 200Mbps #0", 64_000, 8, 200, 5.0, 1.0)]))
     grids = {str(f): grid_rows(f) for f in folders}
-    leans = speed_leans(grids, {str(f): stage_core_speed(f) for f in folders})
+    leans = speed_leans(grids, {str(f): stage_core_speed(core_samples(f)) for f in folders})
     kind = "allreduce under 1 MB, 8 hosts, 200 Mbit/s"
     order = [str(tmp_path / name) for name in ("slow", "mid", "fast")]
     assert [g["grid"] for g in leans["grids"]] == order
@@ -249,15 +250,15 @@ def test_speed_leans_order_grids_slowest_first_with_each_kinds_signed_median(tmp
 
 def test_a_grid_without_core_samples_before_the_stage_has_no_speed(tmp_path):
     grid = write_grid(tmp_path / "g", [])
-    assert stage_core_speed(grid) is None  # no run.json
+    assert stage_core_speed(core_samples(grid)) is None  # no run.json
     with_core_speed(grid, (0.9,), stage="sync")
-    assert stage_core_speed(grid) is None  # sampled, but not before the all-reduce
+    assert stage_core_speed(core_samples(grid)) is None  # sampled, but not before the all-reduce
     (grid / "run.json").write_text("{not json")
-    assert stage_core_speed(grid) is None
+    assert stage_core_speed(core_samples(grid)) is None
     for medians in ([], ["fast"], [None], [float("nan")], [0.9, 1.5], [0.0], [True]):
         (grid / "run.json").write_text(json.dumps({"core_speed": {"allreduce": [
             {"core": 0, "median": m} for m in medians]}}))
-        assert stage_core_speed(grid) is None, medians
+        assert stage_core_speed(core_samples(grid)) is None, medians
 
 
 def test_speed_leans_read_only_the_allreduce_rows_and_the_kinds_a_grid_holds(tmp_path):
@@ -267,7 +268,7 @@ def test_speed_leans_read_only_the_allreduce_rows_and_the_kinds_a_grid_holds(tmp
     b = with_core_speed(write_grid(tmp_path / "b", [
         allreduce_row("ring 0.064MB H=8 200Mbps", 64_000, 8, 200, 1.2, 1.0)]), (0.9,))
     leans = speed_leans({str(g): grid_rows(g) for g in (a, b)},
-                        {str(g): stage_core_speed(g) for g in (a, b)})
+                        {str(g): stage_core_speed(core_samples(g)) for g in (a, b)})
     assert leans["kinds"] == ["allreduce, 1 MB and more",
                               "allreduce under 1 MB, 8 hosts, 200 Mbit/s"]
     assert leans["grids"][0]["median_error"] == {"allreduce, 1 MB and more": pytest.approx(0.1)}
@@ -310,16 +311,17 @@ def with_stage_speeds(folder, speeds):
 
 def test_a_stages_speed_in_units_a_second_is_the_mean_over_its_cores_or_none(tmp_path):
     grid = with_stage_speeds(write_grid(tmp_path / "g", []), {"async": (8000, 12000)})
-    assert stage_units_per_s(grid, "async") == pytest.approx(10000)
-    assert stage_units_per_s(grid, "sync") is None  # not sampled before that stage
+    assert stage_units_per_s(core_samples(grid), "async") == pytest.approx(10000)
+    assert stage_units_per_s(core_samples(grid), "sync") is None  # not sampled before that stage
     for speeds in ([], ["fast"], [None], [float("nan")], [0], [-5], [True]):
         (grid / "run.json").write_text(json.dumps({"core_speed": {"async": [
             {"core": 0, "median_units_per_s": x} for x in speeds]}}))
-        assert stage_units_per_s(grid, "async") is None, speeds
+        assert stage_units_per_s(core_samples(grid), "async") is None, speeds
     (grid / "run.json").write_text(json.dumps({"core_speed": {"async": [{"median": 0.9}]}}))
-    assert stage_units_per_s(grid, "async") is None  # a grid from before the figure was kept
+    # a grid from before the figure was kept
+    assert stage_units_per_s(core_samples(grid), "async") is None
     (grid / "run.json").write_text("{not json")
-    assert stage_units_per_s(grid, "async") is None
+    assert stage_units_per_s(core_samples(grid), "async") is None
 
 
 def test_each_experiment_is_set_against_the_cores_speed_before_its_own_stage(tmp_path):
@@ -336,8 +338,8 @@ def test_each_experiment_is_set_against_the_cores_speed_before_its_own_stage(tmp
             {"ps": (ps_speed,) * 2, "sync": (sync_speed, sync_speed), "allreduce": (1000,)}))
     folders.append(write_grid(tmp_path / "unsampled", [], [("ps", 2.0, 1.0)]))  # left out
     grids = {str(f): grid_rows(f) for f in folders}
-    speeds = {str(f): {n: stage_units_per_s(f, n) for n in ("ps", "sync", "allreduce")}
-              for f in folders}
+    speeds = {str(f): {n: stage_units_per_s(core_samples(f), n)
+                       for n in ("ps", "sync", "allreduce")} for f in folders}
     leans = experiment_speed_leans(grids, speeds)
     assert [e["experiment"] for e in leans] == ["ps", "sync"]
     ps, sync = leans
