@@ -30,7 +30,8 @@ from .cluster import ClusterConfig
 from .collectives import (ALGORITHM_NAMES, PARAMETER_SERVER, allreduce_time_s, load_round_costs,
                           round_cost_notes)
 from .compute import parse_compute
-from .parameter_server import DEFAULT_SERVER_MEMORY_BPS, AsyncConfig, AsyncSimulation
+from .parameter_server import (DEFAULT_SERVER_MEMORY_BPS, AsyncConfig, AsyncSimulation,
+                               apply_time_s)
 from .presets import DEFAULT_PRESET, PRESETS
 from .replay import ReplayConfig
 from .report import (async_config_json, baseline_iteration_s, config_json, format_async,
@@ -234,11 +235,12 @@ def _add_async_options(p: argparse.ArgumentParser) -> None:
         help="async: drop (and recompute) gradients more than this many updates stale")
     p.add_argument("--ps-service-time",
                    type=_typed(_at_most(parse_time, MAX_SECONDS, "s"), "time"),
-                   help="async: server time to apply one update (default: 3 x shard bytes at "
-                        "--ps-memory-bandwidth)")
+                   help="parameter server (async, and sync with --algorithm ps): server time "
+                        "to apply one update (default: 3 x shard bytes at --ps-memory-bandwidth)")
     p.add_argument("--ps-memory-bandwidth", type=_typed(_bounded_bandwidth, "bandwidth"),
                    default=8 * DEFAULT_SERVER_MEMORY_BPS,
-                   help="async: server memory bandwidth for applying updates (default 20GB/s)")
+                   help="parameter server (async, and sync with --algorithm ps): server memory "
+                        "bandwidth for applying updates (default 20GB/s)")
     p.add_argument("--ps-notice-queue",
                    type=_typed(_at_most(parse_time, MAX_SECONDS, "s"), "time"), default=0.0,
                    help="async: how long a small message from the server waits behind a long "
@@ -291,7 +293,8 @@ def build_configs(args) -> list[SyncConfig]:
         cluster = ClusterConfig(replicas, args.bandwidth, args.latency, args.ps_bandwidth,
                                 fraction, factor, args.cores, round_costs)
         configs.append(SyncConfig(cluster, workload, args.algorithm, args.iterations, args.seed,
-                                  args.k_sync, args.bucket_size, args.overlap))
+                                  args.k_sync, args.bucket_size, args.overlap,
+                                  sync_apply_s(args, workload.grad_bytes)))
         if round_costs is not None:  # a steep last slope can price a large round past any time
             for bucket in make_buckets(workload, args.bucket_size):
                 seconds = allreduce_time_s(args.algorithm, replicas, bucket.grad_bytes, 0.0, 1.0,
@@ -304,6 +307,17 @@ def build_configs(args) -> list[SyncConfig]:
     if args.mode != "async":
         check_event_work(configs)
     return configs
+
+
+def sync_apply_s(args, grad_bytes: int) -> float:
+    """The sync parameter server's time to apply an update: ``--ps-service-time``, else the
+    async server's rule (``apply_time_s``: one server holds the whole gradient); 0 for an
+    all-reduce."""
+    if args.algorithm != PARAMETER_SERVER:
+        return 0.0
+    if args.ps_service_time is not None:
+        return args.ps_service_time
+    return apply_time_s(grad_bytes, args.ps_memory_bandwidth / 8)
 
 
 # A sync run that is not the closed-form plain case simulates every replica's every bucket:
@@ -539,8 +553,8 @@ _NOT_GIVEN = object()
 
 # Flags that change only one mode's run, and the runs they change.
 _SYNC_ONLY = ("algorithm", "k_sync", "round_costs", "bucket_size", "overlap")
-_ASYNC_ONLY = ("servers", "max_staleness", "ps_service_time", "ps_memory_bandwidth",
-               "ps_notice_queue")
+_ASYNC_ONLY = ("servers", "max_staleness", "ps_notice_queue")
+_SERVER_ONLY = ("ps_bandwidth", "ps_service_time", "ps_memory_bandwidth")  # any parameter server
 _REPLAY_ONLY = ("lr", "staleness_lr")
 
 
@@ -566,8 +580,8 @@ def check_flags_apply(args, given: dict[str, str]) -> None:
         if args.mode == "sync":
             ignored.append((_ASYNC_ONLY, "the async run (--mode async or both), not --mode sync"))
             if args.algorithm != PARAMETER_SERVER:
-                ignored.append((("ps_bandwidth",), "a parameter server (--algorithm ps, or "
-                                                   "--mode async or both)"))
+                ignored.append((_SERVER_ONLY, "a parameter server (--algorithm ps, or "
+                                              "--mode async or both)"))
     for dests, where in ignored:
         for dest in dests:
             if dest in given:

@@ -59,6 +59,14 @@ from .workload import Workload
 
 DEFAULT_SERVER_MEMORY_BPS = 20e9  # bytes/s a server sustains applying an update (a few DDR channels)
 APPLY_BYTES_PER_GRADIENT_BYTE = 3  # read the gradient, read the weights, write the weights
+
+
+def apply_time_s(shard_bytes: float, memory_Bps: float = DEFAULT_SERVER_MEMORY_BPS) -> float:
+    """Seconds a server takes to apply one update to a shard of ``shard_bytes``: it moves
+    ``APPLY_BYTES_PER_GRADIENT_BYTE`` bytes per gradient byte at ``memory_Bps``."""
+    return APPLY_BYTES_PER_GRADIENT_BYTE * shard_bytes / memory_Bps
+
+
 # how long real/ps_server.py looks for push headers already arrived before it applies a
 # gradient (its push window); here, with timed_rate, so that a model can price the look
 # without importing the server (and torch)
@@ -173,7 +181,7 @@ class AsyncConfig:
         """Seconds the server (each shard's server) spends applying one gradient."""
         if self.service_time_s is not None:
             return self.service_time_s
-        return APPLY_BYTES_PER_GRADIENT_BYTE * self.shard_bytes / self.server_memory_Bps
+        return apply_time_s(self.shard_bytes, self.server_memory_Bps)
 
     def transfer_alone_s(self) -> float:
         """Seconds of one push (or reply) with no other flow on the server's NIC, latency included."""

@@ -72,6 +72,7 @@ def config_json(config: SyncConfig) -> dict:
         "bandwidth_bps": cluster.bandwidth_bps,
         "latency_s": cluster.latency_s,
         "ps_bandwidth_bps": cluster.server_bandwidth_bps,
+        "ps_apply_s": config.ps_apply_s,
         "grad_bytes": workload.grad_bytes,
         "algorithm": config.algorithm,
         "iterations": config.iterations,
@@ -112,7 +113,8 @@ def describe_run(config: SyncConfig) -> str:
     if cluster.cores:
         extras.append(f"{cluster.cores} shared cores")
     if config.algorithm == "ps":
-        extras.append(f"server NIC {format_bandwidth_bps(cluster.server_bandwidth_bps)}")
+        extras.append(f"server NIC {format_bandwidth_bps(cluster.server_bandwidth_bps)}, "
+                      f"apply {format_time(config.ps_apply_s)} per update")
     network = (f"{format_bandwidth_bps(cluster.bandwidth_bps)}, {format_time(cluster.latency_s)} "
                "latency")
     if cluster.round_costs is not None:

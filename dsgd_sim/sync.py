@@ -5,8 +5,10 @@ bucket), hands its gradient buckets to the communication stream, and waits until
 done. Communication is one stream per iteration, as in DDP, Horovod and NCCL: buckets are
 all-reduced one after another, each as soon as every replica has it ready (with ``overlap``,
 during the backward pass; without, after it). The parameter-server variant (``algorithm="ps"``)
-instead pushes each replica's gradient to a server through the server's shared NIC, then pulls
-the averaged weights back.
+instead pushes each replica's gradient to a server through the server's shared NIC; once the
+gradients it needs are in, the server applies their average (``ps_apply_s``, the async server's
+time for one update: summing the pushes as their bytes stream in hides behind the NIC), and the
+replicas pull the new weights back.
 
 K-sync (``k_sync=K``): the update proceeds with the first K gradients; the replicas still
 computing are interrupted and contribute nothing that iteration (backup workers, as analysed by
@@ -16,7 +18,7 @@ all-reduce, or pulls the new weights.
 
 Time accounting, per replica and iteration: ``compute`` (forward + backward, slowed by core
 sharing if any), ``exposed comm`` (communication in progress after the replica's own compute
-ended), and ``idle`` (the rest: waiting for other replicas). The three add up to the iteration.
+ended), and ``idle`` (the rest: waiting for other replicas, or for a parameter server's apply). The three add up to the iteration.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class SyncConfig:
     k_sync: int | None = None  # None: wait for all R gradients
     bucket_bytes: int | None = None  # None: one bucket holding the whole gradient
     overlap: bool = False
+    # the parameter server's time to apply an update once the gradients it needs are in (the
+    # replicas wait for it before they pull): 0 prices the network alone, as alpha-beta does
+    ps_apply_s: float = 0.0
 
     def __post_init__(self):
         replicas = self.cluster.replicas
@@ -65,6 +70,12 @@ class SyncConfig:
             raise ValueError("--overlap cannot be combined with --k-sync below the replica count")
         if self.algorithm == PARAMETER_SERVER and (self.overlap or self.bucket_bytes):
             raise ValueError("bucketing and overlap apply to all-reduce algorithms, not 'ps'")
+        if not (isinstance(self.ps_apply_s, (int, float)) and math.isfinite(self.ps_apply_s)
+                and self.ps_apply_s >= 0):
+            raise ValueError(f"server apply time must be >= 0 seconds, got {self.ps_apply_s!r}")
+        if self.ps_apply_s and self.algorithm != PARAMETER_SERVER:
+            raise ValueError(f"a server apply time applies to the parameter server ('ps'), not "
+                             f"{self.algorithm!r}: an all-reduce has no server")
 
     @property
     def gradients_used(self) -> int:
@@ -110,6 +121,7 @@ class _Iteration:
         self.own_comm_s = np.zeros(len(compute_s))  # per-replica communication (ps pushes)
         self.own_spans: list[tuple[int, float, float]] = []  # (replica, start, end) of each push
         self.pushing: set[int] = set()  # replicas whose ps push is in flight
+        self.apply_spans: list[tuple[float, float]] = []  # the ps server's apply (idle time)
         self.end_s = np.nan
 
 
@@ -252,6 +264,10 @@ class SyncSimulation:
                                 iteration=it.index)
         for rank, start, end in it.own_spans:  # a parameter server's pushes, each replica's own
             self.trace.span(rank, "push", start, end - start, "communication", iteration=it.index)
+        for start, end in it.apply_spans:  # every replica waits for the server's apply
+            for rank in range(self.replicas):
+                self.trace.span(rank, "server applies", start, end - start, "idle",
+                                iteration=it.index)
 
     def run(self) -> SyncResult:
         if self.trace is not None:
@@ -327,7 +343,8 @@ class _AllReduceStream:
 
 class _ParameterServer:
     """Sync parameter server: every push crosses the server's shared NIC (incast), the server
-    waits for the gradients it needs, then every replica pulls the new weights through it."""
+    waits for the gradients it needs and applies their average (``SyncConfig.ps_apply_s``), then
+    every replica pulls the new weights through it."""
 
     def __init__(self, sim: SyncSimulation):
         self.sim = sim
@@ -361,6 +378,10 @@ class _ParameterServer:
         env = self.sim.env
         yield it.bucket_ready[0]
         if self.active:
+            if self.sim.config.ps_apply_s > 0:
+                start = env.now
+                yield env.timeout(self.sim.config.ps_apply_s)
+                it.apply_spans.append((start, env.now))
             start = env.now
             pulls = [self.outbound.submit(self.grad_bits)
                      for _ in range(self.sim.replicas)]

@@ -166,6 +166,10 @@ BAD_INPUTS = [
     (["--mode", "sync", "--servers", "2"], "--servers applies to the async run"),
     (["--mode", "sync", "--max-staleness", "2"], "--max-staleness applies to the async run"),
     (["--mode", "sync", "--ps-bandwidth", "1Gbps"], "--ps-bandwidth applies to a parameter server"),
+    (["--mode", "sync", "--ps-service-time", "1ms"],
+     "--ps-service-time applies to a parameter server"),
+    (["--mode", "sync", "--algorithm", "tree", "--ps-memory-bandwidth", "10GB/s"],
+     "--ps-memory-bandwidth applies to a parameter server"),
     (["--lr", "0.5"], "--lr applies to --replay"),
     (["--staleness-lr"], "--staleness-lr applies to --replay"),
     (["--overlap"], "without --bucket-size the gradient is one bucket"),
@@ -177,8 +181,25 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.parametrize("flags, apply_s", [
+    ([], 3 * 102_228_128 / 20e9),  # the async server's rule: 3 x the gradient at 20 GB/s
+    (["--ps-memory-bandwidth", "10GB/s"], 3 * 102_228_128 / 10e9),
+    (["--ps-service-time", "40ms"], 0.04),
+])
+def test_the_sync_parameter_server_applies_as_the_async_one_does(flags, apply_s, tmp_path):
+    path = tmp_path / "ps.json"
+    assert main(["--mode", "both", "--algorithm", "ps", "--replicas", "4", "--iterations", "3",
+                 "--json", str(path), *flags]) == 0
+    data = json.loads(path.read_text())
+    assert data["config"]["grad_bytes"] == 102_228_128
+    assert data["config"]["ps_apply_s"] == pytest.approx(apply_s, rel=1e-12)
+    assert data["async"]["service_time_s"] == pytest.approx(apply_s, rel=1e-12)
+    assert data["sync"]["idle_time_s"] == pytest.approx(apply_s, rel=1e-9)
+
+
 @pytest.mark.parametrize("args", [
     ["--mode", "sync", "--algorithm", "ps", "--ps-bandwidth", "1Gbps", "--k-sync", "2"],
+    ["--mode", "sync", "--algorithm", "ps", "--ps-service-time", "2ms"],
     ["--mode", "async", "--servers", "2", "--ps-bandwidth", "1Gbps", "--max-staleness", "3"],
     ["--mode", "both", "--algorithm", "tree", "--servers", "2", "--replay", "--lr", "1"],
     # the replay draws every mode's curve, whatever --mode

@@ -190,6 +190,36 @@ def test_a_parameter_servers_trace_shows_each_replicas_push_then_the_pull():
             assert after["ts"] == pytest.approx(before["ts"] + before["dur"])
 
 
+def test_a_parameter_servers_apply_holds_every_replica_between_push_and_pull():
+    """Once the gradients are in, the server applies their average; the replicas wait for it
+    (idle: neither computing nor communicating), then pull. The iteration is the network-only
+    one plus the apply, exactly; one replica alone has no server and no apply."""
+    workload = from_preset("resnet50").with_compute(Constant(0.05))
+    cluster = ClusterConfig(4, 10e9, 10e-6)
+    free = SyncSimulation(SyncConfig(cluster, workload, "ps", 5)).run()
+    trace = Trace()
+    applied = SyncSimulation(SyncConfig(cluster, workload, "ps", 5, ps_apply_s=0.015),
+                             trace=trace).run()
+    assert applied.iteration_s == pytest.approx(free.iteration_s + 0.015, rel=1e-12)
+    assert applied.idle_s == pytest.approx(free.idle_s + 0.015, abs=1e-12)
+    assert applied.comm_s == pytest.approx(free.comm_s, rel=1e-12)
+    assert applied.exposed_comm_s == pytest.approx(free.exposed_comm_s, rel=1e-12)
+    own = sorted((e for e in trace.events if e["ph"] == "X" and e["tid"] == 0),
+                 key=lambda e: e["ts"])
+    assert [e["name"] for e in own] == ["compute", "push", "server applies", "pull"] * 5
+    alone = SyncConfig(cluster.with_replicas(1), workload, "ps", 5, ps_apply_s=0.015)
+    assert SyncSimulation(alone).run().iteration_s == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("algorithm, apply_s, named", [
+    ("ps", -0.001, "must be >= 0 seconds"), ("ps", float("nan"), "must be >= 0 seconds"),
+    ("ring", 0.01, "an all-reduce has no server"),
+])
+def test_a_server_apply_time_is_checked(algorithm, apply_s, named):
+    with pytest.raises(ValueError, match=named):
+        SyncConfig(ClusterConfig(4), from_preset("resnet50"), algorithm, 2, ps_apply_s=apply_s)
+
+
 def test_same_seed_same_run_and_other_seed_other_run():
     runs = [SyncSimulation(free_comm_config(4, 50, seed=s)).run().iteration_s for s in (7, 7, 8)]
     assert np.array_equal(runs[0], runs[1])
