@@ -159,5 +159,21 @@ def load_profile(path: str) -> Workload:
         raise ValueError(f"profile {path}: batch_size must be an integer from 1 to "
                          f"{MAX_BATCH:g}, got {batch!r}")
     layers = _profile_layers(data, path, compute.mean_s)
-    return Workload(str(data.get("model", path)), layers, compute, batch,
-                    f"profile {data.get('source', path)}")
+    return Workload(_label(data, "model", path), layers, compute, batch,
+                    f"profile {_label(data, 'source', path)}")
+
+
+MAX_LABEL_CHARS = 200  # a model's name or a profile's source, as the report's header shows it
+
+
+def _label(data: dict, key: str, path: str) -> str:
+    """``data[key]``, a name for the report's header (the profile's path where it is absent);
+    ``ValueError`` where it is no one-line string of at most ``MAX_LABEL_CHARS``."""
+    if key not in data:
+        return path
+    value = data[key]
+    if not isinstance(value, str) or not value.strip() or not value.isprintable() \
+            or len(value) > MAX_LABEL_CHARS:
+        raise ValueError(f"profile {path}: '{key}' must be a name on one line, at most "
+                         f"{MAX_LABEL_CHARS} characters, got {str(value)[:40]!r}")
+    return value

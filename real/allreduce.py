@@ -43,6 +43,10 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+if __name__ == "__main__":  # before torch loads OpenMP, which would only warn about a bad value
+    from real.thread_env import exit_on_bad_omp_num_threads
+    exit_on_bad_omp_num_threads("allreduce.py")
+
 import torch
 
 from dsgd_sim.argparse_oneline import (check_output_files, parse_flag, run_command_line,

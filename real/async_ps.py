@@ -38,6 +38,10 @@ from multiprocessing import connection as mp_connection
 if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+if __name__ == "__main__":  # before torch loads OpenMP, which would only warn about a bad value
+    from real.thread_env import exit_on_bad_omp_num_threads
+    exit_on_bad_omp_num_threads("async_ps.py")
+
 import torch
 import torch.multiprocessing as mp
 from tqdm import tqdm
@@ -52,7 +56,7 @@ from real.ps_config import AsyncConfig, parse_args
 from real.ps_protocol import ProtocolError
 from real.ps_server import ParameterServer, WorkersLost
 from real.ps_worker import ServerStopped, run_worker
-from real.sync_report import write_json
+from real.sync_report import output_named, write_json
 
 PROG = "async_ps.py"
 
@@ -173,9 +177,11 @@ def serve(config: AsyncConfig, comm) -> None:
         bar.close()
     summary = server.summary()
     if config.json:
-        write_json(config.json, summary)
+        with output_named("--json", config.json):
+            write_json(config.json, summary)
     if config.trace:
-        server.write_trace(config.trace)
+        with output_named("--trace", config.trace):
+            server.write_trace(config.trace)
     loss = summary["final_loss"]
     say(f"done: {summary['updates']} updates from {summary['workers']} workers, "
         f"{summary['updates_per_s'] or 0:.1f} updates/s, staleness mean "

@@ -28,6 +28,7 @@ from dsgd_sim.units import parse_time
 
 from .comm import CommError, Communicator, check_timeout, init, launched_by_mpi
 from .local_launch import MAX_THREADS, launcher_local_ranks, own_error, report_join_error
+from .thread_env import omp_num_threads
 
 DEFAULT_TIMEOUT = "20s"  # long enough for a loaded laptop, short enough to notice a dead peer
 
@@ -61,11 +62,10 @@ def default_threads(local_ranks: int | None = None) -> int:
     torchrun's ``LOCAL_WORLD_SIZE`` or mpiexec's local size, else 1). Spare threads matter: an
     idle OpenMP thread spins for a while before it sleeps, and on shared cores that spinning
     takes the time another rank needs to move its data. ``ValueError`` for an
-    ``OMP_NUM_THREADS`` over ``MAX_THREADS``."""
-    try:
-        threads = int(os.environ.get("OMP_NUM_THREADS", "0"))
-    except ValueError:
-        threads = 0
+    ``OMP_NUM_THREADS`` that is set but no whole number of threads (``omp_num_threads``; the
+    scripts check it before torch loads OpenMP, which would warn about it) or over
+    ``MAX_THREADS``."""
+    threads = omp_num_threads() or 0
     if threads > MAX_THREADS:  # else torch starts them all, or dies trying, without a word
         raise ValueError(f"environment variable OMP_NUM_THREADS={threads}: at most {MAX_THREADS} "
                          f"threads a rank (or pass --threads)")

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from .comm import (CommError, Communicator, DoneWork, JobError, Work, check_op, divide_for_avg,
                    launched_by_mpi, mpi_launch_size)
-from .local_launch import placement_from_env
+from .local_launch import check_master_port, placement_from_env
 
 _TORCH_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM,
               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -206,6 +206,8 @@ class TorchCommunicator(Communicator):
                                  f"{placement.local_world_size} (LOCAL_WORLD_SIZE) and torch sees "
                                  f"{gpus}; use --backend gloo, or fewer processes per node")
             torch.cuda.set_device(placement.local_rank)
+        if "RANK" in os.environ:  # torchrun's rendezvous: MASTER_ADDR and MASTER_PORT
+            check_master_port()
         try:
             with join_deadline(timeout_s, placement.rank, backend), stderr_kept_unless_failed():
                 if "RANK" in os.environ:

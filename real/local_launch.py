@@ -69,6 +69,16 @@ def placement_from_env() -> Placement:
     return placement
 
 
+def check_master_port() -> None:
+    """``ValueError`` naming ``MASTER_PORT`` where it is set to anything but a TCP port (torch's
+    store would only say that it is no integer, or fail to connect)."""
+    if "MASTER_PORT" in os.environ:
+        port = env_int("MASTER_PORT", 0)
+        if not 1 <= port <= 65535:
+            raise ValueError(f"environment variable MASTER_PORT={port} is no TCP port "
+                             f"(1 to 65535)")
+
+
 def mpi_local_rank() -> tuple[int, int]:
     """``(local_rank, local_world_size)`` under mpiexec (MPICH or Open MPI variables)."""
     for rank_var, size_var in [("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),

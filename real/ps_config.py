@@ -187,6 +187,9 @@ def parse_args(argv: list[str] | None = None) -> AsyncConfig:
         time_text = args.pop("time")
         if time_text is not None:
             args["time_s"] = parse_flag("--time", parse_time, time_text)
+            if not args["time_s"] > 0:
+                raise ValueError(f"--time {time_text}: give a positive time, or leave --time "
+                                 f"out for no time limit")
             given = sys.argv[1:] if argv is None else argv
             if not any(a == "--updates" or a.startswith("--updates=") for a in given):
                 args["updates"] = 0

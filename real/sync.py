@@ -43,6 +43,10 @@ import time
 if __package__ in (None, ""):  # run as a script: import the repository, not real/ itself
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+if __name__ == "__main__":  # before torch loads OpenMP, which would only warn about a bad value
+    from real.thread_env import exit_on_bad_omp_num_threads
+    exit_on_bad_omp_num_threads("sync.py")
+
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -61,7 +65,7 @@ from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
                                 write_checkpoint)
 from real.sync_config import SyncConfig, check_outputs, parse_args
-from real.sync_report import StepRecorder, write_json, write_trace
+from real.sync_report import StepRecorder, output_named, write_json, write_trace
 
 
 FINAL_LOSS_STEPS = 10  # final_loss: the mean training loss of this many last steps
@@ -287,7 +291,9 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
     comm.all_reduce(loss, op="avg")
     curve = loss_curve(comm, recorder, start_step)
     if config.trace:
-        write_trace(comm, recorder, config.trace, f"real/sync.py {config.sync} x{comm.world_size}")
+        with output_named("--trace", config.trace):
+            write_trace(comm, recorder, config.trace,
+                        f"real/sync.py {config.sync} x{comm.world_size}")
     if comm.rank != 0:
         return
     measured = max(0, config.steps - first_measured)
@@ -307,9 +313,11 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         "real_gradients": config.real_gradients, "loss_curve": curve,
     }
     if config.json:
-        write_json(config.json, summary)
+        with output_named("--json", config.json):
+            write_json(config.json, summary)
     if timer and timer.samples:
-        timer.write(config.profile_out, config.model, config.batch_size, comm.world_size)
+        with output_named("--profile-out", config.profile_out):
+            timer.write(config.profile_out, config.model, config.batch_size, comm.world_size)
     elif timer:  # resumed at its last step: nothing was timed, and the asker should know
         print(f"sync.py: note: no step ran (the checkpoint is at step {start_step} of "
               f"{config.steps}), so --profile-out {config.profile_out} was not written",

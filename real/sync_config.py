@@ -139,6 +139,9 @@ class SyncConfig:
 CHECKPOINT_FLAGS = ("checkpoint_every", "keep_checkpoints")  # meaningful with --checkpoint-dir
 
 
+BUCKETED_SYNCS = ("bucketed", "ddp")  # the --sync strategies --bucket-mb sizes
+
+
 def build_parser() -> argparse.ArgumentParser:
     defaults = SyncConfig()
     p = RankArgumentParser(prog="sync.py", description="Synchronous data-parallel SGD.")
@@ -150,8 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name in CHECKPOINT_FLAGS:  # None: not typed (refused without --checkpoint-dir if typed)
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
                        help=f"with --checkpoint-dir (default {getattr(defaults, name)})")
-    for name in ("lr", "momentum", "bucket_mb"):
+    for name in ("lr", "momentum"):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+    p.add_argument("--bucket-mb", type=float, default=None,  # None: not typed
+                   help=f"with --sync bucketed or ddp: bucket capacity in MiB (default "
+                        f"{defaults.bucket_mb:g})")
     p.add_argument("--sync", default=defaults.sync, help="per-param, flat, bucketed or ddp")
     p.add_argument("--allreduce", default=defaults.allreduce, help="backend, ring or naive")
     p.add_argument("--emulate-compute", default="0", help="e.g. 80ms: sleep instead of compute")
@@ -216,6 +222,11 @@ def parse_args(argv: list[str] | None = None) -> SyncConfig:
         for name in CHECKPOINT_FLAGS:
             if args[name] is None:
                 args[name] = getattr(SyncConfig, name)
+        if args["bucket_mb"] is None:
+            args["bucket_mb"] = SyncConfig.bucket_mb
+        elif args["sync"] not in BUCKETED_SYNCS:
+            raise ValueError(f"--bucket-mb sizes the buckets of --sync "
+                             f"{' or '.join(BUCKETED_SYNCS)}; --sync {args['sync']} has none")
         known = {f.name for f in fields(SyncConfig)}
         config = SyncConfig(**{k: v for k, v in args.items() if k in known})
         # Rank 0 writes the outputs (other nodes need not have its folders) and checks them once

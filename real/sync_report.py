@@ -13,6 +13,7 @@ wall time between two barriers around them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import statistics
@@ -82,6 +83,17 @@ def write_trace(comm, recorder: StepRecorder, path: str | None, title: str) -> N
         for cat, name, start_s, dur_s, step in pickle.loads(blob):
             trace.span(rank, name, start_s, dur_s, cat, iteration=step)
     trace.write(path)
+
+
+@contextlib.contextmanager
+def output_named(flag: str, path: str):
+    """Inside the block an output file is written: an ``OSError`` (a full disk, a folder removed
+    during the run) comes out naming the flag and the file, which the bare error does not
+    ("[Errno 28] No space left on device")."""
+    try:
+        yield
+    except OSError as error:
+        raise OSError(f"{flag} {path}: cannot write it: {error.strerror or error}") from error
 
 
 def write_json(path: str, summary: dict) -> None:

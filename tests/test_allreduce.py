@@ -287,6 +287,19 @@ def test_an_omp_num_threads_past_the_cap_is_one_line_and_status_2():
     assert "OMP_NUM_THREADS=100000: at most 1024 threads a rank" in done.stderr
 
 
+@pytest.mark.parametrize("command", [["real/allreduce.py", "--iters", "2"],
+                                     ["real/sync.py", "--nproc-per-node", "2", "--steps", "2"],
+                                     ["real/async_ps.py", "--nproc-per-node", "2"]])
+@pytest.mark.parametrize("value", ["abc", "0", ""])
+def test_an_omp_num_threads_that_is_no_number_of_threads_is_one_line_and_status_2(command, value):
+    # OpenMP, loaded with torch, only warned about it (twice) and the run went on
+    env = {**os.environ, "OMP_NUM_THREADS": value}
+    done = subprocess.run([sys.executable, *command], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"OMP_NUM_THREADS={value!r}: give a whole number of threads" in done.stderr
+
+
 @pytest.mark.parametrize("local_vars", [{"PMI_RANK": "0", "MPI_LOCALRANKID": "0",
                                          "MPI_LOCALNRANKS": "4"},
                                         {"OMPI_COMM_WORLD_RANK": "0",

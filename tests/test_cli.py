@@ -241,7 +241,10 @@ def test_bad_input_gives_one_line_and_status_2(args, named, capsys):
                                      '{"compute_s": [5e-324], "layers": [{"grad_bytes": 1000, '
                                      '"backward_s": 1.0}, {"grad_bytes": 1000, "backward_s": 1.0}]}',
                                      # once taken: one replica drawing a 0 s step divided by 0
-                                     '{"compute_s": [0, 1.0], "grad_bytes": 4}'])
+                                     '{"compute_s": [0, 1.0], "grad_bytes": 4}',
+                                     # once the header's "workload: None", or split in two
+                                     '{"compute_s": [0.01], "grad_bytes": 4, "model": null}',
+                                     '{"compute_s": [0.01], "grad_bytes": 4, "model": "a\\nb"}'])
 def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
     path = tmp_path / "profile.json"
     path.write_text(content)

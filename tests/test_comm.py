@@ -615,6 +615,11 @@ def test_an_output_rank_0_cannot_write_ends_a_plain_launch_at_once(argv, says, t
 @pytest.mark.parametrize("argv, env, says, status", [
     (["real/sync.py", "--steps", "2"], {"LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not a whole number",
      2),
+    # torch's store said only "invalid literal for int() with base 10: 'abc'"
+    (["real/allreduce.py", "--iters", "1"], {"MASTER_PORT": "abc"},
+     "MASTER_PORT='abc' is not a whole number", 2),
+    (["real/sync.py", "--steps", "2"], {"MASTER_PORT": "70000"},
+     "MASTER_PORT=70000 is no TCP port (1 to 65535)", 2),
     (["real/sync.py", "--steps", "2", "--timeout", "5s"], {}, "could not join", 1),  # no rank 0
     (["real/demos/collectives.py", "--timeout", "5s"], {}, "could not join", 1),  # open_comm's
     pytest.param(["real/allreduce.py", "--backend", "nccl"], {}, "backend nccl needs a CUDA GPU",

@@ -174,7 +174,7 @@ def test_emulated_compute_sleeps_and_exchanges_full_gradients(mode_runs):
 def test_mpi_backend_reaches_the_same_weights_as_gloo(mode_runs, tmp_path):
     args = ["--model", "lenet", "--num-samples", str(SMALL["num_samples"]), "--batch-size",
             str(SMALL["batch_size"]), "--steps", str(SMALL["steps"]), "--sync", "flat",
-            "--bucket-mb", str(SMALL["bucket_mb"]), "--no-progress", "--backend", "mpi",
+            "--no-progress", "--backend", "mpi",
             "--checkpoint-dir", str(tmp_path)]
     run = run_cli(args, launcher=["mpiexec", "-n", "2", sys.executable])
     assert run.returncode == 0, run.stderr
@@ -281,6 +281,8 @@ def test_a_self_launched_rank_killed_by_a_signal_is_named_in_one_line():
     (["--model", "resnet"], "unknown model 'resnet'"),
     (["--emulate-compute", "80"], "time '80' needs a unit"),
     (["--sync", "ddp", "--allreduce", "ring"], "--sync ddp uses the backend's all-reduce"),
+    (["--sync", "per-param", "--bucket-mb", "5"], "--sync per-param has none"),
+    (["--sync", "flat", "--bucket-mb", "5"], "--sync flat has none"),
     (["--bucket-mb", "inf"], "--bucket-mb must be positive and finite"),
     (["--bucket-mb", "1e308"], "--bucket-mb must be at most 1,048,576 (1 TiB), got 1e+308"),
     (["--timeout", "1e300s"], "--timeout must be at most"),

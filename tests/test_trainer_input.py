@@ -104,7 +104,12 @@ def test_lr_past_the_largest_float32_is_one_line_and_status_2(parse_args, argv, 
      "async_ps.py: error: --updates must be at most 100,000,000, got 100,000,001"),
     (ps_config.parse_args, ["--nproc-per-node", "2", "--time", "1000h"],
      "async_ps.py: error: --time must be from 0 to 30 days, got 3.6e+06 s"),
-], ids=["steps", "updates", "time"])
+    # 0 s once read as "no time limit", and without --updates as no stop condition at all
+    (ps_config.parse_args, ["--nproc-per-node", "2", "--time", "0s"],
+     "async_ps.py: error: --time 0s: give a positive time, or leave --time out for no time limit"),
+    (ps_config.parse_args, ["--nproc-per-node", "2", "--time", "0s", "--updates", "4"],
+     "async_ps.py: error: --time 0s: give a positive time, or leave --time out for no time limit"),
+], ids=["steps", "updates", "time", "time-zero", "time-zero-with-updates"])
 def test_a_run_length_past_the_cap_is_one_line_and_status_2(parse_args, argv, problem, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
@@ -221,3 +226,19 @@ def test_buffers_past_the_machines_memory_are_one_line_and_status_2(monkeypatch,
 def test_ring_segment_within_bounds_is_accepted():
     _, args = allreduce.parse_args(["--algorithms", "ring@4B,ring@4GB,naive", "--segment", "4B"])
     assert args.algorithm_names == ["ring@4B", "ring@4GB", "naive"] and args.segment_bytes == 4
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a full disk)")
+@pytest.mark.parametrize("script, flags, output", [
+    ("real/sync.py", ["--nproc-per-node", "1", "--steps", "2"], "--json"),
+    ("real/sync.py", ["--nproc-per-node", "1", "--steps", "2"], "--trace"),
+    ("real/async_ps.py", ["--nproc-per-node", "2", "--updates", "4"], "--json"),
+])
+def test_an_output_the_disk_refuses_is_named_in_the_one_line(script, flags, output):
+    # the bare error said "[Errno 28] No space left on device", naming no file
+    done = subprocess.run([sys.executable, script, *flags, "--model", "mlp", "--no-progress",
+                           output, "/dev/full"], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [f"{os.path.basename(script)}: error: {output} /dev/full: "
+                                        f"cannot write it: No space left on device"]
