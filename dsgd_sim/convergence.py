@@ -68,9 +68,13 @@ def summarize(found: dict[str, Curve], k: int | None = None) -> dict:
 def format_summary(summary: dict, staleness_lr: bool) -> str:
     """One line: how long each mode takes to the loss all of them reach, and where each ends."""
     times = summary["time_to_target_s"]
-    fastest = min(times, key=lambda m: times[m])
-    parts = [f"{mode} {format_time(t)}" for mode, t in times.items()]
     finals = [f"{mode} {loss:.3g}" for mode, loss in summary["final_loss"].items()]
     rate = ", async with the staleness-aware rate" if staleness_lr else ""
+    if not any(summary["updates_to_target"].values()):  # the best all reach is the start
+        return (f"convergence: not every mode got below the starting loss "
+                f"{summary['target_loss']:.4g}, so no loss they all reach compares them (a "
+                f"smaller --lr may). Final loss: {', '.join(finals)}{rate}")
+    fastest = min(times, key=lambda m: times[m])
+    parts = [f"{mode} {format_time(t)}" for mode, t in times.items()]
     return (f"convergence: to loss {summary['target_loss']:.4g} (the best every mode reaches): "
             f"{', '.join(parts)}; {fastest} first. Final loss: {', '.join(finals)}{rate}")

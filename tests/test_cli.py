@@ -417,6 +417,15 @@ def test_a_replay_that_diverges_is_one_line_and_status_2_with_no_output(tmp_path
     assert not out.exists()  # no NaN or Infinity written as if it were JSON
 
 
+def test_a_replay_whose_loss_only_grows_says_so_and_names_no_winner(capsys):
+    # a step too large, whose losses stay finite: every mode "reached" the starting loss at
+    # 0 s, and the line named the first of them the fastest
+    assert main(["--iterations", "5", "--replicas", "4", "--replay", "--lr", "1e300"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("convergence: not every mode got below the starting loss 0.6931")
+    assert "first" not in line
+
+
 @pytest.mark.parametrize("flag", ["--profile", "--round-costs"])
 @pytest.mark.parametrize("kind", ["device", "huge"])
 def test_an_input_too_large_is_one_line_not_the_memory_filled(tmp_path, flag, kind):
