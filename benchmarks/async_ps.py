@@ -33,7 +33,7 @@ import torch
 import torch.multiprocessing as mp
 
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type, check_output_file,
-                                       parse_seed, run_command_line, write_json_output)
+                                       parse_flag, parse_seed, run_command_line, write_json_output)
 from dsgd_sim.compute import parse_compute
 from dsgd_sim.units import parse_time
 from real.comm import init
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     compute = f"exp:{args.compute_mean}"
     try:
-        mean_s = parse_compute(compute).mean_s
+        mean_s = parse_flag("--compute-mean", parse_compute, compute).mean_s
         check_output_file("--json", args.json)
     except ValueError as error:
         parser.error(str(error))

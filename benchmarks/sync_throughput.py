@@ -124,6 +124,24 @@ def print_row(row: dict) -> None:
           flush=True)
 
 
+def parse_ranks(text: str) -> list[int]:
+    """``--ranks``: comma-separated whole numbers (``2,4``); ``ValueError`` naming the flag."""
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--ranks {text!r}: expected comma-separated whole numbers of ranks, "
+                         f"e.g. 2,4") from None
+
+
+def check_allreduce_used(syncs: list[str], allreduces: list[str]) -> None:
+    """``ValueError`` for an ``--allreduce`` that no run would use: ``ddp`` always runs the
+    backend's own all-reduce, so with ``--sync ddp`` alone any other would be ignored."""
+    if set(syncs) == {"ddp"} and allreduces != ["backend"]:
+        raise ValueError(f"--allreduce {','.join(allreduces)}: --sync ddp uses the backend's "
+                         f"own all-reduce; add another --sync mode ({', '.join(MODES[1:])}) "
+                         f"or leave --allreduce out")
+
+
 def main(argv=None) -> int:
     p = OneLineArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="lenet,mlp-large")
@@ -143,10 +161,11 @@ def main(argv=None) -> int:
     try:
         if args.warmup < 0:  # else SyncConfig names its own field, --warmup-steps
             raise ValueError(f"--warmup must be at least 0, got {args.warmup}")
-        args.emulate_compute_s = parse_time(args.emulate_compute)
+        args.emulate_compute_s = parse_flag("--emulate-compute", parse_time, args.emulate_compute)
         args.sync = list(dict.fromkeys(args.sync.split(",")))  # a mode twice: one file name
         args.allreduce = list(dict.fromkeys(args.allreduce.split(",")))
-        ranks = [parse_flag("--ranks", int, r) for r in args.ranks.split(",")]
+        check_allreduce_used(args.sync, args.allreduce)
+        ranks = parse_ranks(args.ranks)
         for model in args.models.split(","):  # every run's settings, checked before any runs
             for sync in args.sync:
                 for allreduce in ["backend"] if sync == "ddp" else args.allreduce:

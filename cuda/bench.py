@@ -152,6 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             continue
         if not path:  # else no file at all, found out only after the whole run
             p.error(f"--{flag}: empty file name")
+        if path == "-":  # else a file named "-"; only python -m dsgd_sim reads it as stdout
+            p.error(f"--{flag} '-': this command writes files, not stdout; name a file "
+                    f"(/dev/stdout writes there)")
         if conv_profile.written_in_place(path):  # /dev/stdout, a pipe: nothing made beside it
             continue
         if path.endswith("/"):  # else the file the name ends in, not a folder, is written

@@ -132,9 +132,13 @@ def read_json(path, max_bytes: int = MAX_INPUT_BYTES) -> object:
 
 def check_output_file(flag: str, path: str | None) -> None:
     """Refuse an output file that cannot be written, before any work is done: ``ValueError``
-    naming the flag and the path. ``None`` (not asked for) passes."""
+    naming the flag and the path. ``None`` (not asked for) passes; ``-`` is refused, not made a
+    file of that name: only the simulator reads it as stdout, and passes None for it."""
     if path is None:
         return
+    if path == "-":
+        raise ValueError(f"{flag} '-': this command writes files, not stdout; name a file "
+                         f"(only python -m dsgd_sim --json - writes to stdout)")
     if not path or os.path.isdir(path) or path.endswith(os.sep):  # "out/": a folder's name
         raise ValueError(f"{flag} {path!r} is not a file name")
     if os.path.exists(path) and not os.access(path, os.W_OK):

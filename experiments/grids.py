@@ -22,13 +22,15 @@ beds would give, its price and its measurement each the median over them: it tak
 the order named, in runs of N (a last, shorter run left out; each grid a bed of every point),
 prices every row the N grids all hold from their median price and median measurement, and
 prints per N the groups, the rows, the median |error|, the rows over the worst-row target and
-the groups with none over it. Reads only; ``--json FILE`` writes the same figures.
+the groups with none over it. Reads only; ``--json FILE`` writes the same figures (a file
+outside the grids' folders: one inside them is refused).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -425,14 +427,22 @@ def markdown(kinds: list[dict]) -> str:
 
 def check_folders(parser, folders: list[Path], json_path: str | None,
                   files: tuple[str, ...] = ("fidelity.json", "allreduce.json")) -> None:
-    """``parser.error`` for a ``--json`` output that cannot be written or would overwrite one of
-    the grids' ``files``, and for a folder named twice (each grid counts once)."""
+    """``parser.error`` for a ``--json`` output that cannot be written, would overwrite one of
+    the grids' ``files`` or lies anywhere inside a grid's folder (whatever file it names there,
+    the grid is the record of a run: this one only reads it), and for a folder named twice
+    (each grid counts once)."""
     try:
         check_output_files({"--json": json_path},
                            {f"the grid {folder}'s {name}": folder / name
                             for folder in folders for name in files})
     except ValueError as error:
         parser.error(str(error))
+    if json_path is not None:
+        written = Path(os.path.realpath(json_path))  # through a link: the file it replaces
+        for folder in folders:
+            if folder.resolve() in written.parents:
+                parser.error(f"--json {json_path!r} is inside the grid {folder}, which "
+                             f"this run reads: write it outside the grids' folders")
     if len({folder.resolve() for folder in folders}) != len(folders):
         parser.error("a folder is named twice: each grid counts once")
 

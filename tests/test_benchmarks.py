@@ -43,6 +43,13 @@ def load(name: str):
     ("sync_throughput", ["--num-samples", "10"], "exceeds the 10 samples"),
     ("sync_throughput", ["--json", "/no/such/dir/out.json"], "/no/such/dir"),
     ("sync_throughput", ["--num-samples", "1000000000000"], "do not fit in this machine's memory"),
+    ("sync_throughput", ["--ranks", "abc"], "--ranks 'abc': expected comma-separated whole"),
+    ("sync_throughput", ["--ranks", "2,,4"], "--ranks '2,,4': expected comma-separated whole"),
+    ("sync_throughput", ["--emulate-compute", "80"], "--emulate-compute: time '80' needs a unit"),
+    ("async_ps", ["--compute-mean", "80"], "--compute-mean: time '80' needs a unit"),
+    ("async_ps", ["--json", "-"], "--json '-': this command writes files, not stdout"),
+    ("sync_throughput", ["--json", "-"], "--json '-': this command writes files, not stdout"),
+    ("allreduce_sweep", ["--engines", "torch", "--json", "-"], "--json '-': this command"),
 ])
 def test_bad_flag_is_one_line_and_status_2_before_any_run(name, argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -58,6 +65,7 @@ def test_bad_flag_is_one_line_and_status_2_before_any_run(name, argv, named, cap
     (["--json", str(BENCHMARKS)], "is not a file name"),
     (["--json", "/no/such/dir/out.json"], "/no/such/dir"),
     (["--seed", "-1"], "seed '-1' must be from 0 to 2**63-1"),
+    (["--json", "-"], "--json '-': this command writes files, not stdout"),
 ])
 def test_simulator_benchmarks_check_their_flags_in_one_line(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -85,6 +93,22 @@ def test_sweep_passes_its_seed_to_every_run_and_writes_all_runs_in_one_json(monk
                        "--out-dir", str(folder), "--json", str(out)]) == 0
     assert [cmd[cmd.index("--seed") + 1] for cmd in commands] == ["7", "7"]
     assert json.loads(out.read_text()) == {"runs": [{"backend": "gloo", "results": []}] * 2}
+
+
+@pytest.mark.parametrize("sync, allreduce", [("ddp", "ring"), ("ddp,ddp", "backend,ring")])
+def test_sync_throughput_refuses_an_allreduce_that_ddp_alone_would_ignore(
+        sync, allreduce, monkeypatch, capsys):
+    """DDP always runs the backend's all-reduce: ``--sync ddp --allreduce ring`` once ran the
+    whole benchmark with the ring left out, and said nothing."""
+    bench = load("sync_throughput")
+    monkeypatch.setattr(bench, "run_config", lambda *args: pytest.fail("the benchmark started"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--sync", sync, "--allreduce", allreduce])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].endswith(
+        f": error: --allreduce {allreduce}: --sync ddp uses the backend's own all-reduce; add "
+        f"another --sync mode (bucketed, flat, per-param) or leave --allreduce out")
 
 
 def test_sweep_refuses_a_json_on_a_file_its_runs_write(tmp_path, capsys):

@@ -420,6 +420,19 @@ def test_bench_refuses_an_empty_output_file_name_before_measuring(flag, capsys):
     assert capsys.readouterr().err.splitlines() == [f"bench.py: error: {flag}: empty file name"]
 
 
+@pytest.mark.parametrize("flag", ["--json", "--profile"])
+def test_bench_refuses_a_dash_for_an_output_file(flag, capsys, tmp_path, monkeypatch):
+    # it made a file named "-" in the working folder, where the simulator writes stdout
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as caught:
+        bench.parse_args([flag, "-"])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"bench.py: error: {flag} '-': this command writes files, not stdout; name a file "
+        f"(/dev/stdout writes there)"]
+    assert not (tmp_path / "-").exists()
+
+
 def test_bench_output_that_cannot_be_written_after_the_run_is_one_line_and_status_1(
         monkeypatch, tmp_path, capsys):
     out = tmp_path / "out"

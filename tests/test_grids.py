@@ -169,6 +169,35 @@ def test_cli_refuses_a_folder_named_twice(tmp_path, capsys, monkeypatch):
     assert "named twice" in usage_error(main, ["g", str(grid)], capsys)
 
 
+@pytest.mark.parametrize("name", ["run.json", "sync.json", "RESULTS.md", "kinds.json",
+                                  "sub/kinds.json", "-"])
+def test_cli_refuses_a_json_anywhere_in_a_grid_it_reads_and_leaves_the_grid_whole(
+        tmp_path, capsys, name):
+    """Only fidelity.json and allreduce.json (and run.json with --core-speed) were kept safe:
+    ``--json GRID/run.json`` overwrote the stored grid's run record, status 0."""
+    grid = write_grid(tmp_path / "g", [], [("sync", 1.0, 1.0)])
+    (grid / "sub").mkdir()
+    for stored in ("run.json", "sync.json", "RESULTS.md"):
+        (grid / stored).write_text('{"kept": true}\n')
+    before = {p: p.read_bytes() for p in grid.rglob("*") if p.is_file()}
+    other = write_grid(tmp_path / "other", [], [("sync", 1.0, 1.0)])
+    out = str(grid / name) if name != "-" else "-"
+    message = usage_error(main, [str(other), str(grid), "--json", out], capsys)
+    expected = ("this command writes files, not stdout" if name == "-" else
+                f"--json {out!r} is inside the grid {grid}, which this run reads")
+    assert "error: " in message and expected in message
+    assert {p: p.read_bytes() for p in grid.rglob("*") if p.is_file()} == before
+
+
+def test_cli_refuses_a_json_link_into_a_grid(tmp_path, capsys):
+    grid = write_grid(tmp_path / "g", [], [("sync", 1.0, 1.0)])
+    (grid / "run.json").write_text('{"kept": true}\n')
+    (tmp_path / "out.json").symlink_to(grid / "run.json")  # written through: its target
+    assert "inside the grid" in usage_error(main, [str(grid), "--json",
+                                                   str(tmp_path / "out.json")], capsys)
+    assert (grid / "run.json").read_text() == '{"kept": true}\n'
+
+
 def test_a_row_on_one_side_in_every_grid_is_a_bias_and_one_on_both_sides_is_not(tmp_path):
     grids = {}
     for i in range(5):

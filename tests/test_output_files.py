@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -88,3 +89,55 @@ def test_a_trainers_summary_is_strict_json_even_with_a_diverged_loss_curve(tmp_p
     document = json.loads(path.read_text(), parse_constant=refuse)
     assert document == {"final_loss": None, "steps": 3,
                         "loss_curve": [[0, 0.1, 2.5], [1, 0.2, None], [2, 0.3, None]]}
+
+
+def test_a_dash_is_refused_as_an_output_file_name_naming_the_flag():
+    with pytest.raises(ValueError, match=r"^--trace '-': this command writes files, not stdout"):
+        check_output_file("--trace", "-")
+    check_output_file("--json", "./-")  # a file really named "-" can still be asked for
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["real/sync.py", "--nproc-per-node", "1", "--steps", "2", "--model", "mlp",
+      "--no-progress", "--json", "-"], "--json"),
+    (["real/async_ps.py", "--nproc-per-node", "2", "--updates", "4", "--model", "mlp",
+      "--no-progress", "--json", "-"], "--json"),
+    (["real/allreduce.py", "--iters", "1", "--warmup", "0", "--sizes", "1KB", "--json", "-"],
+     "--json"),
+    (["real/allreduce.py", "--iters", "1", "--warmup", "0", "--sizes", "1KB", "--trace", "-"],
+     "--trace"),
+    (["experiments/run.py", "--report-only", "--out", "{grid}", "--json", "-"], "--json"),
+    (["experiments/run.py", "--report-only", "--out", "{grid}", "--trace", "-"], "--trace"),
+    (["-m", "experiments.grids", "{grid}", "--json", "-"], "--json"),
+    (["-m", "experiments.floor", "{grid}", "--json", "-"], "--json"),
+    (["-m", "real.testbed", "calibrate", "--json", "-"], "--json"),
+    (["experiments/after_pause.py", "--json", "-"], "--json"),
+    (["benchmarks/sim_sync.py", "--json", "-"], "--json"),
+    (["benchmarks/async_ps.py", "--json", "-"], "--json"),
+    (["benchmarks/sync_throughput.py", "--json", "-"], "--json"),
+    (["benchmarks/allreduce_sweep.py", "--engines", "torch", "--json", "-"], "--json"),
+])
+def test_a_dash_for_an_output_is_one_line_and_no_file_named_dash(tmp_path, argv, flag):
+    """Only ``python -m dsgd_sim --json -`` writes to stdout; every other tool once made a file
+    named ``-`` in the current folder and said nothing."""
+    grid = tmp_path / "grid"  # a stored grid, copied: the run must leave it as it was
+    if "{grid}" in argv:
+        shutil.copytree(os.path.join(REPO, "experiments", "results", "quick-48f9159"), grid)
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = [a.replace("{grid}", str(grid)) for a in argv]
+    argv = [os.path.join(REPO, a) if a.endswith(".py") else a for a in argv]
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=work, env=child_env())
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.splitlines()
+    assert len(err) == 1 and f": error: {flag} '-': this command writes files" in err[0], err
+    assert not os.listdir(work) and not (grid / "-").exists()
+
+
+def test_the_simulator_still_writes_its_json_to_stdout_for_a_dash(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "dsgd_sim", "--iterations", "2", "--json", "-"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=child_env())
+    assert done.returncode == 0, done.stderr
+    assert "sync" in json.loads(done.stdout) and not os.listdir(tmp_path)
