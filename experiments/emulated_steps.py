@@ -15,6 +15,8 @@ with its state (``docs/experiments.md``), so run this on a quiet machine.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -26,52 +28,145 @@ from dsgd_sim.argparse_oneline import (OneLineArgumentParser, read_json,  # noqa
                                        run_command_line)
 from experiments.async_vs_sync import AsyncVsSyncConfig  # noqa: E402
 from experiments.configs import SyncRunConfig  # noqa: E402
+from experiments.fidelity import is_time  # noqa: E402
+from experiments.grids import check_folders  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
+from experiments.run_header import check_calibration, shown  # noqa: E402
 from experiments import sync_model  # noqa: E402
 from experiments.single_process import RUNS  # noqa: E402
 
 WAYS = ("nominal", "own run")  # the step before sync_model.emulated_step, and with it
+# what reading or pricing a stored file not as experiments/run.py writes it raises
+READ_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+               ArithmeticError, RecursionError)
 
 
-def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict, list]]:
+class StoredRunError(ValueError):
+    """A stored run's folder or file not as experiments/run.py writes it: the message names the
+    file (none: the folder) and says what is wrong, on one line."""
+
+
+def what_is_wrong(error: BaseException) -> str:
+    """One line saying what ``error``, raised reading or pricing a stored file, found wrong."""
+    if isinstance(error, FileNotFoundError):
+        return "no such file"
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    if isinstance(error, KeyError):
+        return f"missing key {error}"
+    if isinstance(error, json.JSONDecodeError):
+        return f"not JSON ({error})"
+    if isinstance(error, ValueError):
+        return " ".join(str(error).split())
+    return f"not as experiments/run.py writes it ({' '.join(str(error).split())})"
+
+
+@contextlib.contextmanager
+def stored_file(name: str):
+    """Turn what reading or pricing the stored file ``name`` raises into a StoredRunError
+    naming it."""
+    try:
+        yield
+    except StoredRunError:
+        raise
+    except READ_ERRORS as error:
+        raise StoredRunError(f"{name}: {what_is_wrong(error)}") from None
+
+
+def check_folder(folder: Path) -> None:
+    """StoredRunError unless ``folder`` is a folder."""
+    if not folder.is_dir():
+        raise StoredRunError("no such folder" if not folder.exists() else "not a folder")
+
+
+def stored_calibration(folder: Path, name: str = "run.json") -> list[dict]:
+    """The calibration records of the stored run in ``folder``: run.json's ``calibration`` (or
+    ``name``: calibration.json, the list itself), checked (``run_header.check_calibration``);
+    StoredRunError naming the file where it is not as experiments/run.py writes it."""
+    check_folder(folder)
+    with stored_file(name):
+        document = read_json(folder / name)
+        if name == "run.json":
+            if not isinstance(document, dict):
+                raise ValueError(f"not a run's record (a JSON object), got {shown(document)}")
+            document = document["calibration"]
+        check_calibration(document)
+        return document
+
+
+def stored_result(path: Path, one_row_a_point: bool = False) -> dict:
+    """The stored result of experiment ``path.stem`` in file ``path``: StoredRunError naming it
+    where it is not an object (named so, where it has a name) whose ``points`` and ``rows``
+    are non-empty lists of objects (as many rows as points, where ``one_row_a_point``)."""
+    with stored_file(path.name):
+        result = read_json(path)
+        if not isinstance(result, dict):
+            raise ValueError(f"not a result file (a JSON object), got {shown(result)}")
+        if result.get("name", path.stem) != path.stem:
+            raise ValueError(f"it is named {shown(result['name'])}, not {path.stem!r} as its "
+                             "file is")
+        for key in ("points", "rows"):
+            if not isinstance(result[key], list) or not result[key] or not all(
+                    isinstance(item, dict) for item in result[key]):
+                raise ValueError(f"{key!r} must be a non-empty list of objects, got "
+                                 f"{shown(result[key])}")
+        if one_row_a_point and len(result["points"]) != len(result["rows"]):
+            raise ValueError(f"it has {len(result['points'])} points and {len(result['rows'])} "
+                             "rows, where a run writes a row for each point")
+        return result
+
+
+def stored_rows(folder: Path) -> list[tuple[str, SyncRunConfig, dict, list, str]]:
     """(kind of row, its run's config, the stored row, the single-process runs kept with its
-    result) for every emulated sync row of a stored run: the ``sync`` experiment's and the sync
-    half of ``async_vs_sync``'s."""
+    result, its file's name) for every emulated sync row of a stored run: the ``sync``
+    experiment's and the sync half of ``async_vs_sync``'s."""
     out = []
     sync = folder / "sync.json"
     if sync.is_file():
-        result = read_json(sync)
-        for point, row in zip(result["points"], result["rows"]):
-            config = SyncRunConfig(**{k: v for k, v in point.items() if k != "kind"})
-            if config.emulate_compute_s > 0:
-                out.append((f"sync {config.label}", config, row,
-                            result.get("single_process", [])))
+        result = stored_result(sync, one_row_a_point=True)
+        with stored_file(sync.name):
+            for point, row in zip(result["points"], result["rows"]):
+                config = SyncRunConfig(**{k: v for k, v in point.items() if k != "kind"})
+                if config.emulate_compute_s > 0:
+                    out.append((f"sync {config.label}", config, row,
+                                result.get("single_process", []), sync.name))
     versus = folder / "async_vs_sync.json"
     if versus.is_file():
-        result = read_json(versus)
-        rows = {row["config"]: row for row in result["rows"]}
-        for point in result["points"]:
-            config = AsyncVsSyncConfig(**{k: v for k, v in point.items() if k != "kind"})
-            name = f"sync per step {config.label}"
-            out.append((f"async_vs_sync {name}", config.sync_run, rows[name],
-                        result.get("single_process", [])))
+        result = stored_result(versus)
+        with stored_file(versus.name):
+            rows = {row["config"]: row for row in result["rows"]}
+            for point in result["points"]:
+                config = AsyncVsSyncConfig(**{k: v for k, v in point.items() if k != "kind"})
+                name = f"sync per step {config.label}"
+                if name not in rows:
+                    raise ValueError(f"no row {name!r}, though it has the point")
+                out.append((f"async_vs_sync {name}", config.sync_run, rows[name],
+                            result.get("single_process", []), versus.name))
     return out
 
 
 def errors(folder: Path) -> list[tuple[str, float, float]]:
     """(kind of row, error priced at the nominal step, error priced from the step's own run) for
-    every emulated sync row of the stored run in ``folder``."""
-    meta = read_json(folder / "run.json")
-    nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
+    every emulated sync row of the stored run in ``folder``; StoredRunError naming the file
+    that is not as experiments/run.py writes it."""
+    nets = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
+            for c in stored_calibration(folder)}
     out = []
-    for kind, config, row, kept in stored_rows(folder):
-        RUNS.restore(kept)  # its result's own runs; what they lack, this machine's (once)
-        net = nets[config.bandwidth_bps].with_rounds(config.hosts, row.get("rounds"))
-        reference = sync_model.single_process_profile(config)
-        nominal = {"compute_time_s": config.emulate_compute_s,
-                   "idle_time_s": reference["summary"].get("idle_time_s") or 0.0}
-        priced = [sync_model.predict_sync_s(config, net, reference, step=step)
-                  for step in (nominal, None)]
+    for kind, config, row, kept, name in stored_rows(folder):
+        with stored_file(name):
+            if config.bandwidth_bps not in nets:
+                raise ValueError(f"{kind} is at {config.bandwidth_bps / 1e6:g} Mbit/s, a rate "
+                                 "run.json has no calibration at")
+            if not is_time(row.get("measured_s")):
+                raise ValueError(f"{kind}: 'measured_s' must be a positive, finite number of "
+                                 f"seconds, got {shown(row.get('measured_s'))}")
+            RUNS.restore(kept)  # its result's own runs; what they lack, this machine's (once)
+            net = nets[config.bandwidth_bps].with_rounds(config.hosts, row.get("rounds"))
+            reference = sync_model.single_process_profile(config)
+            nominal = {"compute_time_s": config.emulate_compute_s,
+                       "idle_time_s": reference["summary"].get("idle_time_s") or 0.0}
+            priced = [sync_model.predict_sync_s(config, net, reference, step=step)
+                      for step in (nominal, None)]
         out.append((kind, *(p / row["measured_s"] - 1.0 for p in priced)))
     return out
 
@@ -108,8 +203,16 @@ def folders_parser(module: str, doc: str) -> OneLineArgumentParser:
     return parser
 
 
+def parse_folders(parser: OneLineArgumentParser, argv=None):
+    """``parser``'s arguments (``folders_parser``'s); a usage error for a folder named twice, as
+    ``experiments.grids`` gives (each run's rows count once)."""
+    args = parser.parse_args(argv)
+    check_folders(parser, [Path(folder) for folder in args.folders], None, ())
+    return args
+
+
 def main(argv=None) -> int:
-    args = folders_parser("emulated_steps", __doc__).parse_args(argv)
+    args = parse_folders(folders_parser("emulated_steps", __doc__), argv)
     return report_folders("experiments.emulated_steps", args.folders, errors, summary_lines,
                           "emulated sync rows")
 
@@ -121,8 +224,10 @@ def report_folders(tool: str, folders: list[str], errors_of, summary_of, what: s
     for folder in map(Path, folders):
         try:
             rows += errors_of(folder)
-        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
-                ArithmeticError, RecursionError) as error:  # a file not as run.py writes it
+        except StoredRunError as error:  # it names the file and says what is wrong
+            print(f"{tool}: {folder}: {error}", file=sys.stderr)
+            return 2
+        except READ_ERRORS as error:  # a file not as run.py writes it
             print(f"{tool}: {folder}: {type(error).__name__}: {error}", file=sys.stderr)
             return 2
     if not rows:

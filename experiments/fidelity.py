@@ -7,16 +7,27 @@ The target (issue 7): median |error| <= 3% and worst <= 8% over every row.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 MEDIAN_TARGET = 0.03
 WORST_TARGET = 0.08
 
 
+def is_time(value) -> bool:
+    """Whether ``value`` is a time a comparison can be made of: a finite number of seconds over 0
+    (a stored result is JSON, whose numbers Python reads as NaN and Infinity too)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
 def fidelity_row(experiment: str, config: str, predicted_s: float, measured_s: float) -> dict:
-    """One comparison; ValueError when the measurement is not a positive time."""
-    if not measured_s > 0:
-        raise ValueError(f"{experiment} {config}: measured time must be positive, got {measured_s!r}")
+    """One comparison; ValueError when the prediction or the measurement is not a positive,
+    finite time (``is_time``)."""
+    for what, seconds in (("predicted", predicted_s), ("measured", measured_s)):
+        if not is_time(seconds):
+            raise ValueError(f"{experiment} {config}: {what} time must be a positive, finite "
+                             f"number of seconds, got {seconds!r}")
     return {"experiment": experiment, "config": config, "predicted_s": predicted_s,
             "measured_s": measured_s, "error": (predicted_s - measured_s) / measured_s}
 

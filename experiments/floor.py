@@ -29,6 +29,7 @@ halves are priced from.
 from __future__ import annotations
 
 import copy
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -43,6 +44,7 @@ from experiments.fidelity import WORST_TARGET
 from experiments.grids import ALL, GridError, check_folders, read_grids
 from experiments.model import NetworkInputs
 from experiments.probe_tables import DRIVERS
+from experiments.run_header import check_calibration, shown
 
 MIN_OTHERS = 3  # a row's median over fewer other grids is not a floor
 SIDES = ("before", "after")
@@ -109,20 +111,36 @@ def side_prices(result: dict, net_by_rate: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def grid_calibration(folder: Path) -> dict:
+    """The calibrated inputs by rate of one stored grid, from its ``run.json``: GridError naming
+    the file where it is missing, or its calibration is not as experiments/run.py writes it
+    (``run_header.check_calibration``)."""
+    try:
+        meta = read_json(folder / "run.json")
+        if not isinstance(meta, dict):
+            raise ValueError(f"not a run's record (a JSON object), got {shown(meta)}")
+        if "calibration" not in meta:
+            raise ValueError("missing key 'calibration'")
+        check_calibration(meta["calibration"])
+        return {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
+    except FileNotFoundError:
+        raise GridError(f"{folder}: no run.json (the halves are priced from the grid's own "
+                        "calibration)") from None
+    except (OSError, ValueError) as error:
+        what = (error.strerror if isinstance(error, OSError) and error.strerror
+                else f"not JSON ({error})" if isinstance(error, json.JSONDecodeError) else error)
+        raise GridError(f"{folder}: run.json: {what}") from None
+
+
 def grid_side_prices(folder: Path) -> dict[str, dict[str, float]]:
     """``side_prices`` of one stored grid, from its ``run.json`` calibration; {} where the grid
     has no all-reduce rows."""
     path = folder / "allreduce.json"
     if not path.exists():
         return {}
+    net_by_rate = grid_calibration(folder)
     try:
-        meta = read_json(folder / "run.json")
-        net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
-                       for c in meta["calibration"]}
         return side_prices(read_json(path), net_by_rate)
-    except FileNotFoundError as error:
-        raise GridError(f"{folder}: no {Path(error.filename).name} (the halves are priced "
-                        "from the grid's own calibration)")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise GridError(f"{folder}: cannot price its all-reduce rows from one probe half "
                         f"({error})")

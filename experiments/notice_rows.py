@@ -30,7 +30,8 @@ from dsgd_sim.argparse_oneline import argparse_type, read_json, run_command_line
 from dsgd_sim.units import format_bandwidth_bps, parse_bandwidth, parse_time  # noqa: E402
 from experiments import async_vs_sync, ps_vs_ring  # noqa: E402
 from experiments.emulated_steps import (folders_parser, overall_lines,  # noqa: E402
-                                        report_folders)
+                                        parse_folders, report_folders, stored_calibration,
+                                        stored_file, stored_result)
 from experiments.fidelity import WORST_TARGET as TARGET  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
 from experiments.single_process import RUNS  # noqa: E402
@@ -78,8 +79,9 @@ def repredictors():
 
 def errors(folder: Path, queues: dict[float, float]) -> list[tuple[str, float, float]]:
     """(kind of row, error without the notice, error with it) for every parameter-server row of
-    the stored run in ``folder``."""
-    calibration = read_json(folder / "calibration.json")
+    the stored run in ``folder``; ``emulated_steps.StoredRunError`` naming the file that is not
+    as experiments/run.py writes it."""
+    calibration = stored_calibration(folder, "calibration.json")
     priced: dict[str, list[float]] = {}
     for way in WAYS:
         nets = {}
@@ -92,13 +94,13 @@ def errors(folder: Path, queues: dict[float, float]) -> list[tuple[str, float, f
             path = folder / f"{name}.json"
             if not path.is_file():
                 continue
-            result = read_json(path)
-            RUNS.restore(result.get("single_process", []))  # its own single-process runs
-            with contextlib.redirect_stdout(io.StringIO()):  # repredict's own progress lines
-                rows = repredict(result, nets)
-            for row in filter(is_ps, rows):
-                priced.setdefault(f"{name}: {row['config']}", []).append(
-                    row["predicted_s"] / row["measured_s"] - 1.0)
+            result = stored_result(path)
+            with stored_file(path.name), contextlib.redirect_stdout(io.StringIO()):
+                RUNS.restore(result.get("single_process", []))  # its own single-process runs
+                rows = repredict(result, nets)  # (its own progress lines go nowhere)
+                for row in filter(is_ps, rows):
+                    priced.setdefault(f"{name}: {row['config']}", []).append(
+                        row["predicted_s"] / row["measured_s"] - 1.0)
     return [(kind, *both) for kind, both in priced.items()]
 
 
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
     parser.add_argument("--queue", type=argparse_type(parse_queues, "queue"), default={},
                         help="the notice queue per rate, e.g. 50Mbps=5.4ms,200Mbps=5.6ms "
                              "(default: each calibration's own)")
-    args = parser.parse_args(argv)
+    args = parse_folders(parser, argv)
     rates = calibrated_rates(args.folders)
     unused = sorted(set(args.queue) - rates)
     if unused and rates:

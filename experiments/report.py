@@ -3,17 +3,80 @@
 ``results_markdown(results, fidelity_rows, header)`` takes what the runner wrote: per experiment a
 dict with ``name``, ``question``, ``rows`` (each with ``config``, ``predicted_s``, ``measured_s``
 and the fields a plot needs), ``plot`` (the PNG's file name or None) and ``notes`` (what was
-learned, Markdown paragraphs); and the fidelity rows.
+learned, Markdown paragraphs); and the fidelity rows. ``check_result`` says what in a stored
+result file the report cannot be made from, before anything is written.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from dsgd_sim.argparse_oneline import save_figure
 from dsgd_sim.units import format_time
 
-from .fidelity import MEDIAN_TARGET, WORST_TARGET, by_experiment, summarise
+from .fidelity import MEDIAN_TARGET, WORST_TARGET, by_experiment, is_time, summarise
+from .run_header import shown
+
+
+def check_result(result, name: str) -> None:
+    """``ValueError`` saying what in the stored result of experiment ``name`` (its
+    ``<name>.json``) the report cannot be made from: it must be an object named ``name`` with
+    its question, its points and at least one row, each row with its configuration and a
+    positive, finite time predicted and measured (``fidelity.is_time``)."""
+    if not isinstance(result, dict):
+        raise ValueError("not a result file (a JSON object)")
+    for key in ("name", "question", "points", "rows"):
+        if key not in result:
+            raise ValueError(f"missing key {key!r}")
+    if result["name"] != name:
+        raise ValueError(f"it is named {shown(result['name'])}, not {name!r} as its file is")
+    if not isinstance(result["question"], str):
+        raise ValueError(f"'question' must be a string, got {shown(result['question'])}")
+    for key, what in (("points", "point it measured"), ("rows", "comparison")):
+        items = result[key]
+        if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+            raise ValueError(f"{key!r} must be a non-empty list of objects (a run writes one per "
+                             f"{what}), got {shown(items)}")
+    for i, row in enumerate(result["rows"]):
+        _check_row(row, f"rows[{i}]")
+    if result.get("plot") is not None and not isinstance(result["plot"], str):
+        raise ValueError(f"'plot' must be a file name, got {shown(result['plot'])}")
+    _check_report_extras(result)
+
+
+def _check_row(row: dict, where: str) -> None:
+    """``check_result``'s test of one row."""
+    if not isinstance(row.get("config"), str):
+        raise ValueError(f"{where}: 'config' must be a string, got {shown(row.get('config'))}")
+    for key in ("predicted_s", "measured_s"):
+        if key not in row:
+            raise ValueError(f"{where} ({row['config']}): missing key {key!r}")
+        if not is_time(row[key]):
+            raise ValueError(f"{where} ({row['config']}): {key!r} must be a positive, finite "
+                             f"number of seconds, got {shown(row[key])}")
+
+
+def _check_report_extras(result: dict) -> None:
+    """``check_result``'s test of what the report shows where a result has it: its command,
+    wall time, load average and repeatability."""
+    for key in ("command", "load_average"):
+        if key in result and not isinstance(result[key], str):
+            raise ValueError(f"{key!r} must be a string, got {shown(result[key])}")
+    if "wall_s" in result and not (_figure(result["wall_s"]) and result["wall_s"] >= 0):
+        raise ValueError(f"'wall_s' must be a time in seconds, 0 or more, got "
+                         f"{shown(result['wall_s'])}")
+    again = result.get("repeatability")
+    if again and not (isinstance(again, dict) and _figure(again.get("rows"))
+                      and _figure(again.get("median_abs_change"))
+                      and _figure(again.get("worst_abs_change"))):
+        raise ValueError(f"'repeatability' must be an object of 'rows', 'median_abs_change' and "
+                         f"'worst_abs_change', got {shown(again)}")
+
+
+def _figure(value) -> bool:
+    """A finite JSON number, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _pct(x: float | None) -> str:

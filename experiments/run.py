@@ -36,8 +36,10 @@ from experiments.configs import (EXPERIMENTS, PROBE_ORDER_HELP, PROBE_ORDERS,  #
 from experiments.fidelity import fidelity_row, summarise  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
 from experiments.notes import NOTES  # noqa: E402
-from experiments.report import plot_async, plot_sync, results_markdown  # noqa: E402
-from experiments.run_header import header_lines  # noqa: E402
+from experiments.report import (check_result, plot_async, plot_sync,  # noqa: E402
+                                results_markdown)
+from experiments.run_header import (check_calibration, check_run, header_lines,  # noqa: E402
+                                    shown)
 from experiments.single_process import RUNS  # noqa: E402
 from experiments.stage_samples import QUIET_WAIT_S, note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
@@ -225,7 +227,7 @@ BAD_RESULTS = (AttributeError, KeyError, OSError, TypeError, ValueError)  # file
 
 def load_result(name: str) -> dict | None:
     """The result file of experiment ``name``, None when there is none; ``ValueError`` when it
-    is not a result."""
+    is not a result the report can be made from (``report.check_result``)."""
     path = RESULTS / f"{name}.json"
     if not path.exists():
         return None
@@ -233,8 +235,7 @@ def load_result(name: str) -> dict | None:
         result = read_json(path)
     except (OSError, ValueError) as error:
         raise ValueError(str(error)) from None
-    if not isinstance(result, dict):
-        raise ValueError("not a result file (a JSON object)")
+    check_result(result, name)
     return result
 
 
@@ -272,14 +273,49 @@ def report_texts(results: list[dict], meta: dict) -> tuple[list[dict], str]:
     return rows, results_markdown(results, rows, header, folder)
 
 
-def regenerate_stored() -> dict:
-    """``regenerate`` from the result files and run.json in ``RESULTS``: ValueError naming the
-    file that is not as experiments/run.py writes it (nothing is written then)."""
+def check_meta(meta) -> None:
+    """``ValueError`` (or another of ``BAD_RESULTS``) saying what in a stored run.json the report
+    cannot be made from: ``run_header.check_run``, and an experiment it names that is none of
+    ``EXPERIMENTS``."""
+    check_run(meta)
+    for key in ("experiments", "finished"):
+        unknown = [name for name in meta.get(key, []) if name not in EXPERIMENTS]
+        if unknown:
+            raise ValueError(f"{key!r} names {unknown[0]!r}, not an experiment of "
+                             "experiments/configs.py")
+    header_lines(meta)
+
+
+def load_meta() -> dict:
+    """``RESULTS``' run.json, checked (``check_meta``): ValueError naming it and saying what is
+    wrong."""
     try:
         meta = read_json(RESULTS / "run.json")
-        header_lines(meta)
+        check_meta(meta)
     except BAD_RESULTS as error:
         raise ValueError(f"run.json in {RESULTS}: {problem(error)}") from None
+    return meta
+
+
+def check_ran(meta: dict, present) -> None:
+    """``ValueError`` naming the first experiment whose result run.json says was written and that
+    is not among ``present``: those it finished (a run stored before it kept them: every one
+    it names, unless it was interrupted)."""
+    if "finished" in meta:
+        written = meta["finished"]
+    else:
+        written = [] if "interrupted" in meta else meta.get("experiments", [])
+    missing = [name for name in written if name not in present]
+    if missing:
+        raise ValueError(f"no {missing[0]}.json in {RESULTS}, though its run.json says "
+                         f"{missing[0]} finished")
+
+
+def regenerate_stored() -> dict:
+    """``regenerate`` from the result files and run.json in ``RESULTS``: ValueError naming the
+    file that is not as experiments/run.py writes it, or the result run.json says was written
+    and is not there (nothing is written then)."""
+    meta = load_meta()
     named = {}
     for name in EXPERIMENTS:
         try:
@@ -290,6 +326,7 @@ def regenerate_stored() -> dict:
             named[name] = result
     if not named:
         raise ValueError(f"no result files in {RESULTS} (run the experiments first)")
+    check_ran(meta, named)
     try:
         texts = report_texts(list(named.values()), meta)
     except BAD_RESULTS as error:  # which file: the one whose report cannot be built alone
@@ -549,8 +586,11 @@ def write_trace(path: str | None) -> int:
 def repredict(names: list[str], out: str | None = None, json_path: str | None = None) -> int:
     """Predict the stored rows of ``names`` again from their run's calibration (``run.json``)
     and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
-    try:
+    try:  # the calibration now; the rest that the report reads once the rows are priced
         meta = read_json(RESULTS / "run.json")
+        if not isinstance(meta, dict):
+            raise ValueError(f"not a run's record (a JSON object), got {shown(meta)}")
+        check_calibration(meta["calibration"], empty_ok=True)
         net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
                        for c in meta["calibration"]}
     except BAD_RESULTS as error:
@@ -581,8 +621,7 @@ def repredict_with(names: list[str], out: str | None, json_path: str | None, met
         path, module = RESULTS / f"{name}.json", repredictor(name)
         try:
             result = read_json(path)
-            if not isinstance(result, dict):
-                raise ValueError("not a result file (a JSON object)")
+            check_result(result, name)
             if not same_inputs(result.get("inputs"), net_by_rate):
                 raise ValueError("its calibration is not the one in run.json (a later run "
                                  "rewrote run.json; run the experiment again)")
@@ -605,9 +644,16 @@ def repredict_with(names: list[str], out: str | None, json_path: str | None, met
         result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
             f" --out {out}" if out else "")
         updated[name] = (path, plot, module, result)
+    try:
+        check_meta(meta)
+    except BAD_RESULTS as error:
+        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: {problem(error)}",
+              file=sys.stderr)
+        return 2
     try:  # the report too is built before anything is written
         results = [r for n in EXPERIMENTS
                    for r in ([updated[n][3]] if n in updated else load_results([n]))]
+        check_ran(meta, [r["name"] for r in results])
         texts = report_texts(results, meta)
     except BAD_RESULTS as error:
         print(f"experiments/run.py: --repredict: bad results in {RESULTS}: {problem(error)}",

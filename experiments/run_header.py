@@ -1,10 +1,157 @@
 """The report's header (``experiments/RESULTS.md``), from a run's ``run.json`` alone: how the run
 was made and on what machine, how busy and how steady its cores were before each stage, and its
-calibration."""
+calibration; ``check_run`` says what in a stored run.json it cannot be made from, and
+``check_calibration`` what in a calibration the model cannot price from."""
 
 from __future__ import annotations
 
+import math
+
 from experiments.stage_samples import busy_note, core_speed_note
+
+
+def _text(value) -> bool:
+    return isinstance(value, str)
+
+
+def _number(value) -> bool:
+    """A finite JSON number (Python reads NaN and Infinity in JSON too), not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value) -> bool:
+    return _number(value) and value > 0
+
+
+def _seconds(value) -> bool:
+    return _number(value) and value >= 0
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _names(value) -> bool:
+    return isinstance(value, list) and all(map(_text, value))
+
+
+def _object_of(valid):
+    """A test of an object (figures by stage, inputs by rate) whose values each pass ``valid``."""
+    return lambda value: isinstance(value, dict) and all(map(valid, value.values()))
+
+
+def _core_speeds(records) -> bool:
+    return isinstance(records, list) and all(
+        isinstance(r, dict) and _number(r.get("p10")) and _number(r.get("slow_share"))
+        and _number(r.get("median_units_per_s", 0)) for r in records)
+
+
+RUN_FIELDS = {  # run.json's fields the header reads: (whether every run has it, test, what it is)
+    "command": (True, _text, "a string"),
+    "machine": (True, _text, "a string"),
+    "cpus": (True, _count, "a positive whole number"),
+    "load_average": (True, _text, "a string"),
+    "wall_s": (True, _seconds, "a time in seconds, 0 or more"),
+    "calibration": (True, lambda v: isinstance(v, list), "a list of calibration records"),
+    "build_s": (False, _seconds, "a time in seconds, 0 or more"),
+    "interrupted": (False, _text, "a string"),
+    "experiments": (False, _names, "a list of experiment names"),
+    "finished": (False, _names, "a list of experiment names"),
+    "inputs": (False, _object_of(lambda v: isinstance(v, dict)),
+               "an object of calibrated inputs by rate"),
+    "congestion_control": (False, _text, "a string"),
+    "scheduling": (False, lambda v: v in ("batch", "normal"), "'batch' or 'normal'"),
+    "host_cores": (False, _text, "a string"),
+    "address_layout": (False, _text, "a string"),
+    "probe_idle": (False, lambda v: isinstance(v, bool), "true or false"),
+    "probe_order": (False, _text, "a string"),
+    "quiet_waits": (False, _object_of(_seconds), "an object of seconds by stage"),
+    "busy_cores": (False, _object_of(lambda v: v is None or _number(v)),
+                   "an object of busy cores by stage"),
+    "core_speed": (False, _object_of(_core_speeds), "an object of core-speed records by stage"),
+    "core_speed_sampling": (False, lambda v: isinstance(v, dict) and _positive(v.get("seconds"))
+                            and _positive(v.get("window_s")),
+                            "an object of positive 'seconds' and 'window_s'"),
+}
+
+
+def shown(value) -> str:
+    """``value`` as a message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_run(meta) -> None:
+    """``ValueError`` saying which field of a run's ``run.json`` (``meta``) the header cannot be
+    made from: one missing or not of its kind (``RUN_FIELDS``), a calibration record not as
+    ``check_calibration`` takes it, or no calibration in a run that was not stopped before its
+    calibration finished."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"not a run's record (a JSON object), got {shown(meta)}")
+    for field, (required, valid, what) in RUN_FIELDS.items():
+        if field not in meta:
+            if required:
+                raise ValueError(f"missing key {field!r}")
+        elif not valid(meta[field]):
+            raise ValueError(f"{field!r} must be {what}, got {shown(meta[field])}")
+    check_calibration(meta["calibration"], empty_ok=True)
+    if not meta["calibration"] and ("interrupted" not in meta or meta.get("finished")):
+        raise ValueError("'calibration' is empty, though the run was not stopped before its "
+                         "calibration finished")
+
+
+CALIBRATION_FIELDS = (  # a calibration record's figures the header and the model read
+    (("bandwidth_bps",), _positive, "a positive number"),
+    (("goodput_bps",), _positive, "a positive number"),
+    (("gloo", "latency_s"), _seconds, "a time in seconds, 0 or more"),
+    (("gloo", "all_reduce_1_element_s", "median"), _seconds, "a time in seconds, 0 or more"),
+)
+
+
+def check_calibration(records, empty_ok: bool = False) -> None:
+    """``ValueError`` saying which record of a run's calibration (run.json's ``calibration``, or
+    ``calibration.json``) is not as ``experiments/run.py`` writes it: ``records`` must be a list
+    (not empty, unless ``empty_ok``) of objects with a rate, its goodput and the Gloo figures
+    (``CALIBRATION_FIELDS``), and where they have them, a queue's wait, the ring rounds by
+    hosts and the number of attempts."""
+    if not isinstance(records, list) or not (records or empty_ok):
+        raise ValueError(f"the calibration must be a non-empty list of records, got "
+                         f"{shown(records)}")
+    for i, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise ValueError(f"calibration[{i}] must be an object, got {shown(record)}")
+        for keys, valid, what in CALIBRATION_FIELDS:
+            value = record
+            for key in keys:
+                if not isinstance(value, dict) or key not in value:
+                    raise ValueError(f"calibration[{i}]: missing key {'.'.join(keys)!r}")
+                value = value[key]
+            if not valid(value):
+                raise ValueError(f"calibration[{i}]: {'.'.join(keys)!r} must be {what}, got "
+                                 f"{shown(value)}")
+        _check_record_extras(record, f"calibration[{i}]")
+
+
+def _check_record_extras(record: dict, where: str) -> None:
+    """``check_calibration``'s test of a record's optional parts."""
+    queue, rounds = record.get("queue"), record.get("rounds")
+    if queue and not (isinstance(queue, dict) and _seconds(queue.get("behind_bulk_s"))):
+        raise ValueError(f"{where}: 'queue' must be an object with 'behind_bulk_s' in seconds, "
+                         f"got {shown(queue)}")
+    if rounds and not (isinstance(rounds, dict) and all(
+            k.isdigit() and isinstance(t, dict) for k, t in rounds.items())):
+        raise ValueError(f"{where}: 'rounds' must be an object of round tables by hosts, got "
+                         f"{shown(rounds)}")
+    if not _count(record.get("attempts", 1)):
+        raise ValueError(f"{where}: 'attempts' must be a positive whole number, got "
+                         f"{shown(record['attempts'])}")
+    if record.get("duplex") is not None and not isinstance(record["duplex"], dict):
+        raise ValueError(f"{where}: 'duplex' must be an object, got {shown(record['duplex'])}")
+    for part, key in ((record, "payload_efficiency_expected"), (record, "payload_efficiency"),
+                      (record["gloo"], "payload_efficiency"),
+                      (record.get("duplex") or {}, "payload_efficiency")):
+        if part.get(key) is not None and not _number(part[key]):
+            raise ValueError(f"{where}: {key!r} must be a number, got {shown(part[key])}")
 
 
 def header_lines(meta: dict) -> list[str]:

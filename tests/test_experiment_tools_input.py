@@ -2,6 +2,7 @@
 launch_spread): one line on stderr and a non-zero exit, never a traceback or a hang."""
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -216,3 +217,61 @@ def test_call_positions_refuses_a_bad_calibration_before_any_bed(tmp_path, monke
     monkeypatch.setattr(call_positions, "run_bed", no_bed)
     err = usage_error(call_positions.main, ["--hosts", "2", "--calibration", str(path)], capsys)
     assert f"--calibration {path}: {named}" in err
+
+
+# -- experiments/emulated_steps.py ----------------------------------------------------------
+
+EMULATED_GRID = REPO / "experiments" / "results" / "quick-48f9159"
+
+
+def stored_run(folder: Path) -> Path:
+    """A stored run's files that experiments.emulated_steps reads: run.json, sync.json and
+    async_vs_sync.json of the quick grid."""
+    folder.mkdir()
+    for name in ("run.json", "sync.json", "async_vs_sync.json"):
+        shutil.copy(EMULATED_GRID / name, folder / name)
+    return folder
+
+
+def damaged(folder: Path, name: str, damage) -> Path:
+    """``folder`` with its file ``name`` changed by ``damage``: its JSON changed in place, or a
+    text in its place where ``damage`` returns one."""
+    document = json.loads((folder / name).read_text())
+    text = damage(document)
+    (folder / name).write_text(text if isinstance(text, str) else json.dumps(document))
+    return folder
+
+
+@pytest.mark.parametrize("name, damage, named", [
+    ("sync.json", lambda d: d.pop("points"), "sync.json: missing key 'points'"),
+    ("sync.json", lambda d: "[]", "sync.json: not a result file (a JSON object), got []"),
+    ("sync.json", lambda d: d.update(rows=[]), "sync.json: 'rows' must be a non-empty list of "
+                                               "objects, got []"),
+    ("sync.json", lambda d: d["rows"].pop(), "sync.json: it has 3 points and 2 rows"),
+    ("sync.json", lambda d: d.update(name="async"), "sync.json: it is named 'async'"),
+    ("sync.json", lambda d: d["rows"][1].update(measured_s=float("inf")),
+     "sync.json: sync H=4 200Mbps mlp emulate 50ms: 'measured_s' must be a positive, finite"),
+    ("async_vs_sync.json", lambda d: d["rows"].clear() or d["rows"].append({"config": "x"}),
+     "async_vs_sync.json: no row 'sync per step 4 workers 200Mbps mlp 50ms'"),
+    ("run.json", lambda d: "{}", "run.json: missing key 'calibration'"),
+    ("run.json", lambda d: "nope", "run.json: not JSON (Expecting value"),
+    ("run.json", lambda d: d.update(calibration=[]), "run.json: the calibration must be a "
+                                                     "non-empty list of records, got []"),
+])
+def test_emulated_steps_names_the_stored_file_it_cannot_read(tmp_path, name, damage, named):
+    folder = damaged(stored_run(tmp_path / "run"), name, damage)
+    err = one_line_error(run_tool(["-m", "experiments.emulated_steps", str(folder)], 60), 2)
+    assert err.startswith(f"experiments.emulated_steps: {folder}: {named}")
+
+
+def test_emulated_steps_says_a_folder_is_missing_in_words(tmp_path):
+    err = one_line_error(run_tool(["-m", "experiments.emulated_steps", str(tmp_path / "none")]),
+                         2)
+    assert err == f"experiments.emulated_steps: {tmp_path / 'none'}: no such folder\n"
+
+
+def test_emulated_steps_refuses_a_folder_named_twice(tmp_path):
+    folder = stored_run(tmp_path / "run")
+    err = one_line_error(run_tool(["-m", "experiments.emulated_steps", str(folder),
+                                   f"{folder}/."]), 2)
+    assert err.endswith("error: a folder is named twice: each grid counts once\n")

@@ -4,6 +4,7 @@ test bed, which needs root: skipped with the reason where namespaces cannot be m
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -562,12 +563,13 @@ STORED_RUN = (REPO / "experiments/results/run.json").read_text()
 
 @pytest.mark.parametrize("files, named", [
     ({"run.json": "{"}, "run.json in {out}: Expecting property name"),
-    ({"run.json": "[]"}, "run.json in {out}: list indices"),
-    ({"run.json": "{}"}, "run.json in {out}: missing key 'calibration'"),
+    ({"run.json": "[]"}, "run.json in {out}: not a run's record (a JSON object), got []"),
+    ({"run.json": "{}"}, "run.json in {out}: missing key 'command'"),
     ({"run.json": STORED_RUN, "sync.json": "[1]"}, "sync.json in {out}: not a result file"),
     ({"run.json": STORED_RUN, "sync.json": '{"rows": 5}'}, "sync.json in {out}: missing key"),
-    ({"run.json": STORED_RUN, "sync.json": '{"name": "sync", "rows": null}'},
-     "sync.json in {out}: 'NoneType' object is not iterable"),
+    ({"run.json": STORED_RUN, "sync.json": '{"name": "sync", "question": "?", "points": [{}], '
+                                           '"rows": null}'},
+     "sync.json in {out}: 'rows' must be a non-empty list of objects"),
     ({"run.json": STORED_RUN}, "no result files in {out}"),
 ])
 def test_report_only_on_bad_files_names_the_file_in_one_line_and_writes_nothing(
@@ -584,6 +586,117 @@ def test_report_only_on_bad_files_names_the_file_in_one_line_and_writes_nothing(
     assert not (tmp_path / "fidelity.json").exists() and not (tmp_path / "RESULTS.md").exists()
 
 
+STORED_GRID = REPO / "experiments/results/quick-48f9159"  # a quick grid, every experiment
+
+
+def _row(key, value):
+    return lambda result: result["rows"][0].update({key: value})
+
+
+def _drop(name):
+    return lambda result: result.pop(name)
+
+
+@pytest.mark.parametrize("file, damage, named", [
+    ("sync.json", _row("measured_s", float("inf")),
+     "rows[0] (H=2 200Mbps mlp cpu): 'measured_s' must be a positive, finite number of seconds, "
+     "got inf"),
+    ("sync.json", _row("predicted_s", "x"), "'predicted_s' must be a positive, finite number of "
+                                            "seconds, got 'x'"),
+    ("sync.json", _row("predicted_s", float("nan")), "'predicted_s' must be a positive"),
+    ("sync.json", _row("config", 7), "rows[0]: 'config' must be a string, got 7"),
+    ("sync.json", lambda result: result.update(name="async"),
+     "it is named 'async', not 'sync' as its file is"),
+    ("sync.json", lambda result: result.update(rows=[]),
+     "'rows' must be a non-empty list of objects (a run writes one per comparison), got []"),
+    ("sync.json", lambda result: result.update(points=None), "'points' must be a non-empty list"),
+    ("sync.json", lambda result: result.update(repeatability={"rows": "two"}),
+     "'repeatability' must be an object"),
+    ("run.json", lambda meta: meta.update(calibration=[]),
+     "'calibration' is empty, though the run was not stopped before its calibration finished"),
+    ("run.json", lambda meta: meta.update(cpus="two"),
+     "'cpus' must be a positive whole number, got 'two'"),
+    ("run.json", lambda meta: meta.update(cpus=0), "'cpus' must be a positive whole number"),
+    ("run.json", lambda meta: meta.update(inputs=None),
+     "'inputs' must be an object of calibrated inputs by rate, got None"),
+    ("run.json", lambda meta: meta.update(finished=["sync", "nosuch"]),
+     "'finished' names 'nosuch', not an experiment of experiments/configs.py"),
+    ("run.json", lambda meta: meta.update(busy_cores=5), "'busy_cores' must be an object"),
+    ("run.json", lambda meta: meta.update(wall_s=float("inf")), "'wall_s' must be a time"),
+    ("run.json", lambda meta: meta["calibration"][0]["gloo"].update(latency_s="x"),
+     "calibration[0]: 'gloo.latency_s' must be a time in seconds, 0 or more, got 'x'"),
+    ("run.json", lambda meta: meta["calibration"][1].pop("goodput_bps"),
+     "calibration[1]: missing key 'goodput_bps'"),
+    ("run.json", _drop("machine"), "missing key 'machine'"),
+])
+def test_report_only_on_a_stored_grid_with_one_bad_value_names_it_and_rewrites_nothing(
+        file, damage, named, tmp_path, monkeypatch, capsys):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    folder = tmp_path / "grid"
+    shutil.copytree(STORED_GRID, folder)
+    stored = json.loads((folder / file).read_text())
+    damage(stored)
+    (folder / file).write_text(json.dumps(stored))
+    kept = {name: (folder / name).read_bytes() for name in ("RESULTS.md", "fidelity.json")}
+    assert run.main(["--report-only", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"experiments/run.py: --report-only: {file} in {folder}: ")
+    assert named in err
+    assert {name: (folder / name).read_bytes() for name in kept} == kept
+
+
+def test_report_only_refuses_a_result_its_run_finished_and_the_folder_lacks(
+        tmp_path, monkeypatch, capsys):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    folder = tmp_path / "grid"
+    shutil.copytree(STORED_GRID, folder)
+    (folder / "sync.json").unlink()
+    kept = {name: (folder / name).read_bytes() for name in ("RESULTS.md", "fidelity.json")}
+    assert run.main(["--report-only", "--out", str(folder)]) == 2
+    assert capsys.readouterr().err == (f"experiments/run.py: --report-only: no sync.json in "
+                                       f"{folder}, though its run.json says sync finished\n")
+    assert {name: (folder / name).read_bytes() for name in kept} == kept
+    # a run stopped before sync finished: the report leaves it out, and says what it missed
+    meta = json.loads((folder / "run.json").read_text())
+    meta.update(finished=["allreduce"], interrupted="Ctrl-C")
+    (folder / "run.json").write_text(json.dumps(meta))
+    assert run.main(["--report-only", "--out", str(folder)]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 32
+    assert "## sync\n" not in (folder / "RESULTS.md").read_text()
+
+
+def test_report_only_of_a_stored_grid_writes_its_fidelity_again(tmp_path, monkeypatch, capsys):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    folder = tmp_path / "grid"
+    shutil.copytree(STORED_GRID, folder)
+    assert run.main(["--report-only", "--out", str(folder)]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 35
+    assert (folder / "fidelity.json").read_text() == (STORED_GRID / "fidelity.json").read_text()
+
+
+def test_repredict_names_a_run_json_that_is_not_an_object(tmp_path, monkeypatch, capsys):
+    from experiments import run
+    monkeypatch.setattr(run, "RESULTS", run.RESULTS)  # main() rebinds them for --out
+    monkeypatch.setattr(run, "REPORT", run.REPORT)
+    (tmp_path / "run.json").write_text("[]")
+    assert run.main(["--repredict", "sync", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"experiments/run.py: --repredict: bad run.json in "
+                                       f"{tmp_path}: not a run's record (a JSON object), got []\n")
+
+
+def test_fidelity_row_refuses_a_time_that_is_not_positive_and_finite():
+    for predicted, measured in ((1.0, float("inf")), (float("inf"), 1.0), ("x", 1.0), (1.0, 0)):
+        with pytest.raises(ValueError, match="must be a positive, finite number of seconds"):
+            fidelity_row("sync", "H=2", predicted, measured)
+
+
 @pytest.mark.parametrize("output", ["fidelity.json", "RESULTS.md"])
 def test_report_only_names_an_output_it_cannot_write_and_writes_nothing(
         output, tmp_path, monkeypatch, capsys):
@@ -592,6 +705,8 @@ def test_report_only_names_an_output_it_cannot_write_and_writes_nothing(
     monkeypatch.setattr(run, "REPORT", run.REPORT)
     for name in ("run.json", "sync.json"):
         (tmp_path / name).write_text((REPO / "experiments/results" / name).read_text())
+    meta = json.loads((tmp_path / "run.json").read_text())
+    (tmp_path / "run.json").write_text(json.dumps({**meta, "experiments": ["sync"]}))
     (tmp_path / output).mkdir()
     assert run.main(["--report-only", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

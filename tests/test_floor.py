@@ -205,7 +205,22 @@ def test_cli_refuses_a_grid_without_its_calibration_on_one_line(tmp_path, capsys
     (folder / "run.json").write_text("{}")
     assert main([str(folder)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cannot price its all-reduce rows" in err
+    assert err == f"experiments.floor: {folder}: run.json: missing key 'calibration'\n"
+
+
+@pytest.mark.parametrize("text, named", [
+    ("not json", "run.json: not JSON (Expecting value"),
+    ("[]", "run.json: not a run's record (a JSON object), got []"),
+    ('{"calibration": []}', "run.json: the calibration must be a non-empty list of records"),
+    ('{"calibration": [{"bandwidth_bps": 2e8}]}', "run.json: calibration[0]: missing key "
+                                                  "'goodput_bps'"),
+])
+def test_cli_names_a_run_json_it_cannot_price_from_on_one_line(tmp_path, capsys, text, named):
+    folder = copy_grid("full-2b6e8f2", tmp_path)
+    (folder / "run.json").write_text(text)
+    assert main([str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"experiments.floor: {folder}: {named}")
 
 
 def test_cli_refuses_probe_tables_of_the_wrong_shape_on_one_line(tmp_path, capsys):

@@ -1,5 +1,9 @@
 """experiments.notice_rows: the stored parameter-server rows priced without and with the notice."""
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from experiments import notice_rows
@@ -65,3 +69,43 @@ def test_the_notice_takes_the_two_workers_row_nearer_its_measurement(capsys, mon
         pytest.approx(rows["ps_vs_ring: PS server link 4x 4 workers 200Mbps mlp"][0], abs=0.002)
     lines = notice_rows.summary_lines([(k, *v) for k, v in rows.items()])
     assert lines[-1].startswith("with it: 5 rows, median |error|")
+
+
+def test_a_folder_named_twice_is_refused_as_experiments_grids_refuses_it(capsys):
+    err = usage_error(notice_rows.main, [PRICED, f"{PRICED}/."], capsys)
+    assert err.endswith("error: a folder is named twice: each grid counts once\n")
+
+
+def stored_run(folder: Path, damage) -> Path:
+    """The priced grid's calibration and async.json in ``folder``, async.json changed by
+    ``damage``."""
+    folder.mkdir()
+    shutil.copy(Path(PRICED, "calibration.json"), folder)
+    result = json.loads(Path(PRICED, "async.json").read_text())
+    damage(result)
+    (folder / "async.json").write_text(json.dumps(result))
+    return folder
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda r: r.update(name="sync"), "async.json: it is named 'sync', not 'async' as its file is"),
+    (lambda r: r.update(rows=[]), "async.json: 'rows' must be a non-empty list of objects, got []"),
+    (lambda r: r.pop("points"), "async.json: missing key 'points'"),
+])
+def test_a_result_not_as_written_is_named_on_one_line(tmp_path, capsys, damage, named):
+    folder = stored_run(tmp_path / "run", damage)
+    assert notice_rows.main([str(folder)]) == 2
+    assert capsys.readouterr().err == f"experiments.notice_rows: {folder}: {named}\n"
+
+
+@pytest.mark.parametrize("folder, named", [
+    ("none", "no such folder"),
+    ("calibration", "calibration.json: the calibration must be a non-empty list of records, "
+                    "got []"),
+])
+def test_a_missing_folder_or_an_empty_calibration_is_said_in_words(tmp_path, capsys, folder,
+                                                                    named):
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "calibration" / "calibration.json").write_text("[]")
+    assert notice_rows.main([str(tmp_path / folder)]) == 2
+    assert capsys.readouterr().err == f"experiments.notice_rows: {tmp_path / folder}: {named}\n"
