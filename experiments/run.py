@@ -583,6 +583,12 @@ def write_trace(path: str | None) -> int:
     return 0
 
 
+def refuse_repredict(problem_text: str) -> int:
+    """Say why ``--repredict`` cannot go on, in one line on stderr; its exit status, 2."""
+    print(f"experiments/run.py: --repredict: {problem_text}", file=sys.stderr)
+    return 2
+
+
 def repredict(names: list[str], out: str | None = None, json_path: str | None = None) -> int:
     """Predict the stored rows of ``names`` again from their run's calibration (``run.json``)
     and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
@@ -594,16 +600,12 @@ def repredict(names: list[str], out: str | None = None, json_path: str | None = 
         net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
                        for c in meta["calibration"]}
     except BAD_RESULTS as error:
-        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: {problem(error)}",
-              file=sys.stderr)
-        return 2
+        return refuse_repredict(f"bad run.json in {RESULTS}: {problem(error)}")
     seed = meta.get("seed", 0)
     try:
         check_run_seed(seed)
     except ValueError as error:
-        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: its {error}",
-              file=sys.stderr)
-        return 2
+        return refuse_repredict(f"bad run.json in {RESULTS}: its {error}")
     from experiments import measure
     measure.SEED = seed or None  # a single-process run taken again runs as the stored run's did
     try:
@@ -635,36 +637,28 @@ def repredict_with(names: list[str], out: str | None, json_path: str | None, met
                              f"single-process run(s) not stored with it, taken on this machine "
                              f"({', '.join(sorted({k for k, _ in RUNS.taken}))}) and kept with it")
         except FileNotFoundError:
-            print(f"experiments/run.py: --repredict: no {path.name} in {RESULTS}", file=sys.stderr)
-            return 2
+            return refuse_repredict(f"no {path.name} in {RESULTS}")
         except BAD_RESULTS as error:
-            print(f"experiments/run.py: --repredict: {path.name}: {problem(error)}",
-                  file=sys.stderr)
-            return 2
+            return refuse_repredict(f"{path.name}: {problem(error)}")
         result["repredicted"] = f"python experiments/run.py --repredict {name}" + (
             f" --out {out}" if out else "")
         updated[name] = (path, plot, module, result)
     try:
         check_meta(meta)
     except BAD_RESULTS as error:
-        print(f"experiments/run.py: --repredict: bad run.json in {RESULTS}: {problem(error)}",
-              file=sys.stderr)
-        return 2
+        return refuse_repredict(f"bad run.json in {RESULTS}: {problem(error)}")
     try:  # the report too is built before anything is written
         results = [r for n in EXPERIMENTS
                    for r in ([updated[n][3]] if n in updated else load_results([n]))]
         check_ran(meta, [r["name"] for r in results])
         texts = report_texts(results, meta)
     except BAD_RESULTS as error:
-        print(f"experiments/run.py: --repredict: bad results in {RESULTS}: {problem(error)}",
-              file=sys.stderr)
-        return 2
+        return refuse_repredict(f"bad results in {RESULTS}: {problem(error)}")
     try:
         check_outputs([p for path, plot, _, _ in updated.values() for p in (path, plot)]
                       + [RESULTS / "fidelity.json", REPORT])
     except ValueError as error:
-        print(f"experiments/run.py: --repredict: {error}", file=sys.stderr)
-        return 2
+        return refuse_repredict(str(error))
     for path, plot, module, result in updated.values():
         module.plot(result["rows"], plot)
         write_text_atomically(path, json.dumps(result, indent=1) + "\n")
