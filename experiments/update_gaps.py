@@ -24,7 +24,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from dsgd_sim.argparse_oneline import argparse_type, read_json, run_command_line  # noqa: E402
 from dsgd_sim.units import format_time, parse_time  # noqa: E402
-from experiments.emulated_steps import folders_parser, report_folders  # noqa: E402
+from experiments.emulated_steps import (check_folder, folders_parser, parse_folders,  # noqa: E402
+                                        report_folders, stored_file)
 
 ROW = "8 workers 1000Mbps mlp emulate 50ms"
 BUBBLE_S = 0.013  # a push that waited a notice queue (about 6 ms) more than a push's 8 ms
@@ -50,12 +51,16 @@ def spacing(row: dict, bubble_s: float) -> dict:
 
 
 def folder_lines(folder: Path, row_config: str, bubble_s: float) -> list[str]:
-    """The line of ``folder``'s ``row_config`` row, or none where its run has no such row."""
-    rows = [r for r in read_json(folder / "async.json")["rows"]
-            if r["config"] == row_config]
+    """The line of ``folder``'s ``row_config`` row, or none where its run has no such row;
+    ``StoredRunError`` naming the folder or async.json where either is not as experiments/run.py
+    writes it."""
+    check_folder(folder)
+    with stored_file("async.json"):
+        rows = [r for r in read_json(folder / "async.json")["rows"]
+                if r["config"] == row_config]
+        seen_rows = [(row, spacing(row, bubble_s)) for row in rows]
     lines = []
-    for row in rows:
-        seen = spacing(row, bubble_s)
+    for row, seen in seen_rows:
         rest = "-" if seen["median_gap_s"] is None else format_time(seen["median_gap_s"])
         lines.append(f"| {folder} | {seen['gaps']} | {seen['bubbles_a_round']:.2f} | {rest} | "
                      f"{row['predicted_s'] * 1e3:.3f} ms | {row['measured_s'] * 1e3:.3f} ms | "
@@ -69,7 +74,7 @@ def main(argv=None) -> int:
                         help=f"the async.json row, by its config (default: {ROW!r})")
     parser.add_argument("--bubble", type=argparse_type(parse_time, "time"), default=BUBBLE_S,
                         help="a gap longer than this is a bubble (default: 13ms)")
-    args = parser.parse_args(argv)
+    args = parse_folders(parser, argv)
     if not args.bubble > 0:
         parser.error(f"--bubble must be a positive time, got {args.bubble!r} s")
     header = ["| run | gaps | bubbles a round | median of the other gaps | priced | measured | error |",

@@ -57,8 +57,11 @@ def test_a_bad_bubble_is_one_line_and_status_2(tmp_path, capsys):
 @pytest.mark.parametrize("make, message", [
     (lambda folder: write_run(folder, [0.008] * 8, config="other"), "no async row"),
     (lambda folder: write_run(folder, [], warmup=0), "no gap to read"),
-    (lambda folder: folder, "FileNotFoundError"),
-    (lambda folder: empty_point(write_run(folder, [0.008] * 8)), "IndexError"),
+    # once "FileNotFoundError: [Errno 2] ..." and "IndexError: list index out of range"
+    (lambda folder: folder, "run: no such folder"),
+    (lambda folder: folder.mkdir() or folder, "run: async.json: no such file"),
+    (lambda folder: empty_point(write_run(folder, [0.008] * 8)),
+     "async.json: not as experiments/run.py writes it (list index out of range)"),
 ])
 def test_a_run_without_the_row_or_its_gaps_is_one_line_and_status_2(tmp_path, capsys, make,
                                                                       message):
@@ -66,3 +69,13 @@ def test_a_run_without_the_row_or_its_gaps_is_one_line_and_status_2(tmp_path, ca
     assert update_gaps.main([str(folder)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_a_folder_named_twice_is_one_line_and_status_2(tmp_path, capsys):
+    # its rows counted twice, where experiments.grids and floor refuse it
+    run = write_run(tmp_path / "run", [0.008] * 8)
+    with pytest.raises(SystemExit) as exit_:
+        update_gaps.main([str(run), str(run)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a folder is named twice" in err
