@@ -176,18 +176,18 @@ def serve(config: AsyncConfig, comm) -> None:
     finally:
         bar.close()
     summary = server.summary()
+    loss = summary["final_loss"]  # the figures first: an output the disk refuses loses none
+    say(f"done: {summary['updates']} updates from {summary['workers']} workers, "
+        f"{summary['updates_per_s'] or 0:.1f} updates/s, staleness mean "
+        f"{summary['staleness_mean'] or 0:.2f} max {summary['staleness_max']}, dropped "
+        f"{summary['dropped_gradients']}, workers lost {summary['workers_lost']}, loss "
+        f"{'-' if loss is None else f'{loss:.4f}'}")
     if config.json:
         with output_named("--json", config.json):
             write_json(config.json, summary)
     if config.trace:
         with output_named("--trace", config.trace):
             server.write_trace(config.trace)
-    loss = summary["final_loss"]
-    say(f"done: {summary['updates']} updates from {summary['workers']} workers, "
-        f"{summary['updates_per_s'] or 0:.1f} updates/s, staleness mean "
-        f"{summary['staleness_mean'] or 0:.2f} max {summary['staleness_max']}, dropped "
-        f"{summary['dropped_gradients']}, workers lost {summary['workers_lost']}, loss "
-        f"{'-' if loss is None else f'{loss:.4f}'}")
 
 
 def launch(config: AsyncConfig, address: str, port: int) -> int:

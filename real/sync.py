@@ -65,7 +65,7 @@ from real.models import build_model, grad_bytes
 from real.replica_state import (replicas_agree, restore_or_start, weights_sha256,
                                 write_checkpoint)
 from real.sync_config import SyncConfig, check_outputs, parse_args
-from real.sync_report import StepRecorder, output_named, write_json, write_trace
+from real.sync_report import StepRecorder, gather_trace, output_named, write_json
 
 
 FINAL_LOSS_STEPS = 10  # final_loss: the mean training loss of this many last steps
@@ -290,10 +290,8 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
     loss = torch.tensor([losses[0], sum(tail) / len(tail)], dtype=torch.float64, device=comm.device)
     comm.all_reduce(loss, op="avg")
     curve = loss_curve(comm, recorder, start_step)
-    if config.trace:
-        with output_named("--trace", config.trace):
-            write_trace(comm, recorder, config.trace,
-                        f"real/sync.py {config.sync} x{comm.world_size}")
+    trace = (gather_trace(comm, recorder, f"real/sync.py {config.sync} x{comm.world_size}")
+             if config.trace else None)
     if comm.rank != 0:
         return
     measured = max(0, config.steps - first_measured)
@@ -312,6 +310,15 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         "threads_per_rank": torch.get_num_threads(),
         "real_gradients": config.real_gradients, "loss_curve": curve,
     }
+    # the figures first: an output the disk then refuses (said in one line) loses none of them
+    rate, loss = summary["samples_per_s"], summary["final_loss"]
+    loss_text = "-" if loss is None or not math.isfinite(loss) else f"{loss:.4f}"  # emulated: none
+    print(f"done: {config.steps} steps on {comm.world_size} ranks, "
+          f"{'-' if rate is None else f'{rate:.0f}'} samples/s, loss {loss_text}, "
+          f"weights sha256 {summary['weights_sha256'][:16]}", flush=True)
+    if trace is not None:
+        with output_named("--trace", config.trace):
+            trace.write(config.trace)
     if config.json:
         with output_named("--json", config.json):
             write_json(config.json, summary)
@@ -322,11 +329,6 @@ def finish(config, comm, model, batches, recorder, timer, start_step, window_s, 
         print(f"sync.py: note: no step ran (the checkpoint is at step {start_step} of "
               f"{config.steps}), so --profile-out {config.profile_out} was not written",
               file=sys.stderr, flush=True)
-    rate, loss = summary["samples_per_s"], summary["final_loss"]
-    loss_text = "-" if loss is None or not math.isfinite(loss) else f"{loss:.4f}"  # emulated: none
-    print(f"done: {config.steps} steps on {comm.world_size} ranks, "
-          f"{'-' if rate is None else f'{rate:.0f}'} samples/s, loss {loss_text}, "
-          f"weights sha256 {summary['weights_sha256'][:16]}", flush=True)
 
 
 def loss_curve(comm, recorder, start_step: int) -> list[list]:

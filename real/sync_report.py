@@ -72,17 +72,18 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def write_trace(comm, recorder: StepRecorder, path: str | None, title: str) -> None:
-    """Collective: gather every rank's spans; rank 0 writes one Chrome trace, a track per rank."""
+def gather_trace(comm, recorder: StepRecorder, title: str) -> Trace | None:
+    """Collective: gather every rank's spans into one Chrome trace, a track per rank, for rank 0
+    to write (None on the other ranks)."""
     every = gather_bytes(comm, pickle.dumps(recorder.spans))
-    if comm.rank != 0 or path is None:
-        return
+    if comm.rank != 0:
+        return None
     trace = Trace(process_name=title)
     for rank, blob in enumerate(every):
         trace.name_track(rank, f"rank {rank}")
         for cat, name, start_s, dur_s, step in pickle.loads(blob):
             trace.span(rank, name, start_s, dur_s, cat, iteration=step)
-    trace.write(path)
+    return trace
 
 
 @contextlib.contextmanager

@@ -242,3 +242,4 @@ def test_an_output_the_disk_refuses_is_named_in_the_one_line(script, flags, outp
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == [f"{os.path.basename(script)}: error: {output} /dev/full: "
                                         f"cannot write it: No space left on device"]
+    assert "\ndone: " in "\n" + done.stdout  # the figures printed before the write: not lost
