@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import math
+import numbers
 
 import numpy as np
 import simpy
@@ -70,8 +71,8 @@ class SyncConfig:
             raise ValueError("--overlap cannot be combined with --k-sync below the replica count")
         if self.algorithm == PARAMETER_SERVER and (self.overlap or self.bucket_bytes):
             raise ValueError("bucketing and overlap apply to all-reduce algorithms, not 'ps'")
-        if not (isinstance(self.ps_apply_s, (int, float)) and math.isfinite(self.ps_apply_s)
-                and self.ps_apply_s >= 0):
+        if isinstance(self.ps_apply_s, bool) or not isinstance(self.ps_apply_s, numbers.Real) \
+                or not (math.isfinite(self.ps_apply_s) and self.ps_apply_s >= 0):
             raise ValueError(f"server apply time must be >= 0 seconds, got {self.ps_apply_s!r}")
         if self.ps_apply_s and self.algorithm != PARAMETER_SERVER:
             raise ValueError(f"a server apply time applies to the parameter server ('ps'), not "

@@ -159,21 +159,34 @@ def load_profile(path: str) -> Workload:
         raise ValueError(f"profile {path}: batch_size must be an integer from 1 to "
                          f"{MAX_BATCH:g}, got {batch!r}")
     layers = _profile_layers(data, path, compute.mean_s)
-    return Workload(_label(data, "model", path), layers, compute, batch,
-                    f"profile {_label(data, 'source', path)}")
+    return Workload(_model_name(data, path), layers, compute, batch,
+                    f"profile {_source(data, path)}")
 
 
-MAX_LABEL_CHARS = 200  # a model's name or a profile's source, as the report's header shows it
+MAX_NAME_CHARS = 200  # a model's name, as the report's header shows it
 
 
-def _label(data: dict, key: str, path: str) -> str:
-    """``data[key]``, a name for the report's header (the profile's path where it is absent);
-    ``ValueError`` where it is no one-line string of at most ``MAX_LABEL_CHARS``."""
-    if key not in data:
+def _model_name(data: dict, path: str) -> str:
+    """The profile's ``model``, the workload's name in the report's header (the profile's path
+    where it has none); ``ValueError`` where it is no one-line string of at most
+    ``MAX_NAME_CHARS``."""
+    if "model" not in data:
         return path
-    value = data[key]
+    value = data["model"]
     if not isinstance(value, str) or not value.strip() or not value.isprintable() \
-            or len(value) > MAX_LABEL_CHARS:
-        raise ValueError(f"profile {path}: '{key}' must be a name on one line, at most "
-                         f"{MAX_LABEL_CHARS} characters, got {str(value)[:40]!r}")
+            or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"profile {path}: 'model' must be a name on one line, at most "
+                         f"{MAX_NAME_CHARS} characters, got {str(value)[:40]!r}")
     return value
+
+
+def _source(data: dict, path: str) -> str:
+    """Where the profile came from (its ``source``: cuda/bench.py writes its whole command line,
+    which may be long), on one line (the workload keeps it; no report prints it); the profile's
+    path where it has none. ``ValueError`` where it is no string."""
+    if "source" not in data:
+        return path
+    if not isinstance(data["source"], str):
+        raise ValueError(f"profile {path}: 'source' must be a string, got "
+                         f"{str(data['source'])[:40]!r}")
+    return " ".join(data["source"].split()) or path

@@ -130,6 +130,9 @@ def grid_calibration(folder: Path) -> dict:
         what = (error.strerror if isinstance(error, OSError) and error.strerror
                 else f"not JSON ({error})" if isinstance(error, json.JSONDecodeError) else error)
         raise GridError(f"{folder}: run.json: {what}") from None
+    except (KeyError, TypeError, IndexError) as error:  # a table the model cannot read
+        raise GridError(f"{folder}: run.json: a calibration record not as experiments/run.py "
+                        f"writes it ({type(error).__name__}: {error})") from None
 
 
 def grid_side_prices(folder: Path) -> dict[str, dict[str, float]]:

@@ -49,7 +49,7 @@ def _core_speeds(records) -> bool:
 RUN_FIELDS = {  # run.json's fields the header reads: (whether every run has it, test, what it is)
     "command": (True, _text, "a string"),
     "machine": (True, _text, "a string"),
-    "cpus": (True, _count, "a positive whole number"),
+    "cpus": (True, lambda v: v is None or _count(v), "a positive whole number (or null)"),
     "load_average": (True, _text, "a string"),
     "wall_s": (True, _seconds, "a time in seconds, 0 or more"),
     "calibration": (True, lambda v: isinstance(v, list), "a list of calibration records"),
@@ -95,9 +95,9 @@ def check_run(meta) -> None:
         elif not valid(meta[field]):
             raise ValueError(f"{field!r} must be {what}, got {shown(meta[field])}")
     check_calibration(meta["calibration"], empty_ok=True)
-    if not meta["calibration"] and ("interrupted" not in meta or meta.get("finished")):
-        raise ValueError("'calibration' is empty, though the run was not stopped before its "
-                         "calibration finished")
+    if not meta["calibration"] and meta.get("finished"):
+        raise ValueError("'calibration' is empty, though the run says it finished experiments "
+                         "priced from it")
 
 
 CALIBRATION_FIELDS = (  # a calibration record's figures the header and the model read
@@ -178,11 +178,12 @@ def header_lines(meta: dict) -> list[str]:
                    "the hosts divide evenly among them")
     if meta.get("address_layout", "random") == "fixed":
         policy += "; address-space randomization off"
-    return [f"Last run: `{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs, load "
+    cpus = meta["cpus"] or "?"  # null where the machine did not say how many it has
+    return [f"Last run: `{meta['command']}` on {meta['machine']} ({cpus} CPUs, load "
             f"average {meta['load_average']}, TCP congestion control: {tcp}, CPU scheduling: "
             f"{policy}) {run_time(meta)}. Every measured "
             "time is a median (all-reduce: of the slowest rank over timed iterations after a warm-up; "
-            f"sync: over steps after warm-up); the {meta['cpus']} CPU cores are shared by the hosts "
+            f"sync: over steps after warm-up); the {cpus} CPU cores are shared by the hosts "
             "and by other jobs (the load averages are the machine's, those jobs included), so "
             "repeated runs "
             "differ per row by the Repeatability figure under each table." + busy_note(meta)

@@ -14,19 +14,21 @@ import sys
 
 
 def omp_num_threads() -> int | None:
-    """``OMP_NUM_THREADS`` as a number of threads; None where it is not set. ``ValueError``
-    where it is set to anything but a whole number of at least 1."""
+    """``OMP_NUM_THREADS`` as a number of threads (of the outermost level, where it lists one a
+    level of nesting: ``4,1``, as OpenMP allows); None where it is not set. ``ValueError``
+    where it is set to anything else than whole numbers of at least 1."""
     text = os.environ.get("OMP_NUM_THREADS")
     if text is None:
         return None
     try:
-        threads = int(text)
+        levels = [int(level) for level in text.split(",")]
     except ValueError:
-        threads = 0
-    if threads < 1:
+        levels = [0]
+    if min(levels) < 1:
         raise ValueError(f"environment variable OMP_NUM_THREADS={text!r}: give a whole number of "
-                         f"threads, at least 1, or unset it")
-    return threads
+                         f"threads, at least 1 (or a list of them, one a level of nesting), or "
+                         f"unset it")
+    return levels[0]
 
 
 def exit_on_bad_omp_num_threads(prog: str) -> None:

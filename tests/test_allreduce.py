@@ -287,6 +287,17 @@ def test_an_omp_num_threads_past_the_cap_is_one_line_and_status_2():
     assert "OMP_NUM_THREADS=100000: at most 1024 threads a rank" in done.stderr
 
 
+def test_omp_num_threads_may_list_a_count_a_level_of_nesting(monkeypatch):
+    # OpenMP takes "4,1" (4 threads, then 1 in each nested region): refusing it stopped the
+    # trainers and every test bed that inherits it
+    from real.comm_cli import default_threads
+    monkeypatch.setenv("OMP_NUM_THREADS", "4,1")
+    assert default_threads() == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "4,0")
+    with pytest.raises(ValueError, match="OMP_NUM_THREADS='4,0': give a whole number"):
+        default_threads()
+
+
 @pytest.mark.parametrize("command", [["real/allreduce.py", "--iters", "2"],
                                      ["real/sync.py", "--nproc-per-node", "2", "--steps", "2"],
                                      ["real/async_ps.py", "--nproc-per-node", "2"]])

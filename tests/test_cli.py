@@ -254,6 +254,18 @@ def test_malformed_profile_gives_one_line_and_status_2(tmp_path, content):
     assert "Traceback" not in done.stderr
 
 
+def test_a_profile_source_of_a_long_command_line_is_taken_on_one_line(tmp_path):
+    # cuda/bench.py keeps its whole command line as the source; a 200-character cap refused it
+    source = "python cuda/bench.py " + "--sizes 64,128,256 " * 20 + "\n--json out.json"
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"compute_s": [0.01], "grad_bytes": 4, "model": "conv",
+                                "source": source}))
+    done = run_cli("--profile", str(path), "--iterations", "2", "--mode", "sync")
+    assert done.returncode == 0, done.stderr
+    from dsgd_sim.workload import load_profile
+    assert load_profile(str(path)).source == "profile " + " ".join(source.split())  # one line
+
+
 def test_profile_sets_gradient_layers_and_compute(tmp_path):
     path = tmp_path / "profile.json"
     path.write_text(json.dumps({

@@ -208,6 +208,18 @@ def test_cli_refuses_a_grid_without_its_calibration_on_one_line(tmp_path, capsys
     assert err == f"experiments.floor: {folder}: run.json: missing key 'calibration'\n"
 
 
+def test_cli_names_a_calibration_table_it_cannot_read_on_one_line(tmp_path, capsys):
+    # a duplex table the model cannot read came out as a KeyError and its traceback
+    folder = copy_grid("full-2b6e8f2", tmp_path)
+    meta = json.loads((folder / "run.json").read_text())
+    meta["calibration"][0]["duplex"] = {"transfers": [{"x": 1}]}
+    (folder / "run.json").write_text(json.dumps(meta))
+    assert main([str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"experiments.floor: {folder}: run.json: a calibration record not as "
+                   f"experiments/run.py writes it (KeyError: 'bytes')\n")
+
+
 @pytest.mark.parametrize("text, named", [
     ("not json", "run.json: not JSON (Expecting value"),
     ("[]", "run.json: not a run's record (a JSON object), got []"),

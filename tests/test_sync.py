@@ -213,11 +213,15 @@ def test_a_parameter_servers_apply_holds_every_replica_between_push_and_pull():
 
 @pytest.mark.parametrize("algorithm, apply_s, named", [
     ("ps", -0.001, "must be >= 0 seconds"), ("ps", float("nan"), "must be >= 0 seconds"),
+    ("ps", True, "must be >= 0 seconds"),  # a flag, not 1 s
     ("ring", 0.01, "an all-reduce has no server"),
 ])
 def test_a_server_apply_time_is_checked(algorithm, apply_s, named):
     with pytest.raises(ValueError, match=named):
         SyncConfig(ClusterConfig(4), from_preset("resnet50"), algorithm, 2, ps_apply_s=apply_s)
+    # numpy's numbers are real numbers too
+    assert SyncConfig(ClusterConfig(4), from_preset("resnet50"), "ps", 2,
+                      ps_apply_s=np.float32(0.01)).ps_apply_s == np.float32(0.01)
 
 
 def test_same_seed_same_run_and_other_seed_other_run():
