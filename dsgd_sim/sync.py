@@ -18,7 +18,8 @@ all-reduce, or pulls the new weights.
 
 Time accounting, per replica and iteration: ``compute`` (forward + backward, slowed by core
 sharing if any), ``exposed comm`` (communication in progress after the replica's own compute
-ended), and ``idle`` (the rest: waiting for other replicas, or for a parameter server's apply). The three add up to the iteration.
+ended), and ``idle`` (the rest: waiting for other replicas, or for a parameter server's apply).
+The three add up to the iteration.
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ from dsgd_sim.argparse_oneline import (OneLineArgumentParser, read_json,  # noqa
                                        run_command_line)
 from experiments.async_vs_sync import AsyncVsSyncConfig  # noqa: E402
 from experiments.configs import SyncRunConfig  # noqa: E402
-from experiments.fidelity import is_time  # noqa: E402
+from experiments.report import check_result  # noqa: E402
 from experiments.grids import check_folders  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
-from experiments.run_header import check_calibration, shown  # noqa: E402
+from experiments.run_header import check_calibration, run_record  # noqa: E402
 from experiments import sync_model  # noqa: E402
 from experiments.single_process import RUNS  # noqa: E402
 
@@ -87,29 +87,18 @@ def stored_calibration(folder: Path, name: str = "run.json") -> list[dict]:
     with stored_file(name):
         document = read_json(folder / name)
         if name == "run.json":
-            if not isinstance(document, dict):
-                raise ValueError(f"not a run's record (a JSON object), got {shown(document)}")
-            document = document["calibration"]
+            document = run_record(document)["calibration"]
         check_calibration(document)
         return document
 
 
 def stored_result(path: Path, one_row_a_point: bool = False) -> dict:
     """The stored result of experiment ``path.stem`` in file ``path``: StoredRunError naming it
-    where it is not an object (named so, where it has a name) whose ``points`` and ``rows``
-    are non-empty lists of objects (as many rows as points, where ``one_row_a_point``)."""
+    where the report could not be made from it (``report.check_result``), or where
+    ``one_row_a_point`` and it has not a row for each point."""
     with stored_file(path.name):
         result = read_json(path)
-        if not isinstance(result, dict):
-            raise ValueError(f"not a result file (a JSON object), got {shown(result)}")
-        if result.get("name", path.stem) != path.stem:
-            raise ValueError(f"it is named {shown(result['name'])}, not {path.stem!r} as its "
-                             "file is")
-        for key in ("points", "rows"):
-            if not isinstance(result[key], list) or not result[key] or not all(
-                    isinstance(item, dict) for item in result[key]):
-                raise ValueError(f"{key!r} must be a non-empty list of objects, got "
-                                 f"{shown(result[key])}")
+        check_result(result, path.stem)
         if one_row_a_point and len(result["points"]) != len(result["rows"]):
             raise ValueError(f"it has {len(result['points'])} points and {len(result['rows'])} "
                              "rows, where a run writes a row for each point")
@@ -157,9 +146,6 @@ def errors(folder: Path) -> list[tuple[str, float, float]]:
             if config.bandwidth_bps not in nets:
                 raise ValueError(f"{kind} is at {config.bandwidth_bps / 1e6:g} Mbit/s, a rate "
                                  "run.json has no calibration at")
-            if not is_time(row.get("measured_s")):
-                raise ValueError(f"{kind}: 'measured_s' must be a positive, finite number of "
-                                 f"seconds, got {shown(row.get('measured_s'))}")
             RUNS.restore(kept)  # its result's own runs; what they lack, this machine's (once)
             net = nets[config.bandwidth_bps].with_rounds(config.hosts, row.get("rounds"))
             reference = sync_model.single_process_profile(config)

@@ -14,11 +14,16 @@ MEDIAN_TARGET = 0.03
 WORST_TARGET = 0.08
 
 
+def finite_number(value) -> bool:
+    """Whether ``value`` is a finite number, not a bool (a stored file is JSON, whose numbers
+    Python reads as NaN and Infinity too)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def is_time(value) -> bool:
-    """Whether ``value`` is a time a comparison can be made of: a finite number of seconds over 0
-    (a stored result is JSON, whose numbers Python reads as NaN and Infinity too)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
+    """Whether ``value`` is a time a comparison can be made of: a finite number of seconds over
+    0."""
+    return finite_number(value) and value > 0
 
 
 def fidelity_row(experiment: str, config: str, predicted_s: float, measured_s: float) -> dict:

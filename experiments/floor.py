@@ -44,7 +44,7 @@ from experiments.fidelity import WORST_TARGET
 from experiments.grids import ALL, GridError, check_folders, read_grids
 from experiments.model import NetworkInputs
 from experiments.probe_tables import DRIVERS
-from experiments.run_header import check_calibration, shown
+from experiments.run_header import check_calibration, run_record
 
 MIN_OTHERS = 3  # a row's median over fewer other grids is not a floor
 SIDES = ("before", "after")
@@ -116,9 +116,7 @@ def grid_calibration(folder: Path) -> dict:
     the file where it is missing, or its calibration is not as experiments/run.py writes it
     (``run_header.check_calibration``)."""
     try:
-        meta = read_json(folder / "run.json")
-        if not isinstance(meta, dict):
-            raise ValueError(f"not a run's record (a JSON object), got {shown(meta)}")
+        meta = run_record(read_json(folder / "run.json"))
         if "calibration" not in meta:
             raise ValueError("missing key 'calibration'")
         check_calibration(meta["calibration"])

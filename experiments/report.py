@@ -9,13 +9,13 @@ result file the report cannot be made from, before anything is written.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from dsgd_sim.argparse_oneline import save_figure
 from dsgd_sim.units import format_time
 
-from .fidelity import MEDIAN_TARGET, WORST_TARGET, by_experiment, is_time, summarise
+from .fidelity import (MEDIAN_TARGET, WORST_TARGET, by_experiment, finite_number, is_time,
+                       summarise)
 from .run_header import shown
 
 
@@ -25,7 +25,7 @@ def check_result(result, name: str) -> None:
     its question, its points and at least one row, each row with its configuration and a
     positive, finite time predicted and measured (``fidelity.is_time``)."""
     if not isinstance(result, dict):
-        raise ValueError("not a result file (a JSON object)")
+        raise ValueError(f"not a result file (a JSON object), got {shown(result)}")
     for key in ("name", "question", "points", "rows"):
         if key not in result:
             raise ValueError(f"missing key {key!r}")
@@ -63,20 +63,16 @@ def _check_report_extras(result: dict) -> None:
     for key in ("command", "load_average"):
         if key in result and not isinstance(result[key], str):
             raise ValueError(f"{key!r} must be a string, got {shown(result[key])}")
-    if "wall_s" in result and not (_figure(result["wall_s"]) and result["wall_s"] >= 0):
+    if "wall_s" in result and not (finite_number(result["wall_s"]) and result["wall_s"] >= 0):
         raise ValueError(f"'wall_s' must be a time in seconds, 0 or more, got "
                          f"{shown(result['wall_s'])}")
     again = result.get("repeatability")
-    if again and not (isinstance(again, dict) and _figure(again.get("rows"))
-                      and _figure(again.get("median_abs_change"))
-                      and _figure(again.get("worst_abs_change"))):
+    if again and not (isinstance(again, dict) and finite_number(again.get("rows"))
+                      and finite_number(again.get("median_abs_change"))
+                      and finite_number(again.get("worst_abs_change"))):
         raise ValueError(f"'repeatability' must be an object of 'rows', 'median_abs_change' and "
                          f"'worst_abs_change', got {shown(again)}")
 
-
-def _figure(value) -> bool:
-    """A finite JSON number, not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _pct(x: float | None) -> str:

@@ -39,7 +39,7 @@ from experiments.notes import NOTES  # noqa: E402
 from experiments.report import (check_result, plot_async, plot_sync,  # noqa: E402
                                 results_markdown)
 from experiments.run_header import (check_calibration, check_run, header_lines,  # noqa: E402
-                                    shown)
+                                    run_record)
 from experiments.single_process import RUNS  # noqa: E402
 from experiments.stage_samples import QUIET_WAIT_S, note_machine  # noqa: E402
 from dsgd_sim.argparse_oneline import (OneLineArgumentParser, argparse_type,  # noqa: E402
@@ -594,9 +594,7 @@ def repredict(names: list[str], out: str | None = None, json_path: str | None = 
     and rewrite their results, plots, fidelity.json and the report; the measurements stay."""
     try:  # the calibration now; the rest that the report reads once the rows are priced
         meta = read_json(RESULTS / "run.json")
-        if not isinstance(meta, dict):
-            raise ValueError(f"not a run's record (a JSON object), got {shown(meta)}")
-        check_calibration(meta["calibration"], empty_ok=True)
+        check_calibration(run_record(meta)["calibration"], empty_ok=True)
         net_by_rate = {c["bandwidth_bps"]: NetworkInputs.from_calibration(c)
                        for c in meta["calibration"]}
     except BAD_RESULTS as error:

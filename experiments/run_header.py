@@ -5,18 +5,12 @@ calibration; ``check_run`` says what in a stored run.json it cannot be made from
 
 from __future__ import annotations
 
-import math
-
+from experiments.fidelity import finite_number as _number
 from experiments.stage_samples import busy_note, core_speed_note
 
 
 def _text(value) -> bool:
     return isinstance(value, str)
-
-
-def _number(value) -> bool:
-    """A finite JSON number (Python reads NaN and Infinity in JSON too), not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _positive(value) -> bool:
@@ -81,13 +75,20 @@ def shown(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def run_record(document) -> dict:
+    """``document`` (a stored run.json, read) where it is a run's record, a JSON object;
+    ``ValueError`` saying what it is instead."""
+    if not isinstance(document, dict):
+        raise ValueError(f"not a run's record (a JSON object), got {shown(document)}")
+    return document
+
+
 def check_run(meta) -> None:
     """``ValueError`` saying which field of a run's ``run.json`` (``meta``) the header cannot be
     made from: one missing or not of its kind (``RUN_FIELDS``), a calibration record not as
     ``check_calibration`` takes it, or no calibration in a run that was not stopped before its
     calibration finished."""
-    if not isinstance(meta, dict):
-        raise ValueError(f"not a run's record (a JSON object), got {shown(meta)}")
+    run_record(meta)
     for field, (required, valid, what) in RUN_FIELDS.items():
         if field not in meta:
             if required:

@@ -646,8 +646,10 @@ def test_emulated_steps_of_a_stored_run_are_priced_both_ways(tmp_path, net, monk
     emulated, real = SyncRunConfig(4, 200e6, emulate_compute_s=0.05), SyncRunConfig(4, 200e6)
     (tmp_path / "run.json").write_text(json.dumps({"calibration": [CALIBRATION]}))
     (tmp_path / "sync.json").write_text(json.dumps({
+        "name": "sync", "question": "sync SGD against replicas",
         "points": [emulated.as_dict(), real.as_dict()],
-        "rows": [{"measured_s": 0.3, "rounds": own}, {"measured_s": 0.1, "rounds": own}]}))
+        "rows": [{"config": emulated.label, "predicted_s": 0.3, "measured_s": 0.3, "rounds": own},
+                 {"config": real.label, "predicted_s": 0.1, "measured_s": 0.1, "rounds": own}]}))
     with_rounds = net.with_rounds(4, own)
     nominal = predict_sync_s(emulated, with_rounds, REFERENCE,
                              step={"compute_time_s": 0.05, "idle_time_s": 0.001})

@@ -89,7 +89,8 @@ def stored_run(folder: Path, damage) -> Path:
 
 @pytest.mark.parametrize("damage, named", [
     (lambda r: r.update(name="sync"), "async.json: it is named 'sync', not 'async' as its file is"),
-    (lambda r: r.update(rows=[]), "async.json: 'rows' must be a non-empty list of objects, got []"),
+    (lambda r: r.update(rows=[]), "async.json: 'rows' must be a non-empty list of objects (a run "
+                                  "writes one per comparison), got []"),
     (lambda r: r.pop("points"), "async.json: missing key 'points'"),
 ])
 def test_a_result_not_as_written_is_named_on_one_line(tmp_path, capsys, damage, named):
