@@ -374,7 +374,17 @@ def run_sync_then_async_failing(monkeypatch, tmp_path, failure: BaseException) -
     monkeypatch.setattr(run, "run_experiment", sync_then_failure)
     monkeypatch.setattr(run, "RESULTS", run.RESULTS)
     monkeypatch.setattr(run, "REPORT", run.REPORT)
+    sample_the_machine_briefly(monkeypatch)
     return run.main(["--out", str(tmp_path), "--wait-quiet", "0", "sync", "async"])
+
+
+def sample_the_machine_briefly(monkeypatch) -> None:
+    """The runner's look at the machine before each stage in 0.1 s instead of 2.5 s, and the
+    machine taken as quiet (so that no warning joins the line a test reads, whatever else runs
+    beside it): the stage samples have tests of their own."""
+    from experiments import stage_samples
+    monkeypatch.setattr(stage_samples, "busy_cores", lambda: 0.0)
+    monkeypatch.setattr(stage_samples, "CORE_SPEED_SECONDS", 0.05)
 
 
 def test_runner_stopped_by_a_test_bed_error_says_in_run_json_why_and_what_finished(
@@ -1401,6 +1411,7 @@ def test_runner_interrupted_while_calibrating_marks_its_own_run_json(monkeypatch
     monkeypatch.setattr(measure, "calibrate_rate", ctrl_c)
     monkeypatch.setattr(run, "RESULTS", run.RESULTS)
     monkeypatch.setattr(run, "REPORT", run.REPORT)
+    sample_the_machine_briefly(monkeypatch)
     assert run.main(["--out", str(tmp_path), "--wait-quiet", "0", "sync"]) == 130
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta["command"].startswith("python experiments/run.py --out ")
