@@ -61,8 +61,10 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="torch,mpi", help="comma-separated: torch, mpi")
     parser.add_argument("--ranks", default="2,4", help="comma-separated numbers of ranks")
-    parser.add_argument("--sizes", default="64KB,1MB,16MB")
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--sizes", default="64KB,1MB,16MB",
+                        help="buffer sizes, comma-separated (default %(default)s)")
+    parser.add_argument("--iters", type=int, default=20,
+                        help="timed iterations per size (default %(default)s)")
     parser.add_argument("--out-dir", default=".", help="where each run's JSON file goes")
     parser.add_argument("--json", default=None, metavar="FILE", help="every run's record in one file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the buffers' contents")

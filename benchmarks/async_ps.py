@@ -145,14 +145,18 @@ def window_s(text: str) -> float:
 
 def main(argv=None) -> int:
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--procs", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--procs", type=int, nargs="+", default=[2, 4, 8],
+                        help="processes a run: 1 server + P-1 workers, or P sync ranks "
+                        "(default 2 4 8)")
     parser.add_argument("--compute-mean", default="50ms", help="mean of the exponential compute")
     parser.add_argument("--time", default="10s",
                         help="async timed window per run: a time (10s, 2min) or bare seconds")
     parser.add_argument("--seed", type=argparse_type(parse_seed, "seed"), default=0,
                         help="seed of the models, the data and the compute draws (default 0)")
-    parser.add_argument("--model", default="mlp")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--model", default="mlp",
+                        help="the model whose gradients move (default %(default)s)")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="every figure in one file")
     args = parser.parse_args(argv)
     compute = f"exp:{args.compute_mean}"
     try:

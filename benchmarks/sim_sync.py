@@ -33,10 +33,11 @@ def parse_args(description: str, argv=None):
     """``--repeats``, ``--seed`` and ``--json`` of the simulator benchmarks; a bad one is one
     line, exit 2."""
     parser = OneLineArgumentParser(description=description)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="whole benchmarks run, the median reported (default %(default)s)")
     parser.add_argument("--seed", type=argparse_type(parse_seed, "seed"), default=0,
                         help="the simulations' seed (default 0)")
-    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--json", metavar="FILE", help="every figure in one file")
     args = parser.parse_args(argv)
     if not 1 <= args.repeats <= MAX_REPEATS:
         parser.error(f"--repeats must be from 1 to {MAX_REPEATS}, got {args.repeats}")

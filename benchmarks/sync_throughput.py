@@ -144,19 +144,29 @@ def check_allreduce_used(syncs: list[str], allreduces: list[str]) -> None:
 
 def main(argv=None) -> int:
     p = OneLineArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", default="lenet,mlp-large")
-    p.add_argument("--ranks", default="2,4")
-    p.add_argument("--sync", default=",".join(MODES))
+    p.add_argument("--models", default="lenet,mlp-large",
+                   help="comma-separated, from lenet, mlp, mlp-large (default %(default)s)")
+    p.add_argument("--ranks", default="2,4",
+                   help="comma-separated numbers of ranks, a job each (default %(default)s)")
+    p.add_argument("--sync", default=",".join(MODES),
+                   help="comma-separated --sync modes of real/sync.py (default %(default)s)")
     p.add_argument("--allreduce", default="backend", help="e.g. backend,ring (not for ddp)")
     p.add_argument("--steps", type=int, default=20, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--num-samples", type=int, default=4096)
-    p.add_argument("--bucket-mb", type=float, default=25.0)
-    p.add_argument("--emulate-compute", default="0")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None)
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed steps before each run's timed ones (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of every mode, in a shuffled order each (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="samples per rank a step (default %(default)s)")
+    p.add_argument("--num-samples", type=int, default=4096,
+                   help="size of the synthetic data set (default %(default)s)")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="bucket capacity in MiB of bucketed and ddp (default %(default)g)")
+    p.add_argument("--emulate-compute", default="0",
+                   help="e.g. 80ms: sleep instead of compute (default 0: real compute)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="model initialisation, data, the modes' order (default %(default)s)")
+    p.add_argument("--json", default=None, metavar="FILE", help="every row in one file")
     args = p.parse_args(argv)
     try:
         if args.warmup < 0:  # else SyncConfig names its own field, --warmup-steps

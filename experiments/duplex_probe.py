@@ -116,7 +116,7 @@ def add_timeout_and_json(parser, timeout_help: str) -> None:
     """The flags every network probe takes: how long a peer may be silent, and its output."""
     parser.add_argument("--timeout", type=argparse_type(parse_time, "time"), default="20s",
                         help=f"{timeout_help}, e.g. 20s (default: %(default)s)")
-    parser.add_argument("--json", required=True)
+    parser.add_argument("--json", required=True, metavar="FILE", help="write the timings here")
 
 
 def parse_checked(parser, argv: list[str] | None):
@@ -136,10 +136,12 @@ def parse_checked(parser, argv: list[str] | None):
 def parse_args(argv: list[str] | None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", required=True, help="the other host's address")
-    parser.add_argument("--port", type=int, default=5202)
+    parser.add_argument("--port", type=int, default=5202,
+                        help="TCP port both hosts listen on (default %(default)s)")
     parser.add_argument("--sizes", type=byte_counts, default=[2_000_000, 16_000_000],
                         help="bytes each way, comma-separated")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="transfers of each size (default %(default)s)")
     parser.add_argument("--idle", type=float, default=0.05, help="seconds of pause before each transfer")
     add_timeout_and_json(parser, "how long the peer may take to connect, connect back or send")
     args = parse_checked(parser, argv)

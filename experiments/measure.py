@@ -112,7 +112,8 @@ def parse_bed_rate(text: str) -> float:
 def add_bed_arguments(parser, hosts: int) -> None:
     """``--hosts`` (default ``hosts``, at least 2) and ``--bandwidth`` (default 1000 Mbit/s) of
     a tool that builds its own test bed."""
-    parser.add_argument("--hosts", type=argparse_type(parse_bed_hosts, "hosts"), default=hosts)
+    parser.add_argument("--hosts", type=argparse_type(parse_bed_hosts, "hosts"), default=hosts,
+                        help="hosts of the test bed (default %(default)s)")
     parser.add_argument("--bandwidth", type=argparse_type(parse_bed_rate, "bandwidth"),
                         default=parse_bandwidth("1000Mbps"), help="each link's rate (default 1000Mbps)")
 

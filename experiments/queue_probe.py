@@ -138,7 +138,8 @@ def parse_args(argv: list[str] | None):
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", type=argparse_type(parse_size, "size"), default="1MB",
                         help="the long message, e.g. 1MB (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="long messages timed (default %(default)s)")
     parser.add_argument("--idle", type=argparse_type(parse_time, "time"), default="50ms",
                         help="pause before each baseline and each long message, so the shaper's "
                              "bucket refills (default: %(default)s)")

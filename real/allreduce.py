@@ -13,8 +13,8 @@ number of ranks p >= 1, any length, any dtype the engine can move, ops sum/avg/m
   and reduced, while the next segments are still arriving. Every rank ends with identical bits.
 
 ``ALGORITHMS`` maps a name to ``fn(comm, tensor, op)``; ``backend`` is the engine's own all-reduce.
-A buffer reduced again and again is planned once: ``RingAllReduce(comm, tensor)`` lays out the
-ring's chunks, segments, scratch buffers and views, and ``plan(op)`` runs it
+A buffer reduced again and again is planned once: ``plan = RingAllReduce(comm, tensor)`` lays
+out the ring's chunks, segments, scratch buffers and views, and ``plan(op)`` runs it
 (``plan_all_reduce`` gives such a ``run(op)`` for every name).
 
 Benchmark (rank 0 prints a table; ``--json`` writes the rows under ``results``)::
@@ -270,7 +270,8 @@ def parse_args(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--algorithms", default="ring,naive,backend",
                         help=f"comma-separated, from {', '.join(ALGORITHMS)} (ring@256KB: ring "
                              f"with that segment size)")
-    parser.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
+    parser.add_argument("--dtype", default="float32", choices=tuple(DTYPES),
+                        help="the buffers' element type (default %(default)s)")
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per size")
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     parser.add_argument("--segment", default=format_bytes_exact(DEFAULT_SEGMENT_BYTES),

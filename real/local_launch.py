@@ -8,6 +8,7 @@ Under torchrun the environment says who we are (``RANK``, ``LOCAL_RANK``, ``WORL
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import socket
@@ -180,6 +181,37 @@ class RankArgumentParser(OneLineArgumentParser):
         if self.quiet and status:
             time.sleep(QUIET_EXIT_DELAY_S)
         super().exit(status, message)
+
+
+def add_task_and_launch_flags(parser: argparse.ArgumentParser, defaults, batch_help: str,
+                              seed_help: str) -> None:
+    """The flags both trainers share, with their defaults from ``defaults`` (a config): the
+    model and the data, and how the processes start; ``batch_help`` and ``seed_help`` say what
+    the batch and the seed are in that trainer."""
+    parser.add_argument("--model", default=defaults.model,
+                        help="lenet, mlp or mlp-large (default %(default)s)")
+    parser.add_argument("--dataset", default=defaults.dataset,
+                        help="synthetic or mnist:DIR (default %(default)s)")
+    parser.add_argument("--num-samples", type=int, default=defaults.num_samples,
+                        help="size of the synthetic data set (default %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size,
+                        help=f"{batch_help} (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help=f"{seed_help} (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=defaults.threads,
+                        help="torch threads per process (default 0: OMP_NUM_THREADS, else CPU "
+                        "cores / local processes)")
+    parser.add_argument("--nproc-per-node", type=int, default=defaults.nproc_per_node,
+                        help="start this many local processes here, without torchrun or "
+                        "mpiexec (default 0: they started them)")
+    parser.add_argument("--master-addr", default=None,
+                        help="with --nproc-per-node: the rendezvous address (default "
+                        "$MASTER_ADDR, else loopback)")
+    parser.add_argument("--master-port", type=int, default=defaults.master_port,
+                        help="with --nproc-per-node: the rendezvous port (default $MASTER_PORT, "
+                        "else a free one)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar")
 
 
 def free_port(address: str) -> int:

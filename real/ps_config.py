@@ -18,7 +18,7 @@ from dsgd_sim.units import parse_time
 
 from .comm import launched_by_mpi
 from .data import DatasetSpec
-from .local_launch import RankArgumentParser, check_launch_settings
+from .local_launch import RankArgumentParser, add_task_and_launch_flags, check_launch_settings
 from .models import MODELS
 from .sync_config import MAX_LR
 
@@ -131,23 +131,28 @@ def build_parser() -> argparse.ArgumentParser:
     d = AsyncConfig()
     p = RankArgumentParser(prog="async_ps.py",
                            description="Asynchronous SGD with a parameter server.")
-    p.add_argument("--model", default=d.model, help="lenet, mlp or mlp-large")
-    p.add_argument("--dataset", default=d.dataset, help="synthetic or mnist:DIR")
-    for name in ("num_samples", "batch_size", "updates", "threads", "seed", "nproc_per_node",
-                 "master_port"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
-    p.add_argument("--trace-updates", type=int, default=None,  # None: not typed
-                   help=f"with --trace, the updates it draws (default {d.trace_updates})")
-    for name in ("lr", "momentum"):
-        p.add_argument("--" + name, type=float, default=getattr(d, name))
+    add_task_and_launch_flags(p, d, "samples a worker's gradient is computed on",
+                              "model initialisation, synthetic data and its order, the draws "
+                              "of --emulate-compute")
+    p.add_argument("--updates", type=int, default=d.updates,
+                   help="stop once the server has applied this many gradients (default "
+                   "%(default)s; 0: no limit, with --time)")
     p.add_argument("--time", default=None, help="stop after this long, e.g. 30s (then --updates "
                    "is no limit unless given)")
+    p.add_argument("--lr", type=float, default=d.lr,
+                   help="the server's SGD learning rate (default %(default)s)")
+    p.add_argument("--momentum", type=float, default=d.momentum,
+                   help="the server's SGD momentum, applied in arrival order (default "
+                   "%(default)s)")
     p.add_argument("--warmup-updates", type=int, default=None,
                    help="updates left out of updates/s, the start-up (default: the first round, "
                    "one update per worker)")
     p.add_argument("--max-staleness", type=int, default=None,
-                   help="drop gradients staler than this; the worker recomputes on fresh weights")
-    p.add_argument("--staleness-lr", default=d.staleness_lr, help="none or inverse")
+                   help="drop gradients staler than this; the worker recomputes on fresh weights "
+                   "(default: none dropped)")
+    p.add_argument("--staleness-lr", default=d.staleness_lr,
+                   help="none, or inverse: lr / (1 + staleness) for each update (default "
+                   "%(default)s)")
     p.add_argument("--push-window", type=int, default=d.push_window,
                    help="gradients the server receives at once, the rest waiting their turn in "
                    "arrival order: its link rate over a worker's (default 0: every worker's at "
@@ -160,11 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "only the rest of the draw (the run learns; a step takes max(draw, compute))")
     p.add_argument("--backend", default=d.backend,
                    help="gloo or mpi (default: mpi under mpiexec, else gloo)")
-    p.add_argument("--timeout", default="30s", help="a silent peer counts as dead after this long")
+    p.add_argument("--timeout", default="30s",
+                   help="a silent peer counts as dead after this long (default %(default)s)")
     p.add_argument("--json", default=None, help="write the run summary (server) to FILE")
     p.add_argument("--trace", default=None, help="write a Chrome trace (server's view) to FILE")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
-    p.add_argument("--master-addr", default=None)
+    p.add_argument("--trace-updates", type=int, default=None,  # None: not typed
+                   help=f"with --trace, the updates it draws (default {d.trace_updates})")
     return p
 
 

@@ -19,7 +19,7 @@ from dsgd_sim.units import parse_time
 
 from .comm import launched_by_mpi
 from .data import MNIST_FILES, DatasetSpec
-from .local_launch import RankArgumentParser, check_launch_settings
+from .local_launch import RankArgumentParser, add_task_and_launch_flags, check_launch_settings
 from .grad_sync import STRATEGIES
 from .models import MODELS
 
@@ -145,21 +145,25 @@ BUCKETED_SYNCS = ("bucketed", "ddp")  # the --sync strategies --bucket-mb sizes
 def build_parser() -> argparse.ArgumentParser:
     defaults = SyncConfig()
     p = RankArgumentParser(prog="sync.py", description="Synchronous data-parallel SGD.")
-    p.add_argument("--model", default=defaults.model, help="lenet, mlp or mlp-large")
-    p.add_argument("--dataset", default=defaults.dataset, help="synthetic or mnist:DIR")
-    for name in ("num_samples", "batch_size", "steps", "warmup_steps", "threads", "seed",
-                 "nproc_per_node", "master_port"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    for name in CHECKPOINT_FLAGS:  # None: not typed (refused without --checkpoint-dir if typed)
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                       help=f"with --checkpoint-dir (default {getattr(defaults, name)})")
-    for name in ("lr", "momentum"):
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+    add_task_and_launch_flags(p, defaults, "samples per rank a step; the global batch is N x B",
+                              "model initialisation, synthetic data and its order")
+    p.add_argument("--steps", type=int, default=defaults.steps,
+                   help="optimizer steps of the whole run, restarts included (default "
+                   "%(default)s)")
+    p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps,
+                   help="steps left out of the timing statistics (default %(default)s)")
+    p.add_argument("--lr", type=float, default=defaults.lr,
+                   help="SGD learning rate (default %(default)s)")
+    p.add_argument("--momentum", type=float, default=defaults.momentum,
+                   help="SGD momentum (default %(default)s)")
+    p.add_argument("--sync", default=defaults.sync,
+                   help="per-param, flat, bucketed or ddp (default %(default)s)")
+    p.add_argument("--allreduce", default=defaults.allreduce,
+                   help="backend (the engine's own), ring or naive (hand-written) (default "
+                   "%(default)s)")
     p.add_argument("--bucket-mb", type=float, default=None,  # None: not typed
                    help=f"with --sync bucketed or ddp: bucket capacity in MiB (default "
                         f"{defaults.bucket_mb:g})")
-    p.add_argument("--sync", default=defaults.sync, help="per-param, flat, bucketed or ddp")
-    p.add_argument("--allreduce", default=defaults.allreduce, help="backend, ring or naive")
     p.add_argument("--emulate-compute", default="0", help="e.g. 80ms: sleep instead of compute")
     p.add_argument("--real-gradients", action="store_true",
                    help="with --emulate-compute: real forward and backward, padded with a sleep "
@@ -168,19 +172,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. 40ms: wait this long after each step's gradient exchange, counted "
                    "as communication (a slower network; one process alone: its CPU work after "
                    "a pause)")
-    p.add_argument("--timeout", default="30s", help="process-group timeout, e.g. 30s")
-    p.add_argument("--device", default=defaults.device, help="cpu or cuda")
+    p.add_argument("--timeout", default="30s",
+                   help="how long any communication waits for a peer before the job fails "
+                   "(default %(default)s)")
+    p.add_argument("--device", default=defaults.device, help="cpu or cuda (default %(default)s)")
     p.add_argument("--backend", default=None,
                    help="gloo, nccl or mpi (default: nccl on cuda, mpi under mpiexec "
                         "unless --sync ddp, else gloo)")
-    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="write checkpoints here and resume from the newest complete one")
+    checkpoint_help = {"checkpoint_every": "steps between checkpoints",
+                       "keep_checkpoints": "complete checkpoints kept on disk"}
+    for name in CHECKPOINT_FLAGS:  # None: not typed (refused without --checkpoint-dir if typed)
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                       help=f"with --checkpoint-dir: {checkpoint_help[name]} (default "
+                       f"{getattr(defaults, name)})")
     p.add_argument("--check-replicas", action="store_true",
                    help="fail unless all ranks hold bit-identical weights after every step")
     p.add_argument("--json", default=None, help="write the run summary (rank 0) to FILE")
     p.add_argument("--trace", default=None, help="write a Chrome trace (all ranks) to FILE")
     p.add_argument("--profile-out", default=None, help="write a compute profile to FILE")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
-    p.add_argument("--master-addr", default=None)
     return p
 
 

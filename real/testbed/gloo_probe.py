@@ -92,11 +92,14 @@ def bulk(rank: int, n_bytes: int, repeats: int, idle_s: float) -> list[float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pings", type=bounded(int, 1, MAX_PINGS, "a count"), default=200)
+    parser.add_argument("--pings", type=bounded(int, 1, MAX_PINGS, "a count"), default=200,
+                        help="each kind of small message timed this many times: round "
+                        "trips, all-reduce calls, stream gaps (default %(default)s)")
     parser.add_argument("--sizes", type=byte_counts, default=[2_000_000, 16_000_000],
                         help="comma-separated byte counts of bulk transfers (fp32 elements: "
                              "multiples of 4)")
-    parser.add_argument("--repeats", type=bounded(int, 1, MAX_REPEATS, "a count"), default=3)
+    parser.add_argument("--repeats", type=bounded(int, 1, MAX_REPEATS, "a count"), default=3,
+                        help="transfers of each size (default %(default)s)")
     parser.add_argument("--idle", type=bounded(float, 0, MAX_IDLE_S, "seconds"), default=0.05,
                         help="seconds idle before each transfer")
     parser.add_argument("--timeout", type=bounded(float, 1, MAX_SECONDS, "seconds"), default=30.0,

@@ -210,15 +210,19 @@ def bounded(kind, low, high, what: str):
 
 def main(argv: list[str] | None = None) -> None:
     parser = _Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("role", choices=["server", "client"])
-    parser.add_argument("--port", type=bounded(int, 1, 65535, "a port"), default=5201)
+    parser.add_argument("role", choices=["server", "client"],
+                        help="server: wait for the client; client: connect and time")
+    parser.add_argument("--port", type=bounded(int, 1, 65535, "a port"), default=5201,
+                        help="the server's TCP port (default %(default)s)")
     parser.add_argument("--connect", help="server address (client)")
     parser.add_argument("--connect-timeout", type=bounded(float, 1e-3, MAX_SECONDS, "seconds"),
                         default=10.0, help="seconds")
-    parser.add_argument("--pings", type=bounded(int, 1, MAX_PINGS, "a count"), default=200)
+    parser.add_argument("--pings", type=bounded(int, 1, MAX_PINGS, "a count"), default=200,
+                        help="small round trips timed (default %(default)s)")
     parser.add_argument("--sizes", type=byte_counts, default=[8_000_000],
                         help="comma-separated byte counts of bulk transfers")
-    parser.add_argument("--repeats", type=bounded(int, 1, MAX_REPEATS, "a count"), default=3)
+    parser.add_argument("--repeats", type=bounded(int, 1, MAX_REPEATS, "a count"), default=3,
+                        help="transfers of each size (default %(default)s)")
     parser.add_argument("--idle", type=bounded(float, 0, MAX_IDLE_S, "seconds"), default=0.05,
                         help="seconds idle before each transfer")
     args = parser.parse_args(argv)
