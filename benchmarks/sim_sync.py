@@ -34,7 +34,8 @@ def parse_args(description: str, argv=None):
     line, exit 2."""
     parser = OneLineArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=3,
-                        help="whole benchmarks run, the median reported (default %(default)s)")
+                        help="runs of each timed case, the median reported (the default "
+                        "command at least 5) (default %(default)s)")
     parser.add_argument("--seed", type=argparse_type(parse_seed, "seed"), default=0,
                         help="the simulations' seed (default 0)")
     parser.add_argument("--json", metavar="FILE", help="every figure in one file")

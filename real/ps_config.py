@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = RankArgumentParser(prog="async_ps.py",
                            description="Asynchronous SGD with a parameter server.")
     add_task_and_launch_flags(p, d, "samples a worker's gradient is computed on",
-                              "model initialisation, synthetic data and its order, the draws "
+                              "model initialisation, the synthetic data, the order of the "
+                              "samples, the draws "
                               "of --emulate-compute")
     p.add_argument("--updates", type=int, default=d.updates,
                    help="stop once the server has applied this many gradients (default "

@@ -145,8 +145,10 @@ BUCKETED_SYNCS = ("bucketed", "ddp")  # the --sync strategies --bucket-mb sizes
 def build_parser() -> argparse.ArgumentParser:
     defaults = SyncConfig()
     p = RankArgumentParser(prog="sync.py", description="Synchronous data-parallel SGD.")
-    add_task_and_launch_flags(p, defaults, "samples per rank a step; the global batch is N x B",
-                              "model initialisation, synthetic data and its order")
+    add_task_and_launch_flags(p, defaults,
+                              "samples per rank a step; the global batch is this times the ranks",
+                              "model initialisation, the synthetic data, the order of the "
+                              "samples")
     p.add_argument("--steps", type=int, default=defaults.steps,
                    help="optimizer steps of the whole run, restarts included (default "
                    "%(default)s)")

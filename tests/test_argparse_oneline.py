@@ -299,7 +299,7 @@ def test_an_open_stdout_passes_main_through(capsys):
 
 def test_every_flag_of_every_entry_point_says_what_it_does_in_its_help():
     # read from the source, so that no entry point is left out: an add_argument call without
-    # help= shows a bare flag in --help (seven of async_ps.py's did)
+    # help= shows a bare flag in --help (eleven of async_ps.py's did)
     import ast
     from pathlib import Path
     repo = Path(__file__).resolve().parent.parent
