@@ -26,6 +26,12 @@ def is_time(value) -> bool:
     return finite_number(value) and value > 0
 
 
+def is_seconds(value) -> bool:
+    """Whether ``value`` is a duration that may be nothing: a finite number of seconds, 0 or
+    more."""
+    return finite_number(value) and value >= 0
+
+
 def fidelity_row(experiment: str, config: str, predicted_s: float, measured_s: float) -> dict:
     """One comparison; ValueError when the prediction or the measurement is not a positive,
     finite time (``is_time``)."""

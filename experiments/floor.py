@@ -29,7 +29,6 @@ halves are priced from.
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -44,7 +43,7 @@ from experiments.fidelity import WORST_TARGET
 from experiments.grids import ALL, GridError, check_folders, read_grids
 from experiments.model import NetworkInputs
 from experiments.probe_tables import DRIVERS
-from experiments.run_header import check_calibration, run_record
+from experiments.stored import StoredRunError, stored_calibration
 
 MIN_OTHERS = 3  # a row's median over fewer other grids is not a floor
 SIDES = ("before", "after")
@@ -114,20 +113,16 @@ def side_prices(result: dict, net_by_rate: dict) -> dict[str, dict[str, float]]:
 def grid_calibration(folder: Path) -> dict:
     """The calibrated inputs by rate of one stored grid, from its ``run.json``: GridError naming
     the file where it is missing, or its calibration is not as experiments/run.py writes it
-    (``run_header.check_calibration``)."""
-    try:
-        meta = run_record(read_json(folder / "run.json"))
-        if "calibration" not in meta:
-            raise ValueError("missing key 'calibration'")
-        check_calibration(meta["calibration"])
-        return {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in meta["calibration"]}
-    except FileNotFoundError:
+    (``stored.stored_calibration``)."""
+    if not (folder / "run.json").exists():
         raise GridError(f"{folder}: no run.json (the halves are priced from the grid's own "
-                        "calibration)") from None
-    except (OSError, ValueError) as error:
-        what = (error.strerror if isinstance(error, OSError) and error.strerror
-                else f"not JSON ({error})" if isinstance(error, json.JSONDecodeError) else error)
-        raise GridError(f"{folder}: run.json: {what}") from None
+                        "calibration)")
+    try:
+        records = stored_calibration(folder)
+    except StoredRunError as error:
+        raise GridError(f"{folder}: {error}") from None
+    try:
+        return {c["bandwidth_bps"]: NetworkInputs.from_calibration(c) for c in records}
     except (KeyError, TypeError, IndexError) as error:  # a table the model cannot read
         raise GridError(f"{folder}: run.json: a calibration record not as experiments/run.py "
                         f"writes it ({type(error).__name__}: {error})") from None

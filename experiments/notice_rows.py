@@ -30,11 +30,11 @@ from dsgd_sim.argparse_oneline import argparse_type, read_json, run_command_line
 from dsgd_sim.units import format_bandwidth_bps, parse_bandwidth, parse_time  # noqa: E402
 from experiments import async_vs_sync, ps_vs_ring  # noqa: E402
 from experiments.emulated_steps import (folders_parser, overall_lines,  # noqa: E402
-                                        parse_folders, report_folders, stored_calibration,
-                                        stored_file, stored_result)
+                                        parse_folders, report_folders)
 from experiments.fidelity import WORST_TARGET as TARGET  # noqa: E402
 from experiments.model import NetworkInputs  # noqa: E402
 from experiments.single_process import RUNS  # noqa: E402
+from experiments.stored import stored_calibration, stored_file, stored_result  # noqa: E402
 
 WAYS = ("without the notice", "with it")
 MAX_QUEUE_S = 1.0  # a shaper's queue is at most its limit: 100 ms on the test bed
@@ -79,7 +79,7 @@ def repredictors():
 
 def errors(folder: Path, queues: dict[float, float]) -> list[tuple[str, float, float]]:
     """(kind of row, error without the notice, error with it) for every parameter-server row of
-    the stored run in ``folder``; ``emulated_steps.StoredRunError`` naming the file that is not
+    the stored run in ``folder``; ``stored.StoredRunError`` naming the file that is not
     as experiments/run.py writes it."""
     calibration = stored_calibration(folder, "calibration.json")
     priced: dict[str, list[float]] = {}

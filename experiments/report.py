@@ -14,8 +14,8 @@ from pathlib import Path
 from dsgd_sim.argparse_oneline import save_figure
 from dsgd_sim.units import format_time
 
-from .fidelity import (MEDIAN_TARGET, WORST_TARGET, by_experiment, finite_number, is_time,
-                       summarise)
+from .fidelity import (MEDIAN_TARGET, WORST_TARGET, by_experiment, finite_number, is_seconds,
+                       is_time, summarise)
 from .run_header import shown
 
 
@@ -63,7 +63,7 @@ def _check_report_extras(result: dict) -> None:
     for key in ("command", "load_average"):
         if key in result and not isinstance(result[key], str):
             raise ValueError(f"{key!r} must be a string, got {shown(result[key])}")
-    if "wall_s" in result and not (finite_number(result["wall_s"]) and result["wall_s"] >= 0):
+    if "wall_s" in result and not is_seconds(result["wall_s"]):
         raise ValueError(f"'wall_s' must be a time in seconds, 0 or more, got "
                          f"{shown(result['wall_s'])}")
     again = result.get("repeatability")

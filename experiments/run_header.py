@@ -5,20 +5,15 @@ calibration; ``check_run`` says what in a stored run.json it cannot be made from
 
 from __future__ import annotations
 
-from experiments.fidelity import finite_number as _number
+from experiments.fidelity import finite_number as _number, is_seconds, is_time
 from experiments.stage_samples import busy_note, core_speed_note
+
+
+_positive = is_time  # a finite number over 0, whatever its unit
 
 
 def _text(value) -> bool:
     return isinstance(value, str)
-
-
-def _positive(value) -> bool:
-    return _number(value) and value > 0
-
-
-def _seconds(value) -> bool:
-    return _number(value) and value >= 0
 
 
 def _count(value) -> bool:
@@ -45,9 +40,9 @@ RUN_FIELDS = {  # run.json's fields the header reads: (whether every run has it,
     "machine": (True, _text, "a string"),
     "cpus": (True, lambda v: v is None or _count(v), "a positive whole number (or null)"),
     "load_average": (True, _text, "a string"),
-    "wall_s": (True, _seconds, "a time in seconds, 0 or more"),
+    "wall_s": (True, is_seconds, "a time in seconds, 0 or more"),
     "calibration": (True, lambda v: isinstance(v, list), "a list of calibration records"),
-    "build_s": (False, _seconds, "a time in seconds, 0 or more"),
+    "build_s": (False, is_seconds, "a time in seconds, 0 or more"),
     "interrupted": (False, _text, "a string"),
     "experiments": (False, _names, "a list of experiment names"),
     "finished": (False, _names, "a list of experiment names"),
@@ -59,12 +54,12 @@ RUN_FIELDS = {  # run.json's fields the header reads: (whether every run has it,
     "address_layout": (False, _text, "a string"),
     "probe_idle": (False, lambda v: isinstance(v, bool), "true or false"),
     "probe_order": (False, _text, "a string"),
-    "quiet_waits": (False, _object_of(_seconds), "an object of seconds by stage"),
+    "quiet_waits": (False, _object_of(is_seconds), "an object of seconds by stage"),
     "busy_cores": (False, _object_of(lambda v: v is None or _number(v)),
                    "an object of busy cores by stage"),
     "core_speed": (False, _object_of(_core_speeds), "an object of core-speed records by stage"),
-    "core_speed_sampling": (False, lambda v: isinstance(v, dict) and _positive(v.get("seconds"))
-                            and _positive(v.get("window_s")),
+    "core_speed_sampling": (False, lambda v: isinstance(v, dict) and is_time(v.get("seconds"))
+                            and is_time(v.get("window_s")),
                             "an object of positive 'seconds' and 'window_s'"),
 }
 
@@ -104,8 +99,8 @@ def check_run(meta) -> None:
 CALIBRATION_FIELDS = (  # a calibration record's figures the header and the model read
     (("bandwidth_bps",), _positive, "a positive number"),
     (("goodput_bps",), _positive, "a positive number"),
-    (("gloo", "latency_s"), _seconds, "a time in seconds, 0 or more"),
-    (("gloo", "all_reduce_1_element_s", "median"), _seconds, "a time in seconds, 0 or more"),
+    (("gloo", "latency_s"), is_seconds, "a time in seconds, 0 or more"),
+    (("gloo", "all_reduce_1_element_s", "median"), is_seconds, "a time in seconds, 0 or more"),
 )
 
 
@@ -136,7 +131,7 @@ def check_calibration(records, empty_ok: bool = False) -> None:
 def _check_record_extras(record: dict, where: str) -> None:
     """``check_calibration``'s test of a record's optional parts."""
     queue, rounds = record.get("queue"), record.get("rounds")
-    if queue and not (isinstance(queue, dict) and _seconds(queue.get("behind_bulk_s"))):
+    if queue and not (isinstance(queue, dict) and is_seconds(queue.get("behind_bulk_s"))):
         raise ValueError(f"{where}: 'queue' must be an object with 'behind_bulk_s' in seconds, "
                          f"got {shown(queue)}")
     if rounds and not (isinstance(rounds, dict) and all(

@@ -24,8 +24,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from dsgd_sim.argparse_oneline import argparse_type, read_json, run_command_line  # noqa: E402
 from dsgd_sim.units import format_time, parse_time  # noqa: E402
-from experiments.emulated_steps import (check_folder, folders_parser, parse_folders,  # noqa: E402
-                                        report_folders, stored_file)
+from experiments.emulated_steps import folders_parser, parse_folders, report_folders  # noqa: E402
+from experiments.stored import check_folder, stored_file  # noqa: E402
 
 ROW = "8 workers 1000Mbps mlp emulate 50ms"
 BUBBLE_S = 0.013  # a push that waited a notice queue (about 6 ms) more than a push's 8 ms

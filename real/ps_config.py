@@ -133,8 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Asynchronous SGD with a parameter server.")
     add_task_and_launch_flags(p, d, "samples a worker's gradient is computed on",
                               "model initialisation, the synthetic data, the order of the "
-                              "samples, the draws "
-                              "of --emulate-compute")
+                              "samples, the draws of --emulate-compute")
     p.add_argument("--updates", type=int, default=d.updates,
                    help="stop once the server has applied this many gradients (default "
                    "%(default)s; 0: no limit, with --time)")
